@@ -1,0 +1,185 @@
+#pragma once
+// The typed front end every zero communicator shares (CRTP): it accepts any contiguous buffer in
+// the communicator's memory space (vectors, spans, Buffers, Views), checks sizes and roots with
+// errors that name the call, and hands a CollectiveArgs to the backend's submit().
+
+#include "zero/comm/collective.hpp"
+#include "zero/comm/work.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+
+#include <cstddef>
+#include <ranges>
+#include <string>
+#include <type_traits>
+
+namespace zero {
+
+// Whether a communicator working in `CommSpace` can use a buffer living in `BufferSpace`: host
+// communicators take any host-accessible memory, device communicators their own space only.
+template <class CommSpace, class BufferSpace>
+inline constexpr bool accepts_space =
+    CommSpace::host_accessible ? BufferSpace::host_accessible
+                               : std::is_same_v<CommSpace, BufferSpace>;
+
+template <class R, class Space>
+concept CommInput = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                    Element<std::ranges::range_value_t<R>> &&
+                    accepts_space<Space, memory_space_of<R>>;
+
+template <class R, class Space>
+concept CommOutput =
+    CommInput<R, Space> &&
+    !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+template <class R>
+using comm_element_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
+
+namespace detail {
+
+template <class Derived, MemorySpace Space>
+class CollectiveApi {
+public:
+  using memory_space = Space;
+
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work all_reduce(In&& in, Out&& out, ReduceOp op) {
+    same_element<In, Out>();
+    require_size(std::ranges::size(out) == std::ranges::size(in), "all_reduce",
+                 "output has " + std::to_string(std::ranges::size(out)) +
+                     " elements but input has " + std::to_string(std::ranges::size(in)));
+    return submit_args(Collective::all_reduce, std::ranges::data(in), std::ranges::data(out),
+                       std::ranges::size(in), dtype_of<comm_element_t<In>>, op);
+  }
+  template <CommOutput<Space> Buf>
+  Work all_reduce(Buf&& data, ReduceOp op) {
+    return all_reduce(data, data, op);
+  }
+
+  // Input: size() blocks of out.size() elements; rank r receives the reduction of block r.
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work reduce_scatter(In&& in, Out&& out, ReduceOp op) {
+    same_element<In, Out>();
+    const std::size_t block = std::ranges::size(out);
+    require_size(std::ranges::size(in) == block * ranks(), "reduce_scatter",
+                 "input has " + std::to_string(std::ranges::size(in)) + " elements, not " +
+                     std::to_string(ranks()) + " ranks x " + std::to_string(block) +
+                     " (the output's size)");
+    return submit_args(Collective::reduce_scatter, std::ranges::data(in), std::ranges::data(out),
+                       block, dtype_of<comm_element_t<In>>, op);
+  }
+  // In place: the result lands in block rank() of `data`.
+  template <CommOutput<Space> Buf>
+  Work reduce_scatter(Buf&& data, ReduceOp op) {
+    const std::size_t block = equal_blocks(std::ranges::size(data), "reduce_scatter");
+    auto* base = std::ranges::data(data);
+    return submit_args(Collective::reduce_scatter, base, base + block * rank_index(), block,
+                       dtype_of<comm_element_t<Buf>>, op);
+  }
+
+  // Output: size() blocks of in.size() elements, block r from rank r.
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work all_gather(In&& in, Out&& out) {
+    same_element<In, Out>();
+    const std::size_t block = std::ranges::size(in);
+    require_size(std::ranges::size(out) == block * ranks(), "all_gather",
+                 "output has " + std::to_string(std::ranges::size(out)) + " elements, not " +
+                     std::to_string(ranks()) + " ranks x " + std::to_string(block) +
+                     " (the input's size)");
+    return submit_args(Collective::all_gather, std::ranges::data(in), std::ranges::data(out),
+                       block, dtype_of<comm_element_t<In>>, ReduceOp::sum);
+  }
+  // In place: this rank's contribution is already in block rank() of `data`.
+  template <CommOutput<Space> Buf>
+  Work all_gather(Buf&& data) {
+    const std::size_t block = equal_blocks(std::ranges::size(data), "all_gather");
+    auto* base = std::ranges::data(data);
+    return submit_args(Collective::all_gather, base + block * rank_index(), base, block,
+                       dtype_of<comm_element_t<Buf>>, ReduceOp::sum);
+  }
+
+  template <CommOutput<Space> Buf>
+  Work broadcast(Buf&& data, int root) {
+    check_root(root, "broadcast");
+    return submit_args(Collective::broadcast, std::ranges::data(data), std::ranges::data(data),
+                       std::ranges::size(data), dtype_of<comm_element_t<Buf>>, ReduceOp::sum, root);
+  }
+  // `in` is read on the root only (other ranks may pass an empty range).
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work broadcast(In&& in, Out&& out, int root) {
+    same_element<In, Out>();
+    check_root(root, "broadcast");
+    if (self().rank() == root)
+      require_size(std::ranges::size(in) == std::ranges::size(out), "broadcast",
+                   "root's input has " + std::to_string(std::ranges::size(in)) +
+                       " elements but its output " + std::to_string(std::ranges::size(out)));
+    return submit_args(Collective::broadcast, std::ranges::data(in), std::ranges::data(out),
+                       std::ranges::size(out), dtype_of<comm_element_t<In>>, ReduceOp::sum, root);
+  }
+
+  // `out` is written on the root only (other ranks may pass an empty range).
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work reduce(In&& in, Out&& out, ReduceOp op, int root) {
+    same_element<In, Out>();
+    check_root(root, "reduce");
+    if (self().rank() == root)
+      require_size(std::ranges::size(in) == std::ranges::size(out), "reduce",
+                   "root's output has " + std::to_string(std::ranges::size(out)) +
+                       " elements but the input " + std::to_string(std::ranges::size(in)));
+    return submit_args(Collective::reduce, std::ranges::data(in), std::ranges::data(out),
+                       std::ranges::size(in), dtype_of<comm_element_t<In>>, op, root);
+  }
+  template <CommOutput<Space> Buf>
+  Work reduce(Buf&& data, ReduceOp op, int root) {
+    return reduce(data, data, op, root);
+  }
+
+  // Blocks until every rank arrived.
+  void barrier() {
+    CollectiveArgs args;
+    args.kind = Collective::barrier;
+    self().submit(args).wait();
+  }
+
+private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+  std::size_t ranks() { return static_cast<std::size_t>(self().size()); }
+  std::size_t rank_index() { return static_cast<std::size_t>(self().rank()); }
+
+  template <class In, class Out>
+  static constexpr void same_element() {
+    static_assert(std::is_same_v<comm_element_t<In>, comm_element_t<Out>>,
+                  "zero: a collective's input and output must have the same element type");
+  }
+  static void require_size(bool ok, const char* op, const std::string& what) {
+    if (!ok) fail(ErrorKind::invalid_argument, std::string(op) + ": " + what);
+  }
+  std::size_t equal_blocks(std::size_t total, const char* op) {
+    require_size(total % ranks() == 0, op,
+                 "in place needs equal blocks, but " + std::to_string(total) +
+                     " elements do not split into " + std::to_string(ranks()) + " ranks");
+    return total / ranks();
+  }
+  void check_root(int root, const char* op) {
+    if (root < 0 || root >= self().size())
+      fail(ErrorKind::invalid_argument, std::string(op) + ": root " + std::to_string(root) +
+                                            " is not a rank of a communicator of " +
+                                            std::to_string(self().size()));
+  }
+  Work submit_args(Collective kind, const void* send, void* recv, std::size_t count, DType dtype,
+                   ReduceOp op, int root = 0) {
+    CollectiveArgs args;
+    args.kind = kind;
+    args.dtype = dtype;
+    args.op = op;
+    args.root = root;
+    args.send = send;
+    args.recv = recv;
+    args.count = count;
+    return self().submit(args);
+  }
+};
+
+} // namespace detail
+} // namespace zero

@@ -1,0 +1,156 @@
+#pragma once
+// One thread per communicator that runs its collectives in submission order (the order MPI and
+// every rank agree on), so that the caller's thread computes while communication progresses.
+// A watchdog thread reports an operation that runs past the timeout: the sign of a rank that
+// skipped or mismatched a collective, which would otherwise hang the job forever.
+
+#include "zero/comm/collective.hpp"
+#include "zero/comm/detail/thread_work.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace zero::detail {
+
+class ProgressWorker {
+public:
+  using Execute = std::function<void(const CollectiveArgs&)>;
+  using OnTimeout = std::function<void(const std::string& what, double seconds)>;
+
+  ProgressWorker(Execute execute, double timeout_seconds, OnTimeout on_timeout)
+      : execute_(std::move(execute)), on_timeout_(std::move(on_timeout)),
+        timeout_(std::chrono::duration<double>(timeout_seconds)) {
+    worker_ = std::thread([this] { run(); });
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ProgressWorker(const ProgressWorker&) = delete;
+  ProgressWorker& operator=(const ProgressWorker&) = delete;
+
+  // Lets the queued operations finish, then stops both threads.
+  ~ProgressWorker() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    worker_.join();
+    {
+      std::lock_guard lock(watch_mutex_);
+      watch_stop_ = true;
+    }
+    watch_cv_.notify_all();
+    watchdog_.join();
+  }
+
+  std::shared_ptr<ThreadWork> enqueue(const CollectiveArgs& args) {
+    return push(std::make_shared<ThreadWork>(args));
+  }
+
+  // Runs `task` on the progress thread after everything queued before it, and waits for it.
+  void run_and_wait(std::string label, std::function<void()> task) {
+    push(std::make_shared<ThreadWork>(std::move(label), std::move(task)))->wait();
+  }
+
+private:
+  std::shared_ptr<ThreadWork> push(std::shared_ptr<ThreadWork> work) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(work);
+      queued_.fetch_add(1, std::memory_order_release);
+    }
+    queue_cv_.notify_one();
+    return work;
+  }
+
+  void run() {
+    for (;;) {
+      std::shared_ptr<ThreadWork> work = next();
+      if (!work) return;
+      set_running(work);
+      std::exception_ptr error;
+      try {
+        if (work->task()) work->task()();
+        else execute_(work->args());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      set_running(nullptr);
+      work->complete(error);
+    }
+  }
+
+  std::shared_ptr<ThreadWork> next() {
+    // Back-to-back collectives are common (a bucket after a bucket): spin a little before sleeping.
+    for (int spin = 0; spin < 4000 && queued_.load(std::memory_order_acquire) == 0; ++spin)
+      cpu_relax();
+    std::unique_lock lock(mutex_);
+    queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return nullptr;
+    auto work = std::move(queue_.front());
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_release);
+    return work;
+  }
+
+  void watch() {
+    const auto period = std::min<std::chrono::duration<double>>(timeout_ / 4, std::chrono::seconds(1));
+    std::unique_lock lock(watch_mutex_);
+    while (!watch_cv_.wait_for(lock, period, [&] { return watch_stop_; })) {
+      std::shared_ptr<ThreadWork> running;
+      std::int64_t since = 0;
+      {
+        std::lock_guard running_lock(running_mutex_);
+        running = running_;
+        since = running_since_;
+      }
+      if (!running) continue;
+      const double seconds = static_cast<double>(now_ns() - since) * 1e-9;
+      if (seconds > timeout_.count()) on_timeout_(running->description(), seconds);
+    }
+  }
+
+  void set_running(std::shared_ptr<ThreadWork> work) {
+    std::lock_guard lock(running_mutex_);
+    running_ = std::move(work);
+    running_since_ = now_ns();
+  }
+
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  Execute execute_;
+  OnTimeout on_timeout_;
+  std::chrono::duration<double> timeout_;
+
+  std::mutex mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<ThreadWork>> queue_;
+  std::atomic<int> queued_{0};
+  bool stopping_ = false;
+
+  std::mutex running_mutex_; // the operation in progress, for the watchdog
+  std::shared_ptr<ThreadWork> running_;
+  std::int64_t running_since_ = 0;
+
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
+
+  std::thread worker_;
+  std::thread watchdog_;
+};
+
+} // namespace zero::detail

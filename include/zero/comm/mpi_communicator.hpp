@@ -1,0 +1,142 @@
+#pragma once
+// MpiCommunicator: collectives among MPI ranks, through Boost.MPI's communicator. Every call is
+// non-blocking: it is queued to the communicator's progress thread and returns a Work handle.
+// Ranks that share one node (the common case, and every multi-rank test) exchange data through an
+// MPI-3 shared-memory window; across nodes the collectives are chunked MPI calls.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/comm/detail/collective_api.hpp"
+#include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_transport.hpp"
+#include "zero/comm/detail/progress_worker.hpp"
+#include "zero/comm/detail/shm_transport.hpp"
+#include "zero/comm/detail/validation.hpp"
+#include "zero/comm/mpi_environment.hpp"
+#include "zero/comm/options.hpp"
+
+#include <boost/mpi/communicator.hpp>
+#include <mpi.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace zero {
+
+class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
+public:
+  // The world communicator; initialises MPI if needed.
+  MpiCommunicator() : MpiCommunicator(nullptr, nullptr) {}
+  MpiCommunicator(int& argc, char**& argv) : MpiCommunicator(&argc, &argv) {}
+  // A communicator over the ranks of `comm` (duplicated: zero's traffic never mixes with yours).
+  explicit MpiCommunicator(const boost::mpi::communicator& comm,
+                           CommOptions options = CommOptions::from_environment())
+      : state_(std::make_unique<State>(static_cast<MPI_Comm>(comm), options)) {}
+
+  MpiCommunicator(MpiCommunicator&&) noexcept = default;
+  MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
+  ~MpiCommunicator() = default;
+
+  int rank() const noexcept { return state_->rank; }
+  int size() const noexcept { return state_->size; }
+  const CommOptions& options() const noexcept { return state_->options; }
+  // "shm" when the ranks talk through shared memory, "mpi" otherwise.
+  const char* transport() const noexcept {
+    return state_->transport.index() == 0 ? "shm" : "mpi";
+  }
+  // The duplicated communicator zero uses, for interoperating with other MPI code.
+  boost::mpi::communicator boost_communicator() const {
+    return boost::mpi::communicator(state_->comm, boost::mpi::comm_attach);
+  }
+  MPI_Comm native_handle() const noexcept { return state_->comm; }
+
+  // Ranks with the same color form a group, ordered by key (then by rank). Collective.
+  MpiCommunicator split(int color, int key) {
+    require(color >= 0, "split: color must be non-negative (every rank joins one group)");
+    MPI_Comm part = MPI_COMM_NULL;
+    // Ordered with this communicator's queued collectives: run it on the progress thread.
+    state_->worker->run_and_wait("split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
+                                 [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
+    MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach), state_->options);
+    MPI_Comm_free(&part);
+    return result;
+  }
+
+  // The backend entry point: runs a described collective asynchronously.
+  Work submit(const CollectiveArgs& args) { return Work(state_->worker->enqueue(args)); }
+
+private:
+  MpiCommunicator(int* argc, char*** argv) {
+    initialize_mpi(argc, argv);
+    state_ = std::make_unique<State>(MPI_COMM_WORLD, CommOptions::from_environment());
+  }
+
+  struct State {
+    MPI_Comm comm = MPI_COMM_NULL;
+    int rank = 0;
+    int size = 1;
+    CommOptions options;
+    std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>> transport;
+    std::uint64_t sequence = 0;
+    std::unique_ptr<detail::ProgressWorker> worker;
+
+    State(MPI_Comm parent, const CommOptions& opts) : options(opts) {
+      initialize_mpi();
+      ZERO_CHECK_MPI(MPI_Comm_dup(parent, &comm));
+      ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+      ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+      ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
+      choose_transport();
+      worker = std::make_unique<detail::ProgressWorker>(
+          [this](const CollectiveArgs& args) { execute(args); }, options.timeout_seconds,
+          [this](const std::string& what, double seconds) { abort_on_timeout(what, seconds); });
+    }
+    ~State() {
+      worker.reset(); // finishes queued collectives first
+      transport = std::unique_ptr<detail::MpiTransport>();
+      if (comm != MPI_COMM_NULL) ZERO_LOG_MPI(MPI_Comm_free(&comm));
+    }
+
+    void choose_transport() {
+      MPI_Comm node = MPI_COMM_NULL;
+      ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+      int node_size = 0;
+      MPI_Comm_size(node, &node_size);
+      MPI_Comm_free(&node);
+      const bool one_node = node_size == size;
+      if (options.transport == Transport::shared_memory && !one_node)
+        fail(ErrorKind::unsupported,
+             "ZERO_MPI_TRANSPORT=shm needs all ranks on one node, but only " +
+                 std::to_string(node_size) + " of " + std::to_string(size) + " share this one");
+      if (one_node && options.transport != Transport::mpi)
+        transport = std::make_unique<detail::ShmTransport>(comm, options.chunk_bytes);
+      else
+        transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
+    }
+
+    void execute(const CollectiveArgs& args) {
+      ++sequence;
+      if (options.validate) detail::validate_call(comm, args, sequence);
+      std::visit([&](auto& t) { t->run(args); }, transport);
+    }
+
+    [[noreturn]] void abort_on_timeout(const std::string& what, double seconds) const {
+      std::fprintf(stderr,
+                   "zero: %s on rank %d of %d did not complete within %.0f s (ZERO_TIMEOUT_S=%g); "
+                   "another rank probably skipped this collective or called a different one. "
+                   "Aborting the job.\n",
+                   what.c_str(), rank, size, seconds, options.timeout_seconds);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::abort();
+    }
+  };
+
+  std::unique_ptr<State> state_;
+};
+
+static_assert(Communicator<MpiCommunicator>);
+
+} // namespace zero

@@ -1,0 +1,60 @@
+#pragma once
+// Run-time settings of the host communicators, from code or from the environment:
+//   ZERO_VALIDATE=1        compare every collective's arguments across ranks first (default: on in
+//                          debug builds, off with NDEBUG); a mismatch throws on every rank.
+//   ZERO_TIMEOUT_S=300     abort the job, naming the op, when a collective runs longer than this.
+//   ZERO_MPI_TRANSPORT=auto|shm|mpi   shared-memory windows (all ranks on one node) or chunked MPI.
+//   ZERO_CHUNK_BYTES=...   pipeline chunk of both transports (shared memory uses two per rank).
+
+#include "zero/core/environment.hpp"
+#include "zero/core/error.hpp"
+
+#include <cstddef>
+#include <string>
+
+namespace zero {
+
+enum class Transport { automatic, shared_memory, mpi };
+
+constexpr const char* to_string(Transport t) noexcept {
+  switch (t) {
+  case Transport::automatic: return "auto";
+  case Transport::shared_memory: return "shm";
+  case Transport::mpi: return "mpi";
+  }
+  return "?";
+}
+
+struct CommOptions {
+#ifdef NDEBUG
+  bool validate = false;
+#else
+  bool validate = true;
+#endif
+  double timeout_seconds = 300;
+  Transport transport = Transport::automatic;
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+
+  // The defaults above, overridden by whichever ZERO_* variables are set.
+  static CommOptions from_environment() { return from_environment(CommOptions()); }
+  // `defaults` overridden by whichever ZERO_* variables are set.
+  static CommOptions from_environment(CommOptions defaults) {
+    CommOptions o = defaults;
+    if (auto v = detail::env_flag("ZERO_VALIDATE")) o.validate = *v;
+    if (auto v = detail::env_number("ZERO_TIMEOUT_S")) o.timeout_seconds = *v;
+    if (auto v = detail::env_number("ZERO_CHUNK_BYTES")) o.chunk_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_value("ZERO_MPI_TRANSPORT")) {
+      if (*v == "auto") o.transport = Transport::automatic;
+      else if (*v == "shm") o.transport = Transport::shared_memory;
+      else if (*v == "mpi") o.transport = Transport::mpi;
+      else
+        fail(ErrorKind::invalid_argument,
+             "ZERO_MPI_TRANSPORT=" + std::string(*v) + ": expected auto, shm or mpi");
+    }
+    require(o.chunk_bytes >= 4096, "ZERO_CHUNK_BYTES must be at least 4096");
+    require(o.timeout_seconds > 0, "ZERO_TIMEOUT_S must be positive");
+    return o;
+  }
+};
+
+} // namespace zero

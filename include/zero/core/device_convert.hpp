@@ -1,0 +1,21 @@
+#pragma once
+// Bulk conversions and scaling on the device, stream-ordered (src/cuda/convert.cu). The element
+// math is zero::half / zero::bfloat16's, the same the host uses.
+
+#include "zero/core/dtype.hpp"
+#include "zero/core/platform.hpp"
+
+#if ZERO_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace zero::cuda_kernels {
+void convert(const half* src, float* dst, std::size_t n, cudaStream_t stream);
+void convert(const float* src, half* dst, std::size_t n, cudaStream_t stream);
+void convert(const bfloat16* src, float* dst, std::size_t n, cudaStream_t stream);
+void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t stream);
+// data[i] *= factor
+void scale(float* data, std::size_t n, float factor, cudaStream_t stream);
+} // namespace zero::cuda_kernels
+#endif

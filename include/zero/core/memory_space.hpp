@@ -1,0 +1,116 @@
+#pragma once
+// Memory spaces tag where bytes live, as Kokkos' spaces do: `host` (pageable), `pinned_host`
+// (page-locked when CUDA is available, so that copies to the device are asynchronous; plain
+// aligned host memory otherwise) and `cuda` (device memory). Each space allocates and frees its
+// own memory; a MemorySpace is any type that does the same.
+
+#include "zero/core/cuda_check.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/platform.hpp"
+
+#include <concepts>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <type_traits>
+
+namespace zero {
+
+// Every allocation is aligned to at least a cache line (and to a full AVX-512 vector).
+inline constexpr std::size_t buffer_alignment = 64;
+
+namespace detail {
+inline void* aligned_host_allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const std::size_t rounded = (bytes + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
+  void* p = std::aligned_alloc(buffer_alignment, rounded);
+  if (p == nullptr)
+    fail(ErrorKind::invalid_argument,
+         "out of host memory allocating " + std::to_string(bytes) + " bytes");
+  return p;
+}
+} // namespace detail
+
+struct host {
+  using memory_space = host;
+  static constexpr bool host_accessible = true;
+  static constexpr const char* name = "host";
+  static void* allocate(std::size_t bytes) { return detail::aligned_host_allocate(bytes); }
+  static void deallocate(void* p, std::size_t) noexcept { std::free(p); }
+};
+
+struct pinned_host {
+  using memory_space = pinned_host;
+  static constexpr bool host_accessible = true;
+  static constexpr const char* name = "pinned_host";
+  static void* allocate(std::size_t bytes) {
+#if ZERO_HAS_CUDA
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    ZERO_CHECK_CUDA(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+    return p;
+#else
+    return detail::aligned_host_allocate(bytes);
+#endif
+  }
+  static void deallocate(void* p, std::size_t) noexcept {
+#if ZERO_HAS_CUDA
+    if (p != nullptr) ZERO_LOG_CUDA(cudaFreeHost(p));
+#else
+    std::free(p);
+#endif
+  }
+};
+
+struct cuda {
+  using memory_space = cuda;
+  static constexpr bool host_accessible = false;
+  static constexpr const char* name = "cuda";
+  static void* allocate([[maybe_unused]] std::size_t bytes) {
+#if ZERO_HAS_CUDA
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    ZERO_CHECK_CUDA(cudaMalloc(&p, bytes));
+    return p;
+#else
+    fail(ErrorKind::unsupported, "zero::cuda memory needs the CUDA backend (link zero::cuda)");
+#endif
+  }
+  static void deallocate([[maybe_unused]] void* p, std::size_t) noexcept {
+#if ZERO_HAS_CUDA
+    if (p != nullptr) ZERO_LOG_CUDA(cudaFree(p));
+#endif
+  }
+};
+
+template <class S>
+concept MemorySpace = requires(void* p, std::size_t bytes) {
+  typename S::memory_space;
+  requires std::same_as<typename S::memory_space, S>;
+  { S::host_accessible } -> std::convertible_to<bool>;
+  { S::allocate(bytes) } -> std::same_as<void*>;
+  { S::deallocate(p, bytes) } noexcept;
+};
+
+template <class S>
+concept HostAccessibleSpace = MemorySpace<S> && S::host_accessible;
+
+// The memory space of a buffer-like type: its `memory_space` member, or `host` for standard
+// containers and spans.
+namespace detail {
+template <class R>
+struct memory_space_of {
+  using type = host;
+};
+template <class R>
+  requires requires { typename R::memory_space; }
+struct memory_space_of<R> {
+  using type = typename R::memory_space;
+};
+} // namespace detail
+
+template <class R>
+using memory_space_of = typename detail::memory_space_of<std::remove_cvref_t<R>>::type;
+
+} // namespace zero

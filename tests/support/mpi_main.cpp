@@ -1,0 +1,71 @@
+// GoogleTest main for tests that run on several MPI ranks: every rank runs every test, rank 0
+// prints the usual report, other ranks print only their failures (prefixed by the rank), and after
+// each test the ranks agree on its outcome so that a failure on any rank is reported by rank 0 and
+// fails the run.
+
+#include "comm_test.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+class RankReporter : public testing::EmptyTestEventListener {
+public:
+  RankReporter(int rank, int size) : rank_(rank), size_(size) {}
+
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (rank_ == 0 || !result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
+                 result.line_number(), result.message());
+  }
+
+  void OnTestEnd(const testing::TestInfo& info) override {
+    const int failed = info.result()->Failed() ? 1 : 0;
+    std::vector<int> all(static_cast<std::size_t>(size_));
+    MPI_Allgather(&failed, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    std::string ranks;
+    for (int r = 0; r < size_; ++r)
+      if (all[std::size_t(r)]) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    if (!ranks.empty()) {
+      any_failed_ = true;
+      if (rank_ == 0)
+        std::fprintf(stderr, "[  FAILED  ] %s.%s on rank(s) %s of %d\n", info.test_suite_name(),
+                     info.name(), ranks.c_str(), size_);
+    }
+  }
+
+  bool any_failed() const { return any_failed_; }
+
+private:
+  int rank_;
+  int size_;
+  bool any_failed_ = false;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  zero::initialize_mpi(&argc, &argv);
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  auto& listeners = testing::UnitTest::GetInstance()->listeners();
+  if (rank != 0) delete listeners.Release(listeners.default_result_printer());
+  auto* reporter = new RankReporter(rank, size);
+  listeners.Append(reporter);
+
+  const int local = RUN_ALL_TESTS();
+  const bool failed = reporter->any_failed() || local != 0;
+  zero::testing::release_world();
+  int any = failed ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any) std::fprintf(stderr, "zero tests: FAILED on at least one of %d ranks\n", size);
+  return any;
+}
