@@ -54,3 +54,16 @@ function(zero_add_gpu_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "gpu;${arg_LABELS}" SKIP_RETURN_CODE 77 TIMEOUT 600)
 endfunction()
+
+# zero_add_compile_fail_test(name SOURCE file.cpp REGEX "expected message" [LIBRARIES ...])
+#   A program that must NOT compile: the test builds it (it is excluded from `all`) and passes
+#   only when the compiler's output contains REGEX, e.g. a static_assert's text.
+function(zero_add_compile_fail_test name)
+  cmake_parse_arguments(arg "" "SOURCE;REGEX" "LIBRARIES" ${ARGN})
+  add_executable(${name} EXCLUDE_FROM_ALL ${arg_SOURCE})
+  target_link_libraries(${name} PRIVATE zero::zero ${arg_LIBRARIES})
+  add_test(NAME ${name}
+           COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${name} --config $<CONFIG>)
+  set_tests_properties(${name} PROPERTIES LABELS "compile_fail" PASS_REGULAR_EXPRESSION "${arg_REGEX}"
+                                          TIMEOUT 300)
+endfunction()
