@@ -112,8 +112,8 @@ TYPED_TEST(Collectives, AllReduce) {
 }
 
 TYPED_TEST(Collectives, ReduceScatter) {
-  const auto ranks = static_cast<std::size_t>(this->ranks);
-  const auto rank = static_cast<std::size_t>(this->rank);
+  const auto world = static_cast<std::size_t>(this->ranks);
+  const auto me = static_cast<std::size_t>(this->rank);
   for (DType dtype : all_dtypes)
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -121,42 +121,42 @@ TYPED_TEST(Collectives, ReduceScatter) {
         for (std::size_t block : sizes) {
           const std::string what = std::string("reduce_scatter ") + zero::to_string(dtype) + " " +
                                    zero::to_string(op) + " block=" + std::to_string(block);
-          const auto input = rank_input<T>(this->rank, block * ranks);
+          const auto input = rank_input<T>(this->rank, block * world);
           std::vector<T> out(block);
           this->comm.reduce_scatter(input, out, op).wait();
           auto expected = [&](std::size_t i) {
-            return expected_reduction<T>(this->ranks, rank * block + i, op);
+            return expected_reduction<T>(this->ranks, me * block + i, op);
           };
           expect_elements(out, block, expected, what + " out of place");
-          auto inout = rank_input<T>(this->rank, block * ranks);
+          auto inout = rank_input<T>(this->rank, block * world);
           this->comm.reduce_scatter(inout, op).wait();
-          std::vector<T> mine(inout.begin() + static_cast<std::ptrdiff_t>(rank * block),
-                              inout.begin() + static_cast<std::ptrdiff_t>((rank + 1) * block));
+          std::vector<T> mine(inout.begin() + static_cast<std::ptrdiff_t>(me * block),
+                              inout.begin() + static_cast<std::ptrdiff_t>((me + 1) * block));
           expect_elements(mine, block, expected, what + " in place");
         }
     });
 }
 
 TYPED_TEST(Collectives, AllGather) {
-  const auto ranks = static_cast<std::size_t>(this->ranks);
-  const auto rank = static_cast<std::size_t>(this->rank);
+  const auto world = static_cast<std::size_t>(this->ranks);
+  const auto me = static_cast<std::size_t>(this->rank);
   for (DType dtype : all_dtypes)
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       for (std::size_t block : sizes) {
         const std::string what =
             std::string("all_gather ") + zero::to_string(dtype) + " block=" + std::to_string(block);
-        // Rank r contributes elements [r * block, (r + 1) * block) of rank r's input pattern.
+        // Rank r contributes elements [r * block, (r + 1) * block) of me r's input pattern.
         auto expected = [&](std::size_t i) { return input_value<T>(static_cast<int>(i / block), i); };
         std::vector<T> mine(block);
-        for (std::size_t i = 0; i < block; ++i) mine[i] = input_value<T>(this->rank, rank * block + i);
-        std::vector<T> out(block * ranks);
+        for (std::size_t i = 0; i < block; ++i) mine[i] = input_value<T>(this->rank, me * block + i);
+        std::vector<T> out(block * world);
         this->comm.all_gather(mine, out).wait();
-        expect_elements(out, block * ranks, expected, what + " out of place");
-        std::vector<T> inout(block * ranks, zero::convert<T>(99.0f));
-        std::copy(mine.begin(), mine.end(), inout.begin() + static_cast<std::ptrdiff_t>(rank * block));
+        expect_elements(out, block * world, expected, what + " out of place");
+        std::vector<T> inout(block * world, zero::convert<T>(99.0f));
+        std::copy(mine.begin(), mine.end(), inout.begin() + static_cast<std::ptrdiff_t>(me * block));
         this->comm.all_gather(inout).wait();
-        expect_elements(inout, block * ranks, expected, what + " in place");
+        expect_elements(inout, block * world, expected, what + " in place");
       }
     });
 }
@@ -193,9 +193,10 @@ TYPED_TEST(Collectives, ReduceToEveryRoot) {
             const auto input = rank_input<T>(this->rank, n);
             std::vector<T> out(this->rank == root ? n : 0);
             this->comm.reduce(input, out, op, root).wait();
-            if (this->rank == root)
-              expect_elements(out, n, [&](std::size_t i) { return expected_reduction<T>(this->ranks, i, op); },
-                              what);
+            if (this->rank == root) {
+              auto expected = [&](std::size_t i) { return expected_reduction<T>(this->ranks, i, op); };
+              expect_elements(out, n, expected, what);
+            }
           }
     });
 }
@@ -272,7 +273,9 @@ TYPED_TEST(Collectives, SplitFormsSubGroups) {
   group.all_gather(in, out).wait();
   for (int i = 0; i < group.size(); ++i) {
     EXPECT_EQ(out[std::size_t(i)] % 2, this->rank % 2);
-    if (i > 0) EXPECT_GT(out[std::size_t(i - 1)], out[std::size_t(i)]) << "key orders the group";
+    if (i > 0) {
+      EXPECT_GT(out[std::size_t(i - 1)], out[std::size_t(i)]) << "key orders the group";
+    }
   }
   EXPECT_EQ(out[std::size_t(group.rank())], this->rank);
   // The parent still works while the child exists.

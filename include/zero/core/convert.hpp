@@ -16,14 +16,19 @@
 namespace zero {
 
 namespace detail {
+// GCC 12 reports _mm512_undefined_* inside its own intrinsics as maybe-uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 inline void half_to_float_n(const half* src, float* dst, std::size_t n) noexcept {
   std::size_t i = 0;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
+  for (const std::size_t end = n - n % 16; i < end; i += 16)
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
                                   reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
+  for (const std::size_t end = n - n % 8; i < end; i += 8)
     _mm256_storeu_ps(dst + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
 #endif
@@ -33,16 +38,19 @@ inline void half_to_float_n(const half* src, float* dst, std::size_t n) noexcept
 inline void float_to_half_n(const float* src, half* dst, std::size_t n) noexcept {
   std::size_t i = 0;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
+  for (const std::size_t end = n - n % 16; i < end; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                         _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #elif defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
+  for (const std::size_t end = n - n % 8; i < end; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
   for (; i < n; ++i) dst[i] = half(src[i]);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 inline void float_to_bfloat16_n(const float* src, bfloat16* dst, std::size_t n) noexcept {
   // The scalar formula without branches, so that the compiler vectorises it.

@@ -79,6 +79,10 @@ constexpr std::size_t size_of(DType type) noexcept {
   return 0;
 }
 
+constexpr bool is_low_precision(DType type) noexcept {
+  return type == DType::float16 || type == DType::bfloat16;
+}
+
 constexpr const char* to_string(DType type) noexcept {
   switch (type) {
   case DType::float32: return "float";

@@ -25,6 +25,7 @@
 #include "zero/comm/detail/thread_work.hpp"
 #include "zero/comm/detail/validation.hpp"
 #include "zero/core/dtype.hpp"
+#include "zero/core/stream_copy.hpp"
 
 #include <mpi.h>
 #include <sched.h>
@@ -81,6 +82,7 @@ public:
       signal_and_wait();
       return;
     }
+    set_streaming(a.recv_count(size_) * a.element_bytes());
     visit_dtype(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       const auto* send = static_cast<const T*>(a.send);
@@ -169,9 +171,18 @@ private:
     return {begin, std::min(m, begin + part)};
   }
 
+  // Copies into staging buffers stay in cache for the peers; copies into the caller's output
+  // stream past the cache when the whole output is too big to stay there anyway.
   template <class T>
   static void copy(const T* from, T* to, std::size_t n) noexcept {
-    if (n != 0 && from != to) std::memcpy(to, from, n * sizeof(T));
+    copy_bytes(to, from, n * sizeof(T), false);
+  }
+  template <class T>
+  void copy_out(const T* from, T* to, std::size_t n) const noexcept {
+    copy_bytes(to, from, n * sizeof(T), streaming_output_);
+  }
+  void set_streaming(std::size_t output_bytes) noexcept {
+    streaming_output_ = output_bytes >= streaming_threshold_bytes;
   }
 
   // all_reduce (root < 0) or reduce to `root`.
@@ -195,7 +206,7 @@ private:
       if (root >= 0 && root != rank_) continue;
       for (int r = 0; r < size_; ++r) {
         const auto [rlo, rhi] = sub_range<T>(m, r);
-        copy(buffer<T>(r, b) + rlo, out + base + rlo, rhi - rlo);
+        copy_out(buffer<T>(r, b) + rlo, out + base + rlo, rhi - rlo);
       }
     }
   }
@@ -229,7 +240,7 @@ private:
       signal_and_wait();
       for (int r = 0; r < size_; ++r) {
         T* target = out + std::size_t(r) * block + offset;
-        copy(r == rank_ ? in + offset : buffer<T>(r, b), target, p);
+        copy_out(r == rank_ ? in + offset : buffer<T>(r, b), target, p);
       }
     }
   }
@@ -245,7 +256,7 @@ private:
         copy(in + offset, out + offset, p);
       }
       signal_and_wait();
-      if (rank_ != root) copy(buffer<T>(root, b), out + offset, p);
+      if (rank_ != root) copy_out(buffer<T>(root, b), out + offset, p);
     }
   }
 
@@ -257,6 +268,10 @@ private:
   std::vector<std::byte*> segments_;
   std::uint64_t phase_ = 0; // same sequence on every rank: one per signal
   std::uint64_t chunk_ = 0; // chunks so far, across operations: picks the buffer
+  // Outputs above this size are written with non-temporal stores (about the shared L3 of a
+  // 2-core slice; smaller outputs are likely read again soon and stay cached).
+  static constexpr std::size_t streaming_threshold_bytes = std::size_t{8} << 20;
+  bool streaming_output_ = false;
   CallSignature signature_{};
 };
 

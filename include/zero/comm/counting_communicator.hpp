@@ -1,0 +1,127 @@
+#pragma once
+// CountingCommunicator<C>: wraps any communicator and records, per collective, the calls made and
+// the data they moved. It is how zero proves the ZeRO paper's communication volumes: a step of
+// stages 0-2 moves 2Ψ elements per rank, stage 3 moves 3Ψ.
+//
+// Two measures per op:
+// - `elements`: the op's full buffer (the larger of input and output), as nccl-tests' "size";
+// - `volume_elements()`: the paper's accounting, where an all-reduce of Ψ elements counts 2Ψ
+//   (a reduce-scatter plus an all-gather) and every other op counts its full buffer once.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/comm/detail/collective_api.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace zero {
+
+struct CollectiveCount {
+  std::uint64_t calls = 0;
+  std::uint64_t elements = 0; // sum of the ops' full buffer sizes
+  std::uint64_t bytes = 0;
+};
+
+struct CommStats {
+  std::array<CollectiveCount, std::size(all_collectives)> by_op{};
+
+  const CollectiveCount& operator[](Collective c) const noexcept {
+    return by_op[static_cast<std::size_t>(c)];
+  }
+  CollectiveCount& operator[](Collective c) noexcept { return by_op[static_cast<std::size_t>(c)]; }
+
+  // Elements moved per rank in the ZeRO paper's accounting (all-reduce counts twice).
+  std::uint64_t volume_elements() const noexcept {
+    std::uint64_t total = 0;
+    for (Collective c : all_collectives)
+      total += (c == Collective::all_reduce ? 2 : 1) * (*this)[c].elements;
+    return total;
+  }
+  std::uint64_t total_bytes() const noexcept {
+    std::uint64_t total = 0;
+    for (const auto& count : by_op) total += count.bytes;
+    return total;
+  }
+  std::uint64_t total_calls() const noexcept {
+    std::uint64_t total = 0;
+    for (const auto& count : by_op) total += count.calls;
+    return total;
+  }
+
+  friend CommStats operator-(CommStats a, const CommStats& b) noexcept {
+    for (std::size_t i = 0; i < a.by_op.size(); ++i) {
+      a.by_op[i].calls -= b.by_op[i].calls;
+      a.by_op[i].elements -= b.by_op[i].elements;
+      a.by_op[i].bytes -= b.by_op[i].bytes;
+    }
+    return a;
+  }
+};
+
+template <Communicator C>
+class CountingCommunicator
+    : public detail::CollectiveApi<CountingCommunicator<C>, typename C::memory_space> {
+public:
+  using memory_space = typename C::memory_space;
+
+  explicit CountingCommunicator(C inner) : inner_(std::move(inner)) {}
+
+  int rank() const { return inner_.rank(); }
+  int size() const { return inner_.size(); }
+  C& inner() noexcept { return inner_; }
+  const C& inner() const noexcept { return inner_; }
+
+  const CommStats& stats() const noexcept { return stats_; }
+  void reset_stats() noexcept { stats_ = {}; }
+
+  // The sub-group counts its own traffic.
+  CountingCommunicator split(int color, int key) {
+    return CountingCommunicator(inner_.split(color, key));
+  }
+
+  Work submit(const CollectiveArgs& args) {
+    CollectiveCount& count = stats_[args.kind];
+    const std::size_t ranks = static_cast<std::size_t>(inner_.size());
+    const std::size_t elements =
+        args.kind == Collective::barrier ? 0 : std::max(args.send_count(int(ranks)), args.recv_count(int(ranks)));
+    ++count.calls;
+    count.elements += elements;
+    count.bytes += elements * args.element_bytes();
+    return forward(args);
+  }
+
+private:
+  // Our own communicators take the type-erased call; any other one gets its typed API.
+  Work forward(const CollectiveArgs& a) {
+    if constexpr (requires { inner_.submit(a); }) {
+      return inner_.submit(a);
+    } else {
+      if (a.kind == Collective::barrier) {
+        inner_.barrier();
+        return Work();
+      }
+      return visit_dtype(a.dtype, [&](auto tag) -> Work {
+        using T = decltype(tag);
+        const int n = inner_.size();
+        View<const T, memory_space> in(static_cast<const T*>(a.send), a.send_count(n));
+        View<T, memory_space> out(static_cast<T*>(a.recv), a.recv_count(n));
+        switch (a.kind) {
+        case Collective::all_reduce: return inner_.all_reduce(in, out, a.op);
+        case Collective::reduce_scatter: return inner_.reduce_scatter(in, out, a.op);
+        case Collective::all_gather: return inner_.all_gather(in, out);
+        case Collective::broadcast: return inner_.broadcast(in, out, a.root);
+        case Collective::reduce: return inner_.reduce(in, out, a.op, a.root);
+        case Collective::barrier: break;
+        }
+        return Work();
+      });
+    }
+  }
+
+  C inner_;
+  CommStats stats_;
+};
+
+} // namespace zero

@@ -1,0 +1,255 @@
+#pragma once
+// NcclCommunicator: collectives among GPUs through NCCL, bootstrapped over MPI (rank 0 creates the
+// ncclUniqueId and broadcasts it). Operations are ordered on the communicator's CUDA stream; the
+// Work handle records an event after the operation, and wait() blocks the host until it has passed
+// (polling NCCL's asynchronous error state, so a stuck collective is aborted after the timeout with
+// a message naming the op, instead of hanging). Half and bfloat16 reductions accumulate in float:
+// the operands are widened on the stream, reduced as float, and rounded once.
+// Needs zero::cuda and zero::mpi.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/comm/detail/collective_api.hpp"
+#include "zero/comm/mpi_communicator.hpp"
+#include "zero/comm/options.hpp"
+#include "zero/core/buffer.hpp"
+#include "zero/core/cuda_check.hpp"
+#include "zero/core/device_convert.hpp"
+
+#if !ZERO_HAS_CUDA
+#error "zero/comm/nccl_communicator.hpp needs the CUDA backend: link zero::cuda"
+#endif
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace zero {
+namespace detail {
+
+inline std::string nccl_message(ncclResult_t status, const char* call, const char* file, int line) {
+  return std::string(call) + " failed: " + ncclGetErrorString(status) + " at " + file + ":" +
+         std::to_string(line);
+}
+
+} // namespace detail
+} // namespace zero
+
+// Throwing, asserting and logging checks for NCCL calls, like the CUDA and MPI ones.
+#define ZERO_CHECK_NCCL(call)                                                                      \
+  do {                                                                                             \
+    const ncclResult_t zero_status_ = (call);                                                      \
+    if (zero_status_ != ncclSuccess)                                                               \
+      ::zero::fail(::zero::ErrorKind::nccl,                                                        \
+                   ::zero::detail::nccl_message(zero_status_, #call, __FILE__, __LINE__));         \
+  } while (false)
+#define ZERO_ASSERT_NCCL(call)                                                                     \
+  do {                                                                                             \
+    const ncclResult_t zero_status_ = (call);                                                      \
+    if (zero_status_ != ncclSuccess) {                                                             \
+      ::zero::detail::log_error(                                                                   \
+          ::zero::detail::nccl_message(zero_status_, #call, __FILE__, __LINE__));                  \
+      std::abort();                                                                                \
+    }                                                                                              \
+  } while (false)
+#define ZERO_LOG_NCCL(call)                                                                        \
+  do {                                                                                             \
+    const ncclResult_t zero_status_ = (call);                                                      \
+    if (zero_status_ != ncclSuccess)                                                               \
+      ::zero::detail::log_error(                                                                   \
+          ::zero::detail::nccl_message(zero_status_, #call, __FILE__, __LINE__));                  \
+  } while (false)
+
+namespace zero {
+namespace detail {
+
+inline ncclDataType_t nccl_datatype(DType type) {
+  switch (type) {
+  case DType::float32: return ncclFloat32;
+  case DType::float64: return ncclFloat64;
+  case DType::int32: return ncclInt32;
+  case DType::int64: return ncclInt64;
+  case DType::uint8: return ncclUint8;
+  case DType::float16: return ncclFloat16;
+  case DType::bfloat16: return ncclBfloat16;
+  }
+  return ncclFloat32;
+}
+
+inline ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::sum: return ncclSum;
+  case ReduceOp::avg: return ncclAvg;
+  case ReduceOp::max: return ncclMax;
+  case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+struct NcclShared {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int rank = 0;
+  int size = 1;
+  double timeout_seconds = 300;
+  Buffer<float, cuda> scratch; // float operands of half/bfloat16 reductions, grown on demand
+
+  ~NcclShared() {
+    if (stream != nullptr) ZERO_LOG_CUDA(cudaStreamSynchronize(stream));
+    if (comm != nullptr) ZERO_LOG_NCCL(ncclCommDestroy(comm));
+    scratch = {};
+    if (stream != nullptr) ZERO_LOG_CUDA(cudaStreamDestroy(stream));
+  }
+
+  float* scratch_for(std::size_t elements) {
+    if (scratch.size() < elements) {
+      ZERO_CHECK_CUDA(cudaStreamSynchronize(stream)); // the old scratch may still be in use
+      scratch = Buffer<float, cuda>(elements, uninitialized);
+    }
+    return scratch.data();
+  }
+};
+
+// Completion of one stream-ordered operation: an event recorded after it.
+class NcclWork final : public WorkState {
+public:
+  NcclWork(std::shared_ptr<NcclShared> shared, const CollectiveArgs& args)
+      : shared_(std::move(shared)), args_(args) {
+    ZERO_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    ZERO_CHECK_CUDA(cudaEventRecord(event_, shared_->stream));
+  }
+  ~NcclWork() override { ZERO_LOG_CUDA(cudaEventDestroy(event_)); }
+
+  void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    while (!test()) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (seconds > shared_->timeout_seconds) {
+        ncclCommAbort(shared_->comm);
+        shared_->comm = nullptr;
+        fail(ErrorKind::timeout, description() + " on rank " + std::to_string(shared_->rank) +
+                                     " of " + std::to_string(shared_->size) +
+                                     " did not complete within " + std::to_string(seconds) +
+                                     " s; the NCCL communicator was aborted");
+      }
+      std::this_thread::yield();
+    }
+  }
+  bool test() override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaSuccess) return true;
+    if (status != cudaErrorNotReady) ZERO_CHECK_CUDA(status);
+    ncclResult_t async = ncclSuccess;
+    if (shared_->comm != nullptr) ZERO_CHECK_NCCL(ncclCommGetAsyncError(shared_->comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      fail(ErrorKind::nccl, description() + " failed: " + ncclGetErrorString(async));
+    return false;
+  }
+  std::string description() const override { return args_.describe(); }
+
+private:
+  std::shared_ptr<NcclShared> shared_;
+  CollectiveArgs args_;
+  cudaEvent_t event_ = nullptr;
+};
+
+} // namespace detail
+
+class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
+public:
+  // One GPU per rank: rank r of `bootstrap` uses device `device` (default: r modulo the device count).
+  explicit NcclCommunicator(MpiCommunicator& bootstrap, int device = -1,
+                            CommOptions options = CommOptions::from_environment())
+      : shared_(std::make_shared<detail::NcclShared>()) {
+    int devices = 0;
+    ZERO_CHECK_CUDA(cudaGetDeviceCount(&devices));
+    require(devices > 0, "NcclCommunicator: no CUDA device", ErrorKind::cuda);
+    ZERO_CHECK_CUDA(cudaSetDevice(device >= 0 ? device : bootstrap.rank() % devices));
+    ncclUniqueId id{};
+    if (bootstrap.rank() == 0) ZERO_CHECK_NCCL(ncclGetUniqueId(&id));
+    auto bytes = std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&id), sizeof id);
+    bootstrap.broadcast(bytes, 0).wait();
+    shared_->rank = bootstrap.rank();
+    shared_->size = bootstrap.size();
+    shared_->timeout_seconds = options.timeout_seconds;
+    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&shared_->stream, cudaStreamNonBlocking));
+    ZERO_CHECK_NCCL(ncclCommInitRank(&shared_->comm, shared_->size, id, shared_->rank));
+  }
+
+  int rank() const noexcept { return shared_->rank; }
+  int size() const noexcept { return shared_->size; }
+  cudaStream_t stream() const noexcept { return shared_->stream; }
+  ncclComm_t native_handle() const noexcept { return shared_->comm; }
+
+  NcclCommunicator split(int color, int key) {
+    require(color >= 0, "split: color must be non-negative (every rank joins one group)");
+    auto shared = std::make_shared<detail::NcclShared>();
+    ZERO_CHECK_NCCL(ncclCommSplit(shared_->comm, color, key, &shared->comm, nullptr));
+    ZERO_CHECK_NCCL(ncclCommUserRank(shared->comm, &shared->rank));
+    ZERO_CHECK_NCCL(ncclCommCount(shared->comm, &shared->size));
+    shared->timeout_seconds = shared_->timeout_seconds;
+    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking));
+    return NcclCommunicator(std::move(shared));
+  }
+
+  Work submit(const CollectiveArgs& a) {
+    if (a.kind == Collective::barrier) {
+      int* flag = reinterpret_cast<int*>(shared_->scratch_for(1));
+      ZERO_CHECK_NCCL(ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, shared_->comm, shared_->stream));
+    } else if (is_low_precision(a.dtype) && uses_reduce_op(a.kind)) {
+      reduce_in_float(a);
+    } else {
+      launch(a, a.send, a.recv, detail::nccl_datatype(a.dtype));
+    }
+    return Work(std::make_shared<detail::NcclWork>(shared_, a));
+  }
+
+private:
+  explicit NcclCommunicator(std::shared_ptr<detail::NcclShared> shared) : shared_(std::move(shared)) {}
+
+  void launch(const CollectiveArgs& a, const void* send, void* recv, ncclDataType_t type) {
+    ncclComm_t c = shared_->comm;
+    cudaStream_t s = shared_->stream;
+    switch (a.kind) {
+    case Collective::all_reduce: ZERO_CHECK_NCCL(ncclAllReduce(send, recv, a.count, type, detail::nccl_op(a.op), c, s)); break;
+    case Collective::reduce_scatter:
+      ZERO_CHECK_NCCL(ncclReduceScatter(send, recv, a.count, type, detail::nccl_op(a.op), c, s));
+      break;
+    case Collective::all_gather: ZERO_CHECK_NCCL(ncclAllGather(send, recv, a.count, type, c, s)); break;
+    case Collective::broadcast: ZERO_CHECK_NCCL(ncclBroadcast(send, recv, a.count, type, a.root, c, s)); break;
+    case Collective::reduce:
+      ZERO_CHECK_NCCL(ncclReduce(send, recv, a.count, type, detail::nccl_op(a.op), a.root, c, s));
+      break;
+    case Collective::barrier: break;
+    }
+  }
+
+  // Half and bfloat16: widen to float on the stream, reduce in float, round once.
+  void reduce_in_float(const CollectiveArgs& a) {
+    const std::size_t in_count = a.send_count(shared_->size);
+    const std::size_t out_count = a.recv_count(shared_->size);
+    float* in = shared_->scratch_for(in_count + out_count);
+    float* out = in + in_count;
+    cudaStream_t s = shared_->stream;
+    visit_dtype(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (LowPrecision<T>) {
+        cuda_kernels::convert(static_cast<const T*>(a.send), in, in_count, s);
+        launch(a, in, out, ncclFloat32);
+        const bool receives = a.kind != Collective::reduce || a.root == shared_->rank;
+        if (receives) cuda_kernels::convert(out, static_cast<T*>(a.recv), out_count, s);
+      }
+    });
+  }
+
+  std::shared_ptr<detail::NcclShared> shared_;
+};
+
+static_assert(Communicator<NcclCommunicator>);
+
+} // namespace zero
