@@ -5,6 +5,7 @@
 // chunked-MPI transport.
 
 #include "comm_test.hpp"
+#include "reference.hpp"
 
 #include <zero/comm/communicator.hpp>
 #include <zero/core/buffer.hpp>
@@ -26,26 +27,19 @@ constexpr DType all_dtypes[] = {DType::float32, DType::float64, DType::int32, DT
 constexpr ReduceOp all_ops[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 constexpr std::size_t sizes[] = {0, 1, 2, 7, 64, 1031, 40009};
 
-// Rank r's element i: small integers, so that sums are exact in every type (uint8 non-negative).
+// Rank r's element i and the expected results: the collective benchmark's reference, so that the
+// tests and the benchmark's #wrong column check the same thing.
 template <class T>
 T input_value(int rank, std::size_t i) {
-  const long v = static_cast<long>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11);
-  if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<T>(v);
-  else return zero::convert<T>(static_cast<float>(v - 5));
+  return bench::pattern_value<T>(rank, i);
 }
 
 template <class T>
 T expected_reduction(int ranks, std::size_t i, ReduceOp op) {
-  using A = zero::accumulate_t<T>;
-  A acc = zero::convert<A>(input_value<T>(0, i));
-  for (int r = 1; r < ranks; ++r) {
-    const A v = zero::convert<A>(input_value<T>(r, i));
-    if (op == ReduceOp::max) acc = v > acc ? v : acc;
-    else if (op == ReduceOp::min) acc = v < acc ? v : acc;
-    else acc = static_cast<A>(acc + v);
-  }
-  if (op == ReduceOp::avg) acc = static_cast<A>(acc / static_cast<A>(ranks));
-  return zero::convert<T>(acc);
+  zero::CollectiveArgs args;
+  args.kind = zero::Collective::all_reduce;
+  args.op = op;
+  return bench::expected_value<T>(args, i, 0, ranks);
 }
 
 template <class T>

@@ -69,11 +69,10 @@ TEST(Counting, WrapsMpi) {
   EXPECT_EQ(part.stats().total_calls(), 0u);
 }
 
-// The shared-memory transport reduces in rank order whatever the chunking, and reduce_scatter
-// gives the same bits as the matching slice of all_reduce: the basis of deterministic training.
-TEST(Determinism, ShmReductionsAreBitwiseReproducible) {
+// Both transports reduce in rank order whatever the chunking, and reduce_scatter gives the same
+// bits as the matching slice of all_reduce: the basis of deterministic training.
+TEST(Determinism, ReductionsAreBitwiseReproducible) {
   auto& world = zero::testing::world();
-  if (std::string(world.transport()) != "shm") GTEST_SKIP() << "chunked MPI transport";
   zero::CommOptions tiny = world.options();
   tiny.chunk_bytes = 4096;
   zero::MpiCommunicator small_chunks(world.boost_communicator(), tiny);

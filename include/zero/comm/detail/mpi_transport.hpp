@@ -1,10 +1,16 @@
 #pragma once
 // Collectives over plain MPI calls, cut into chunks. Used when the ranks span several nodes (or
 // when ZERO_MPI_TRANSPORT=mpi). Chunking keeps Open MPI on its fast path for medium messages
-// instead of the temporary-buffer churn of its large-message algorithms. Half and bfloat16 are
-// reduced in float (MPI has no such types), so the result is rounded once, as in shared memory.
+// instead of the temporary-buffer churn of its large-message algorithms.
+//
+// Reductions never use MPI's reduction operators: a reduce-scatter is an all-to-all of blocks
+// followed by a local sum in rank order (as many bytes on the wire as a ring), an all-reduce is that
+// plus an all-gather, a reduce that plus a gather. So every element is summed in the same fixed
+// order as in the shared-memory transport, whatever MPI's algorithm, and half and bfloat16
+// accumulate in float although MPI has no such types.
 
 #include "zero/comm/collective.hpp"
+#include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
@@ -15,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -68,11 +75,6 @@ public:
   }
 
 private:
-  template <class T>
-  std::size_t chunk_elements() const noexcept {
-    return std::max<std::size_t>(1, chunk_bytes_ / sizeof(accumulate_t<T>));
-  }
-
   template <class A>
   A* scratch(std::size_t which, std::size_t n) {
     auto& s = scratch_[which];
@@ -80,48 +82,56 @@ private:
     return reinterpret_cast<A*>(s.data());
   }
 
-  template <class A>
-  void finish_avg(A* data, std::size_t n, ReduceOp op) const {
-    if (op != ReduceOp::avg) return;
-    const A ranks = static_cast<A>(size_);
-    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<A>(data[i] / ranks);
-  }
-
-  // all_reduce (root < 0) or reduce to root, chunk by chunk in the accumulation type.
+  // all_reduce (root < 0) or reduce to root: per chunk, reduce-scatter into equal blocks, then
+  // all-gather (or gather) the reduced blocks.
   template <class T>
   void reduce(const T* in, T* out, std::size_t count, ReduceOp op, int root) {
-    using A = accumulate_t<T>;
-    const bool receives = root < 0 || root == rank_;
-    for (std::size_t base = 0; base < count; base += chunk_elements<T>()) {
-      const std::size_t m = std::min(chunk_elements<T>(), count - base);
-      const int n = static_cast<int>(m);
-      A* work = scratch<A>(0, m);
-      convert_n(in + base, work, m);
-      if (root < 0) ZERO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, work, n, mpi_datatype<A>(), mpi_op(op), comm_));
-      else if (rank_ == root)
-        ZERO_CHECK_MPI(MPI_Reduce(MPI_IN_PLACE, work, n, mpi_datatype<A>(), mpi_op(op), root, comm_));
-      else ZERO_CHECK_MPI(MPI_Reduce(work, nullptr, n, mpi_datatype<A>(), mpi_op(op), root, comm_));
-      if (!receives) continue;
-      finish_avg(work, m, op);
-      convert_n(work, out + base, m);
+    const std::size_t ranks = static_cast<std::size_t>(size_);
+    const std::size_t block_max = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / ranks);
+    for (std::size_t base = 0; base < count; base += block_max * ranks) {
+      const std::size_t m = std::min(block_max * ranks, count - base);
+      const std::size_t block = (m + ranks - 1) / ranks; // the last block is padded
+      T* padded = scratch<T>(2, block * ranks);
+      std::memcpy(padded, in + base, m * sizeof(T));
+      std::memset(static_cast<void*>(padded + m), 0, (block * ranks - m) * sizeof(T));
+      T* mine = scratch<T>(3, block);
+      reduce_scatter_piece(padded, block, block, mine, op);
+      T* gathered = scratch<T>(2, block * ranks); // the padded input is no longer needed
+      const int bytes = static_cast<int>(block * sizeof(T));
+      if (root < 0) {
+        ZERO_CHECK_MPI(MPI_Allgather(mine, bytes, MPI_BYTE, gathered, bytes, MPI_BYTE, comm_));
+      } else {
+        ZERO_CHECK_MPI(MPI_Gather(mine, bytes, MPI_BYTE, gathered, bytes, MPI_BYTE, root, comm_));
+        if (rank_ != root) continue;
+      }
+      std::memcpy(out + base, gathered, m * sizeof(T));
     }
   }
 
   template <class T>
   void reduce_scatter(const T* in, T* out, std::size_t block, ReduceOp op) {
-    using A = accumulate_t<T>;
-    const std::size_t ranks = static_cast<std::size_t>(size_);
-    const std::size_t piece = std::max<std::size_t>(1, chunk_elements<T>() / ranks);
+    const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / std::size_t(size_));
     for (std::size_t offset = 0; offset < block; offset += piece) {
       const std::size_t p = std::min(piece, block - offset);
-      A* packed = scratch<A>(0, p * ranks);
-      for (std::size_t r = 0; r < ranks; ++r) convert_n(in + r * block + offset, packed + r * p, p);
-      A* mine = scratch<A>(1, p);
-      ZERO_CHECK_MPI(MPI_Reduce_scatter_block(packed, mine, static_cast<int>(p), mpi_datatype<A>(),
-                                              mpi_op(op), comm_));
-      finish_avg(mine, p, op);
-      convert_n(mine, out + offset, p);
+      // The pieces are read before the result is written, so in place (out inside in) is safe.
+      reduce_scatter_piece(in + offset, block, p, scratch<T>(3, p), op);
+      std::memcpy(out + offset, scratch<T>(3, p), p * sizeof(T));
     }
+  }
+
+  // Reduces elements [0, p) of every rank's block r (blocks `stride` apart in `in`) into `out` on
+  // rank r: an all-to-all of the pieces, then a sum in rank order.
+  template <class T>
+  void reduce_scatter_piece(const T* in, std::size_t stride, std::size_t p, T* out, ReduceOp op) {
+    const std::size_t ranks = static_cast<std::size_t>(size_);
+    T* packed = scratch<T>(0, p * ranks);
+    for (std::size_t r = 0; r < ranks; ++r) std::memcpy(packed + r * p, in + r * stride, p * sizeof(T));
+    T* received = scratch<T>(1, p * ranks);
+    const int bytes = static_cast<int>(p * sizeof(T));
+    ZERO_CHECK_MPI(MPI_Alltoall(packed, bytes, MPI_BYTE, received, bytes, MPI_BYTE, comm_));
+    std::vector<const T*> sources(ranks);
+    for (std::size_t r = 0; r < ranks; ++r) sources[r] = received + r * p;
+    reduce_sources<T>(out, sources, p, op, size_);
   }
 
   // Gathers and broadcasts move bytes: any element type, no conversion.
@@ -161,7 +171,7 @@ private:
   std::size_t chunk_bytes_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<std::byte> scratch_[2];
+  std::vector<std::byte> scratch_[4];
 };
 
 } // namespace zero::detail
