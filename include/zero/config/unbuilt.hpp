@@ -1,0 +1,61 @@
+#pragma once
+// Options that DeepSpeed has and zero will have, but that are not built yet. A config asking for
+// one must fail loudly rather than train without it: require_built() throws
+// Error(unsupported) naming every such key. The JSON reader calls it unless told to accept them
+// (the estimator does, since it models offload).
+
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+
+#include <string>
+#include <vector>
+
+namespace zero::config {
+
+struct UnbuiltFeature {
+  std::string key;    // the JSON path and the value that asks for it
+  std::string reason; // what is missing
+};
+
+inline std::vector<UnbuiltFeature> unbuilt_features(const Config& config) {
+  std::vector<UnbuiltFeature> found;
+  const auto& zero_opt = config.zero_optimization;
+  if (zero_opt.offload_optimizer.device != OffloadDevice::none)
+    found.push_back({std::string("zero_optimization.offload_optimizer.device = \"") +
+                         to_string(zero_opt.offload_optimizer.device) + "\"",
+                     "optimizer-state offload (ZeRO-Offload / ZeRO-Infinity) is not built yet"});
+  if (zero_opt.offload_param.device != OffloadDevice::none)
+    found.push_back({std::string("zero_optimization.offload_param.device = \"") +
+                         to_string(zero_opt.offload_param.device) + "\"",
+                     "parameter offload (ZeRO-Infinity) is not built yet"});
+  if (!zero_opt.allgather_partitions)
+    found.push_back({"zero_optimization.allgather_partitions = false",
+                     "parameters are always all-gathered after the step; the broadcast variant "
+                     "is not built"});
+  const auto& checkpointing = config.activation_checkpointing;
+  if (checkpointing.partition_activations)
+    found.push_back({"activation_checkpointing.partition_activations = true",
+                     "partitioned activation checkpoints (ZeRO-R) are not built yet"});
+  if (checkpointing.cpu_checkpointing)
+    found.push_back({"activation_checkpointing.cpu_checkpointing = true",
+                     "moving activation checkpoints to host memory (ZeRO-R) is not built yet"});
+  if (checkpointing.contiguous_memory_optimization)
+    found.push_back({"activation_checkpointing.contiguous_memory_optimization = true",
+                     "the contiguous activation-checkpoint arena (ZeRO-R) is not built yet"});
+  return found;
+}
+
+inline std::string describe(const std::vector<UnbuiltFeature>& features) {
+  std::string text;
+  for (const UnbuiltFeature& feature : features)
+    text += "\n  " + feature.key + ": " + feature.reason;
+  return text;
+}
+
+// Throws Error(unsupported) listing every option of `config` that asks for an unbuilt feature.
+inline void require_built(const Config& config) {
+  const std::vector<UnbuiltFeature> features = unbuilt_features(config);
+  if (!features.empty()) fail(ErrorKind::unsupported, "not supported yet:" + describe(features));
+}
+
+} // namespace zero::config

@@ -1,0 +1,73 @@
+#pragma once
+// The "zero_optimization" section of a DeepSpeed config: the ZeRO stage, the communication
+// buckets, the stage-3 prefetch and release knobs, and the offload targets, with DeepSpeed's
+// defaults. Sizes are counts of elements, not bytes, as in DeepSpeed.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace zero::config {
+
+// Where offloaded state lives. Offload is not built yet: the reader rejects any device other
+// than `none` unless asked to accept it (the estimator does; see config/unbuilt.hpp).
+enum class OffloadDevice { none, cpu, nvme };
+
+constexpr const char* to_string(OffloadDevice device) noexcept {
+  switch (device) {
+  case OffloadDevice::none:
+    return "none";
+  case OffloadDevice::cpu:
+    return "cpu";
+  case OffloadDevice::nvme:
+    return "nvme";
+  }
+  return "?";
+}
+
+// ZeRO-Offload / ZeRO-Infinity for optimizer states (stages 1-3).
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path{}; // required for nvme
+  bool pin_memory = false;
+  std::int64_t buffer_count = 4;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0; // share of the optimizer states offloaded; below 1 only with stage 3
+  friend bool operator==(const OffloadOptimizerConfig&, const OffloadOptimizerConfig&) = default;
+};
+
+// ZeRO-Infinity for parameters (stage 3 only).
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path{}; // required for nvme
+  bool pin_memory = false;
+  std::int64_t buffer_count = 5;
+  std::int64_t buffer_size = 100'000'000;
+  std::int64_t max_in_cpu = 1'000'000'000;
+  friend bool operator==(const OffloadParamConfig&, const OffloadParamConfig&) = default;
+};
+
+struct ZeroOptimizationConfig {
+  int stage = 0; // 0: plain data parallelism; 1: optimizer states; 2: + gradients; 3: + parameters
+  bool contiguous_gradients = true;
+  // Unset: DeepSpeed's dynamic default, on for stage 3 and off below; see overlap_comm_enabled().
+  std::optional<bool> overlap_comm = std::nullopt;
+  bool reduce_scatter = true;
+  std::int64_t reduce_bucket_size = 500'000'000;
+  // false asks for parameter broadcasts instead of an all-gather after the step (not built).
+  bool allgather_partitions = true;
+  std::int64_t allgather_bucket_size = 500'000'000;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
+  std::int64_t stage3_param_persistence_threshold = 100'000;
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  OffloadOptimizerConfig offload_optimizer{};
+  OffloadParamConfig offload_param{};
+
+  bool overlap_comm_enabled() const noexcept { return overlap_comm.value_or(stage == 3); }
+  friend bool operator==(const ZeroOptimizationConfig&, const ZeroOptimizationConfig&) = default;
+};
+
+} // namespace zero::config

@@ -1,0 +1,119 @@
+#pragma once
+// The ZeRO paper's model of the memory that model states take on each data-parallel rank
+// (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+// SC'20, section 5.3), and the largest model whose states fit a given device.
+//
+// For Ψ parameters on N_d ranks with P, G and K bytes per parameter of parameters, gradients and
+// optimizer states (the paper's mixed-precision Adam: 2, 2, 12):
+//   stage 0 (plain data parallelism)  (P + G + K) Ψ
+//   stage 1 (P_os)                     (P + G) Ψ + K Ψ / N_d
+//   stage 2 (P_os+g)                   P Ψ + (G + K) Ψ / N_d
+//   stage 3 (P_os+g+p)                 (P + G + K) Ψ / N_d
+// Offload moves a state from the device to host memory or NVMe without changing its size:
+// optimizer offload moves the optimizer states and, from stage 2 on, the gradient shard the
+// host-side optimizer consumes; parameter offload (stage 3) moves the parameter shard. Buffers
+// and activations (residual states) are not model states and are not counted.
+
+#include "zero/core/error.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace zero::estimate {
+
+struct BytesPerParameter {
+  double parameters = 2;        // 16-bit working copy
+  double gradients = 2;         // 16-bit gradients
+  double optimizer_states = 12; // the paper's K: fp32 master copy, momentum and variance
+};
+
+enum class Tier { device, cpu, nvme };
+
+constexpr const char* to_string(Tier tier) noexcept {
+  switch (tier) {
+  case Tier::device:
+    return "device";
+  case Tier::cpu:
+    return "cpu";
+  case Tier::nvme:
+    return "nvme";
+  }
+  return "?";
+}
+
+// The paper's names of the stages.
+constexpr const char* stage_name(int stage) noexcept {
+  constexpr const char* names[] = {"baseline DP", "P_os", "P_os+g", "P_os+g+p"};
+  return stage >= 0 && stage <= 3 ? names[stage] : "?";
+}
+
+struct ModelStateQuery {
+  double parameters = 0;          // Ψ
+  std::int64_t data_parallel = 1; // N_d
+  int stage = 0;
+  BytesPerParameter bytes{};
+  Tier optimizer_offload = Tier::device; // where optimizer states go (stages 1-3)
+  Tier parameter_offload = Tier::device; // where the parameter shard goes (stage 3)
+
+  void validate() const {
+    require(parameters >= 0, "estimate: the parameter count must not be negative");
+    require(data_parallel >= 1, "estimate: data-parallel ranks must be at least 1, got " +
+                                    std::to_string(data_parallel));
+    require(stage >= 0 && stage <= 3, "estimate: stage must be 0..3, got " + std::to_string(stage));
+    require(bytes.parameters >= 0 && bytes.gradients >= 0 && bytes.optimizer_states >= 0,
+            "estimate: bytes per parameter must not be negative");
+    require(optimizer_offload == Tier::device || stage >= 1,
+            "estimate: optimizer offload needs ZeRO stage 1, 2 or 3");
+    require(parameter_offload == Tier::device || stage == 3,
+            "estimate: parameter offload needs ZeRO stage 3");
+  }
+};
+
+struct StateShare {
+  double bytes;
+  Tier tier;
+};
+
+struct ModelStateMemory {
+  StateShare parameters;
+  StateShare gradients;
+  StateShare optimizer_states;
+
+  double on(Tier tier) const noexcept {
+    double sum = 0;
+    for (const StateShare& share : {parameters, gradients, optimizer_states})
+      if (share.tier == tier) sum += share.bytes;
+    return sum;
+  }
+  double total() const noexcept {
+    return parameters.bytes + gradients.bytes + optimizer_states.bytes;
+  }
+};
+
+// Bytes of model states per rank, by state and by where it lives.
+inline ModelStateMemory model_state_memory(const ModelStateQuery& query) {
+  query.validate();
+  const double psi = query.parameters;
+  const double n = static_cast<double>(query.data_parallel);
+  const BytesPerParameter& b = query.bytes;
+  const Tier gradient_tier = query.stage >= 2 ? query.optimizer_offload : Tier::device;
+  // Gradients offloaded with NVMe optimizer states still land in host memory (ZeRO-Infinity).
+  return {{query.stage >= 3 ? b.parameters * psi / n : b.parameters * psi, query.parameter_offload},
+          {query.stage >= 2 ? b.gradients * psi / n : b.gradients * psi,
+           gradient_tier == Tier::nvme ? Tier::cpu : gradient_tier},
+          {query.stage >= 1 ? b.optimizer_states * psi / n : b.optimizer_states * psi,
+           query.optimizer_offload}};
+}
+
+// The most parameters whose model states fit in `device_memory` bytes per device (query's
+// parameter count is ignored); infinity when offload leaves no model state on the device.
+inline double largest_model(double device_memory, ModelStateQuery query) {
+  require(device_memory >= 0, "estimate: device memory must not be negative");
+  query.parameters = 1;
+  const double bytes_per_parameter = model_state_memory(query).on(Tier::device);
+  return bytes_per_parameter > 0 ? device_memory / bytes_per_parameter
+                                 : std::numeric_limits<double>::infinity();
+}
+
+} // namespace zero::estimate

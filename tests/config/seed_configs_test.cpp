@@ -1,0 +1,94 @@
+// Every DeepSpeed config of the background texts (tests/config/seed_configs) parses; those that
+// ask for offload or ZeRO-R activation features are refused by name until those are built.
+
+#include "config_test_support.hpp"
+
+#include "zero/config/batch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <variant>
+
+namespace {
+
+namespace config = zero::config;
+namespace fs = std::filesystem;
+
+const fs::path seed_dir = ZERO_SEED_CONFIG_DIR;
+
+config::Config read_seed(const std::string& name, config::UnbuiltFeatures unbuilt) {
+  return config::from_json_file(seed_dir / name, {.unbuilt = unbuilt, .warn = {}});
+}
+
+TEST(SeedConfigs, EveryOneParses) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(seed_dir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++count;
+    std::vector<std::string> warnings;
+    const config::Config c = config::from_json_file(
+        entry.path(), {.unbuilt = config::UnbuiltFeatures::accept,
+                       .warn = [&](std::string_view w) { warnings.emplace_back(w); }});
+    // Nothing in them is unknown to zero: the only warning is about unbuilt features.
+    for (const std::string& warning : warnings)
+      EXPECT_NE(warning.find("not supported yet"), std::string::npos) << warning;
+    EXPECT_EQ(c.train_batch_size, 16) << entry.path();
+    EXPECT_TRUE(c.fp16.enabled);
+    EXPECT_EQ(c.fp16.initial_scale_power, 32);
+    EXPECT_TRUE(c.zero_allow_untested_optimizer);
+    EXPECT_EQ(c.steps_per_print, 9'999'999'999);
+    const auto& schedule = std::get<zero::WarmupDecayLR>(c.scheduler->schedule);
+    EXPECT_EQ(schedule.total_num_steps, 300);
+    EXPECT_EQ(schedule.warmup_max_lr, 3e-5);
+    EXPECT_EQ(schedule.warmup_num_steps, 30);
+    EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500'000'000);
+    EXPECT_EQ(config::resolve_batch_sizes(c, 4).train_micro_batch_size_per_gpu, 4);
+  }
+  EXPECT_EQ(count, 5);
+}
+
+TEST(SeedConfigs, ZeroDpRunsAsIs) {
+  for (const char* name : {"zero_dp_config.json", "zero_dp_initialize_dict.json"}) {
+    const config::Config c = read_seed(name, config::UnbuiltFeatures::reject);
+    EXPECT_EQ(c.zero_optimization.stage, 1);
+    EXPECT_EQ(c.fp16.hysteresis, 2);
+    EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+    EXPECT_FALSE(c.optimizer); // the script passes its own Adam
+  }
+  EXPECT_FALSE(read_seed("zero_dp_initialize_dict.json", config::UnbuiltFeatures::reject)
+                   .zero_optimization.overlap_comm_enabled());
+}
+
+TEST(SeedConfigs, UnbuiltFeaturesAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"zero_r_config.json",
+       {"activation_checkpointing.partition_activations = true",
+        "activation_checkpointing.cpu_checkpointing = true",
+        "activation_checkpointing.contiguous_memory_optimization = true"}},
+      {"zero_off_config.json",
+       {"zero_optimization.offload_optimizer.device = \"cpu\"",
+        "zero_optimization.offload_param.device = \"cpu\""}},
+      {"zero_infinity_config.json",
+       {"zero_optimization.offload_optimizer.device = \"nvme\"",
+        "zero_optimization.offload_param.device = \"nvme\""}}};
+  for (const auto& [name, keys] : cases) {
+    try {
+      read_seed(name, config::UnbuiltFeatures::reject);
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const zero::Error& e) {
+      EXPECT_EQ(e.kind(), zero::ErrorKind::unsupported);
+      EXPECT_NE(std::string(e.what()).find(name + ": not supported yet:"), std::string::npos)
+          << e.what();
+      for (const std::string& key : keys)
+        EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  const config::Config infinity =
+      read_seed("zero_infinity_config.json", config::UnbuiltFeatures::accept);
+  EXPECT_EQ(infinity.zero_optimization.offload_param.nvme_path, "/local_nvme");
+  EXPECT_TRUE(infinity.zero_optimization.offload_optimizer.pin_memory);
+  EXPECT_EQ(infinity.activation_checkpointing.number_checkpoints, 4);
+}
+
+} // namespace

@@ -1,0 +1,118 @@
+// zero-estimate: "will my model fit?" Model-state memory per rank and communication per step for
+// each ZeRO stage, after the ZeRO paper; see docs/estimator.md.
+
+#include "arguments.hpp"
+#include "report.hpp"
+
+#include "zero/config/json.hpp"
+#include "zero/estimate/from_config.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+namespace zero_estimate {
+
+namespace {
+
+const char* precision_name(const zero::config::Config& config) {
+  return config.fp16.enabled ? "fp16" : config.bf16.enabled ? "bf16" : "fp32";
+}
+
+std::string optimizer_name(const zero::config::Config& config) {
+  if (!config.optimizer) return "no optimizer section, Adam assumed";
+  std::string name = zero::config::to_string(config.optimizer->type);
+  if (config.optimizer->type == zero::config::OptimizerType::sgd)
+    name += config.optimizer->momentum > 0 ? " with momentum" : " without momentum";
+  return name;
+}
+
+// The world size a config's three batch sizes imply, if they do.
+std::optional<std::int64_t> implied_world_size(const zero::config::Config& config) {
+  if (!config.train_batch_size || !config.train_micro_batch_size_per_gpu ||
+      !config.gradient_accumulation_steps)
+    return std::nullopt;
+  const std::int64_t per_rank =
+      *config.train_micro_batch_size_per_gpu * *config.gradient_accumulation_steps;
+  if (*config.train_batch_size % per_rank != 0) return std::nullopt;
+  return *config.train_batch_size / per_rank;
+}
+
+Plan make_plan(const Arguments& args) {
+  Plan plan;
+  plan.parameters = args.parameters;
+  plan.device_memory = args.device_memory;
+  plan.bytes_origin = "mixed-precision Adam, as in the paper";
+  plan.data_parallel_origin = "default";
+  std::optional<int> stage = args.stage;
+  if (args.config_path) {
+    // Only looking: offload and the other unbuilt features are exactly what is worth estimating.
+    const zero::config::Config config = zero::config::from_json_file(
+        *args.config_path, {.unbuilt = zero::config::UnbuiltFeatures::accept});
+    const zero::estimate::ModelStateQuery from_config =
+        zero::estimate::query_from_config(config, 0, 1);
+    if (!stage) stage = from_config.stage;
+    plan.bytes = from_config.bytes;
+    plan.bytes_origin =
+        *args.config_path + ": " + precision_name(config) + ", " + optimizer_name(config);
+    plan.optimizer_offload = from_config.optimizer_offload;
+    plan.parameter_offload = from_config.parameter_offload;
+    if (const auto world = implied_world_size(config)) {
+      plan.data_parallel = *world;
+      plan.data_parallel_origin = "implied by the batch sizes in " + *args.config_path;
+    }
+  }
+  if (args.data_parallel) {
+    plan.data_parallel = *args.data_parallel;
+    plan.data_parallel_origin = "--dp";
+  }
+  if (args.optimizer_bytes || args.param_bytes || args.grad_bytes) plan.bytes_origin += "; flags";
+  plan.bytes.optimizer_states = args.optimizer_bytes.value_or(plan.bytes.optimizer_states);
+  plan.bytes.parameters = args.param_bytes.value_or(plan.bytes.parameters);
+  plan.bytes.gradients = args.grad_bytes.value_or(plan.bytes.gradients);
+  plan.optimizer_offload = args.offload_optimizer.value_or(plan.optimizer_offload);
+  plan.parameter_offload = args.offload_param.value_or(plan.parameter_offload);
+  if (stage) {
+    plan.stages = {*stage};
+    if (*stage < 1 && plan.optimizer_offload != zero::estimate::Tier::device)
+      throw UsageError("--offload-optimizer needs stage 1, 2 or 3");
+    if (*stage != 3 && plan.parameter_offload != zero::estimate::Tier::device)
+      throw UsageError("--offload-param needs stage 3");
+  } else {
+    plan.stages = {0, 1, 2, 3};
+  }
+  return plan;
+}
+
+// zero::Error's text starts with "zero: "; the tool names itself instead.
+std::string without_prefix(const char* what) {
+  std::string text = what;
+  return text.rfind("zero: ", 0) == 0 ? text.substr(6) : text;
+}
+
+} // namespace
+} // namespace zero_estimate
+
+int main(int argc, char** argv) {
+  using namespace zero_estimate;
+  try {
+    const Arguments args = parse_arguments(argc, argv);
+    if (args.help) {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    const Plan plan = make_plan(args);
+    if (args.json)
+      print_json(plan);
+    else
+      print_table(plan);
+    return 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "zero-estimate: error: %s\nRun 'zero-estimate --help' for usage.\n",
+                 e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero-estimate: error: %s\n", without_prefix(e.what()).c_str());
+    return 1;
+  }
+}
