@@ -1,0 +1,77 @@
+#pragma once
+// The vocabulary of a shard layout: what a partitioner is given (ParameterSpec) and the pieces it
+// cuts parameters into (Segment), with the small value types the layout's queries return.
+//
+// Coordinates, used throughout shard/:
+// - element:      position in the logical tensor, the parameters concatenated in registration
+// order;
+// - shard offset: position in one rank's shard (its groups' blocks end to end, padding included);
+// - flat offset:  position in a group's flat buffer, which is what all-gathering the group's blocks
+//                 produces: rank 0's block, then rank 1's, ... (padding included).
+
+#include "zero/core/dtype.hpp"
+
+#include <cstddef>
+#include <string>
+
+namespace zero {
+
+// One parameter as the user registers it. `group` is a layer (or any unit gathered and reduced
+// together); groups are laid out in ascending id order, their parameters in registration order.
+struct ParameterSpec {
+  std::string name;
+  std::size_t numel = 0;
+  DType dtype = DType::float32;
+  int group = 0;
+};
+
+// A half-open interval [begin, end) of positions.
+struct Range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+
+  constexpr std::size_t size() const noexcept { return end - begin; }
+  constexpr bool empty() const noexcept { return begin == end; }
+  constexpr bool contains(std::size_t i) const noexcept { return begin <= i && i < end; }
+  friend constexpr bool operator==(const Range&, const Range&) = default;
+};
+
+// `length` elements of parameter `parameter`, starting at `parameter_offset` inside it, stored on
+// `rank` at `shard_offset` inside that rank's shard.
+struct Segment {
+  std::size_t parameter = 0;
+  int rank = 0;
+  std::size_t parameter_offset = 0;
+  std::size_t shard_offset = 0;
+  std::size_t length = 0;
+
+  friend constexpr bool operator==(const Segment&, const Segment&) = default;
+};
+
+// Where an element lives: its owner and its position in the owner's shard.
+struct Location {
+  int rank = 0;
+  std::size_t shard_offset = 0;
+  friend constexpr bool operator==(const Location&, const Location&) = default;
+};
+
+// Which parameter element a shard position holds.
+struct ElementRef {
+  std::size_t parameter = 0;
+  std::size_t offset = 0;
+  friend constexpr bool operator==(const ElementRef&, const ElementRef&) = default;
+};
+
+// A group as laid out: its flat buffer is `flat_numel` elements, the blocks of all ranks end to
+// end; `block_numel` is every rank's block when the layout has equal slices (the largest block
+// otherwise). `flat_base` places the group's buffer when all groups' buffers are laid end to end.
+struct GroupInfo {
+  int id = 0;
+  DType dtype = DType::float32;
+  std::size_t flat_base = 0;
+  std::size_t flat_numel = 0;
+  std::size_t block_numel = 0;
+  std::size_t numel = 0; // parameter elements, padding excluded
+};
+
+} // namespace zero
