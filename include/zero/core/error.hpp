@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -48,12 +47,8 @@ inline void require(bool condition, std::string_view message,
 }
 
 namespace detail {
-inline std::string where(const std::source_location& loc) {
-  return std::string(loc.file_name()) + ":" + std::to_string(loc.line());
-}
-
-[[noreturn]] inline void assertion_failed(const char* expression, const std::source_location& loc) {
-  std::fprintf(stderr, "zero: assertion '%s' failed at %s\n", expression, where(loc).c_str());
+[[noreturn]] inline void assertion_failed(const char* expression, const char* file, int line) {
+  std::fprintf(stderr, "zero: assertion '%s' failed at %s:%d\n", expression, file, line);
   std::abort();
 }
 
@@ -67,6 +62,5 @@ inline void log_error(const std::string& message) noexcept {
 #define ZERO_ASSERT(expression) ((void)0)
 #else
 #define ZERO_ASSERT(expression)                                                                    \
-  ((expression) ? (void)0                                                                          \
-                : ::zero::detail::assertion_failed(#expression, std::source_location::current()))
+  ((expression) ? (void)0 : ::zero::detail::assertion_failed(#expression, __FILE__, __LINE__))
 #endif

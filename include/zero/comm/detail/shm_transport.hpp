@@ -99,11 +99,14 @@ public:
   }
 
 private:
-  struct alignas(64) Header {
+  // One cache line per rank (no false sharing between ranks' counters); MPI only promises the
+  // window's base 8-byte alignment, which is all the atomics need.
+  struct Header {
     std::atomic<std::uint64_t> phase{0};
     std::atomic<std::uint64_t> signature[2][2] = {}; // by phase parity: count, packed fields
+    std::uint64_t padding[3] = {};
   };
-  static_assert(sizeof(Header) == 64);
+  static_assert(sizeof(Header) == 64 && alignof(Header) == 8);
 
   Header& header(int r) const {
     return *std::launder(reinterpret_cast<Header*>(segments_[std::size_t(r)]));
