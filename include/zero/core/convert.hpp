@@ -48,13 +48,25 @@ inline void float_to_half_n(const float* src, half* dst, std::size_t n) noexcept
 #endif
   for (; i < n; ++i) dst[i] = half(src[i]);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 inline void float_to_bfloat16_n(const float* src, bfloat16* dst, std::size_t n) noexcept {
-  // The scalar formula without branches, so that the compiler vectorises it.
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  // Round to nearest even on the bits (not AVX512-BF16's instruction, which flushes subnormals).
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (const std::size_t end = n - n % 16; i < end; i += 16) {
+    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, bias), lsb), 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), infinity);
+    const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(x, 16), quiet);
+    const __m512i bits = _mm512_mask_blend_epi32(is_nan, rounded, nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
+  }
+#endif
+  for (; i < n; ++i) {
     std::uint32_t x;
     std::memcpy(&x, src + i, 4);
     const bool is_nan = (x & 0x7fffffffu) > 0x7f800000u;
@@ -64,11 +76,21 @@ inline void float_to_bfloat16_n(const float* src, bfloat16* dst, std::size_t n) 
 }
 
 inline void bfloat16_to_float_n(const bfloat16* src, float* dst, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  for (const std::size_t end = n - n % 16; i < end; i += 16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+  }
+#endif
+  for (; i < n; ++i) {
     const std::uint32_t x = static_cast<std::uint32_t>(src[i].bits) << 16;
     std::memcpy(dst + i, &x, 4);
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 } // namespace detail
 
 template <Element From, Element To>
