@@ -1,0 +1,253 @@
+// Throughput of the fused host optimizer steps and gradient passes, next to a STREAM triad
+// measured by the same binary on buffers of the same size, so that the ratio of the two says how
+// close the step runs to the memory bandwidth of this machine.
+//
+//   zero_bench_optim [--params=N] [Google Benchmark flags, e.g. --benchmark_format=json]
+//
+// bytes_per_second counts the bytes each element must move: for the mixed-precision Adam step
+// 28 (fp32 master, exp_avg, exp_avg_sq and a half gradient read; fp32 master, exp_avg,
+// exp_avg_sq and the half compute copy written); for the triad a[i] = b[i] + s * c[i] 32 per
+// fp64 element (two reads, one write and the read the write-allocate costs).
+// items_per_second counts parameters (elements). Threads: OpenMP's default (OMP_NUM_THREADS).
+// adam_step_vs_triad alternates the two within each iteration and reports their ratio.
+
+#include <zero/optim/adam.hpp>
+#include <zero/optim/fused_step.hpp>
+#include <zero/optim/sgd.hpp>
+#include <zero/precision/grad_norm.hpp>
+#include <zero/precision/overflow.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace {
+
+std::size_t parameter_count = std::size_t{64} << 20; // 67,108,864
+
+// Large buffers on transparent huge pages, first touched by the threads that will stream them.
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+template <class T>
+using HugeArray = std::unique_ptr<T[], FreeDeleter>;
+
+template <class T>
+HugeArray<T> huge_array(std::size_t n, float value) {
+  constexpr std::size_t page = std::size_t{2} << 20;
+  const std::size_t bytes = (n * sizeof(T) + page - 1) / page * page;
+  auto* data = static_cast<T*>(std::aligned_alloc(page, bytes));
+  if (data == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  madvise(data, bytes, MADV_HUGEPAGE);
+#endif
+  zero::detail::parallel_ranges(n, [&](std::size_t begin, std::size_t end, int) noexcept {
+    for (std::size_t i = begin; i < end; ++i)
+      data[i] = zero::convert<T>(value);
+  });
+  return HugeArray<T>(data);
+}
+
+template <class T>
+zero::View<T> view_of(const HugeArray<T>& a, std::size_t n) {
+  return {a.get(), n};
+}
+
+void report(benchmark::State& state, std::size_t n, double bytes_per_element) {
+  const auto elements = static_cast<double>(state.iterations()) * static_cast<double>(n);
+  state.SetItemsProcessed(static_cast<std::int64_t>(elements));
+  state.SetBytesProcessed(static_cast<std::int64_t>(elements * bytes_per_element));
+}
+
+void triad(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  auto a = huge_array<double>(n, 0.0f);
+  auto b = huge_array<double>(n, 1.0f);
+  auto c = huge_array<double>(n, 2.0f);
+  const double scalar = 3.0;
+  double* pa = a.get();
+  const double* pb = b.get();
+  const double* pc = c.get();
+  for (auto _ : state) {
+    zero::detail::parallel_ranges(n, [&](std::size_t begin, std::size_t end, int) noexcept {
+      for (std::size_t i = begin; i < end; ++i)
+        pa[i] = pb[i] + scalar * pc[i];
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, n, 4 * sizeof(double));
+}
+
+template <class Optimizer, class Grad, class Copy>
+void optimizer_step(benchmark::State& state, typename Optimizer::options_type options,
+                    double bytes_per_element) {
+  const std::size_t n = parameter_count;
+  auto master = huge_array<float>(n, 0.5f);
+  auto grad = huge_array<Grad>(n, 0.01f);
+  std::vector<HugeArray<float>> state_tensors;
+  std::array<zero::View<float>, Optimizer::state_tensors> state_views{};
+  for (std::size_t k = 0; k < Optimizer::state_tensors; ++k) {
+    state_tensors.push_back(huge_array<float>(n, 0.0f));
+    state_views[k] = view_of(state_tensors.back(), n);
+  }
+  HugeArray<Copy> copy;
+  zero::View<Copy> copy_view;
+  if constexpr (!std::is_same_v<Copy, float>) {
+    copy = huge_array<Copy>(n, 0.0f);
+    copy_view = view_of(copy, n);
+  }
+  Optimizer optimizer(options);
+  const zero::View<const Grad> grad_view(grad.get(), n);
+  for (auto _ : state) {
+    const auto update = optimizer.begin_step();
+    if constexpr (std::is_same_v<Copy, float>)
+      zero::fused_step(update, view_of(master, n), state_views, grad_view, 1.0f / 1024);
+    else
+      zero::fused_step(update, view_of(master, n), state_views, grad_view, 1.0f / 1024, copy_view);
+    benchmark::ClobberMemory();
+  }
+  report(state, n, bytes_per_element);
+}
+
+void adam_fp16(benchmark::State& s) {
+  optimizer_step<zero::Adam, zero::half, zero::half>(s, {}, 28);
+}
+void adam_bf16(benchmark::State& s) {
+  optimizer_step<zero::Adam, zero::bfloat16, zero::bfloat16>(s, {}, 28);
+}
+void adam_fp32(benchmark::State& s) {
+  optimizer_step<zero::Adam, float, float>(s, {}, 28);
+}
+void adamw_fp16(benchmark::State& s) {
+  optimizer_step<zero::AdamW, zero::half, zero::half>(s, {}, 28);
+}
+void sgd_momentum_fp16(benchmark::State& s) {
+  optimizer_step<zero::SGD, zero::half, zero::half>(s, {.lr = 0.01, .momentum = 0.9}, 20);
+}
+
+// The mixed-precision Adam step and the triad in alternation, one of each per iteration, so that
+// both see the same memory system: the bandwidth a virtual machine gets changes with its
+// neighbours from second to second, and only a ratio measured this way is stable. The time and
+// bytes_per_second are the step's; triad_bytes_per_second and fraction_of_triad the comparison.
+void adam_step_vs_triad(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  auto master = huge_array<float>(n, 0.5f);
+  auto m = huge_array<float>(n, 0.0f);
+  auto v = huge_array<float>(n, 0.0f);
+  auto grad = huge_array<zero::half>(n, 10.0f);
+  auto copy = huge_array<zero::half>(n, 0.0f);
+  auto a = huge_array<double>(n, 0.0f);
+  auto b = huge_array<double>(n, 1.0f);
+  auto c = huge_array<double>(n, 2.0f);
+  zero::Adam adam;
+  double adam_seconds = 0.0, triad_seconds = 0.0;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto start = clock::now();
+    zero::detail::parallel_ranges(n, [&](std::size_t begin, std::size_t end, int) noexcept {
+      for (std::size_t i = begin; i < end; ++i)
+        a[i] = b[i] + 3.0 * c[i];
+    });
+    benchmark::ClobberMemory();
+    const auto middle = clock::now();
+    zero::fused_step(adam.begin_step(), view_of(master, n), {view_of(m, n), view_of(v, n)},
+                     zero::View<const zero::half>(grad.get(), n), 1.0f / 1024, view_of(copy, n));
+    benchmark::ClobberMemory();
+    const auto end = clock::now();
+    const double step = std::chrono::duration<double>(end - middle).count();
+    state.SetIterationTime(step);
+    adam_seconds += step;
+    triad_seconds += std::chrono::duration<double>(middle - start).count();
+  }
+  report(state, n, 28);
+  const double elements = static_cast<double>(state.iterations()) * static_cast<double>(n);
+  const double triad_rate = 32.0 * elements / triad_seconds;
+  state.counters["triad_bytes_per_second"] =
+      benchmark::Counter(triad_rate, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+  state.counters["fraction_of_triad"] =
+      benchmark::Counter(28.0 * elements / adam_seconds / triad_rate);
+}
+
+template <class Grad>
+void overflow_check(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  auto grad = huge_array<Grad>(n, 0.01f);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(zero::has_overflow(view_of(grad, n)));
+  report(state, n, sizeof(Grad));
+}
+
+void unscale_check_fp32(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  auto grad = huge_array<float>(n, 0.01f);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(zero::unscale_and_check(view_of(grad, n), 1.0f));
+  report(state, n, 2 * sizeof(float));
+}
+
+template <class Grad>
+void sum_of_squares(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  auto grad = huge_array<Grad>(n, 0.01f);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(zero::sum_of_squares(view_of(grad, n)));
+  report(state, n, sizeof(Grad));
+}
+
+void register_all() {
+  const auto add = [](const char* name, void (*fn)(benchmark::State&)) {
+    benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
+  };
+  add("stream_triad/fp64", triad);
+  add("adam_step/fp16_grad/fp16_copy", adam_fp16);
+  benchmark::RegisterBenchmark("adam_step_vs_triad/fp16_grad/fp16_copy", adam_step_vs_triad)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  add("adam_step/bf16_grad/bf16_copy", adam_bf16);
+  add("adam_step/fp32_grad/no_copy", adam_fp32);
+  add("adamw_step/fp16_grad/fp16_copy", adamw_fp16);
+  add("sgd_momentum_step/fp16_grad/fp16_copy", sgd_momentum_fp16);
+  add("has_overflow/fp16", overflow_check<zero::half>);
+  add("has_overflow/fp32", overflow_check<float>);
+  add("unscale_and_check/fp32", unscale_check_fp32);
+  add("sum_of_squares/fp16", sum_of_squares<zero::half>);
+  add("sum_of_squares/fp32", sum_of_squares<float>);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // --params=N sets the number of parameters (elements) of every benchmark.
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--params=", 9) == 0) {
+      char* end = nullptr;
+      const unsigned long long value = std::strtoull(argv[i] + 9, &end, 10);
+      if (end == argv[i] + 9 || *end != '\0' || value == 0) {
+        std::fprintf(stderr, "zero_bench_optim: --params expects a positive integer\n");
+        return 2;
+      }
+      parameter_count = static_cast<std::size_t>(value);
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  benchmark::AddCustomContext("params", std::to_string(parameter_count));
+  benchmark::AddCustomContext("omp_threads", std::to_string(zero::detail::parallel_max_threads()));
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

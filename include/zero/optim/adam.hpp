@@ -1,0 +1,153 @@
+#pragma once
+// Adam and AdamW, identical to torch.optim.Adam / AdamW (PyTorch 1.13, amsgrad off): bias
+// correction, eps added outside the square root, L2 weight decay added to the gradient (Adam) or
+// decoupled weight decay applied to the parameter (AdamW).
+//
+// AdamUpdate is the element-wise math, written once for host and device. It performs PyTorch's
+// float operations in PyTorch's order with PyTorch's roundings (the fixtures in tests/optim check
+// this bit for bit), so results do not depend on where the step runs.
+
+#include "zero/core/error.hpp"
+#include "zero/core/platform.hpp"
+#include "zero/optim/optimizer.hpp"
+#include "zero/precision/detail/simd.hpp"
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace zero {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0; // L2: added to the gradient
+  bool amsgrad = false;      // not supported; true is rejected
+  bool maximize = false;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2; // decoupled: param *= 1 - lr * weight_decay
+  bool amsgrad = false;       // not supported; true is rejected
+  bool maximize = false;
+};
+
+// One Adam/AdamW step on one element; the constants of a step, precomputed in double and rounded
+// to float as PyTorch does.
+struct AdamUpdate {
+  static constexpr std::size_t state_tensors = 2;
+
+  float beta1;
+  float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
+  float eps;
+  float neg_step_size;         // -lr / (1 - beta1^step)
+  float bias_correction2_sqrt; // sqrt(1 - beta2^step)
+  float l2_weight_decay;       // Adam: grad += l2_weight_decay * param (0: off)
+  float param_decay;           // AdamW: param *= param_decay (1: off)
+  bool maximize;
+
+  template <class V>
+  ZERO_HOST_DEVICE void operator()(V& param, V grad, V& exp_avg, V& exp_avg_sq) const {
+    if (maximize) grad = -grad;
+    if (l2_weight_decay != 0.0f) grad = simd::fma(param, V(l2_weight_decay), grad);
+    if (param_decay != 1.0f) param = simd::mul_rounded(param, V(param_decay));
+    exp_avg = simd::fma(grad, V(one_minus_beta1), exp_avg * V(beta1));
+    exp_avg_sq = simd::fma(grad * V(one_minus_beta2), grad, exp_avg_sq * V(beta2));
+    const V denom = simd::div(simd::sqrt(exp_avg_sq), V(bias_correction2_sqrt)) + V(eps);
+    param = param + simd::div(V(neg_step_size) * exp_avg, denom);
+  }
+};
+
+enum class AdamWeightDecay { l2, decoupled };
+
+template <AdamWeightDecay Mode>
+class BasicAdam {
+ public:
+  using options_type = std::conditional_t<Mode == AdamWeightDecay::l2, AdamOptions, AdamWOptions>;
+  using update_type = AdamUpdate;
+  static constexpr std::size_t state_tensors = 2;
+  static constexpr std::array<std::string_view, 2> state_names = {"exp_avg", "exp_avg_sq"};
+
+  explicit BasicAdam(const options_type& options = {}) : options_(options) {
+    const char* name = Mode == AdamWeightDecay::l2 ? "Adam" : "AdamW";
+    require(!options.amsgrad, std::string(name) + ": amsgrad is not supported",
+            ErrorKind::unsupported);
+    check_lr(options.lr);
+    require(options.eps >= 0.0 && std::isfinite(options.eps),
+            std::string(name) + ": eps must be non-negative, got " + std::to_string(options.eps));
+    for (double beta : options.betas)
+      require(beta >= 0.0 && beta < 1.0,
+              std::string(name) + ": betas must be in [0, 1), got " + std::to_string(beta));
+    require(options.weight_decay >= 0.0 && std::isfinite(options.weight_decay),
+            std::string(name) + ": weight_decay must be non-negative, got " +
+                std::to_string(options.weight_decay));
+  }
+
+  const options_type& options() const noexcept { return options_; }
+  double lr() const noexcept { return options_.lr; }
+  void set_lr(double lr) {
+    check_lr(lr);
+    options_.lr = lr;
+  }
+  std::int64_t step_count() const noexcept { return step_count_; }
+  void set_step_count(std::int64_t steps) {
+    require(steps >= 0, "Adam: the step count cannot be negative");
+    step_count_ = steps;
+  }
+
+  // Advances the step counter and returns this step's element-wise update.
+  update_type begin_step() {
+    update_type update = update_for_step(step_count_ + 1);
+    ++step_count_;
+    return update;
+  }
+
+  // The update of step `step` (1 for the first step) with the current hyper-parameters.
+  update_type update_for_step(std::int64_t step) const {
+    require(step >= 1, "Adam: steps are numbered from 1");
+    const double beta1 = options_.betas[0];
+    const double beta2 = options_.betas[1];
+    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+    update_type u{};
+    u.beta1 = static_cast<float>(beta1);
+    u.beta2 = static_cast<float>(beta2);
+    u.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+    u.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+    u.eps = static_cast<float>(options_.eps);
+    u.neg_step_size = static_cast<float>(-(options_.lr / bias_correction1));
+    u.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    u.l2_weight_decay =
+        Mode == AdamWeightDecay::l2 ? static_cast<float>(options_.weight_decay) : 0.0f;
+    u.param_decay = Mode == AdamWeightDecay::decoupled
+                        ? static_cast<float>(1.0 - options_.lr * options_.weight_decay)
+                        : 1.0f;
+    u.maximize = options_.maximize;
+    return u;
+  }
+
+ private:
+  static void check_lr(double lr) {
+    require(lr >= 0.0 && std::isfinite(lr),
+            "Adam: the learning rate must be non-negative and finite, got " + std::to_string(lr));
+  }
+
+  options_type options_;
+  std::int64_t step_count_ = 0;
+};
+
+using Adam = BasicAdam<AdamWeightDecay::l2>;
+using AdamW = BasicAdam<AdamWeightDecay::decoupled>;
+
+static_assert(Optimizer<Adam> && Optimizer<AdamW>);
+
+} // namespace zero

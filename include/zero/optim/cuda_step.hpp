@@ -1,0 +1,81 @@
+#pragma once
+// The fused optimizer step on CUDA devices (src/cuda/optim_step.cu): one stream-ordered launch
+// sequence updates many tensors (or shard segments) at once, each split into chunks of
+// cuda_kernels::step_chunk_elements handled by one thread block with 16-byte vector loads. The
+// element-wise math is the optimizer's functor (optim/adam.hpp, optim/sgd.hpp), the same the host
+// loop runs, so host and device give the same bits. Available when zero::cuda is linked.
+
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/view.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/optim/sgd.hpp"
+#include "zero/precision/gradient_element.hpp"
+
+#if ZERO_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+
+namespace zero::cuda_kernels {
+
+// One tensor of a multi-tensor step, every pointer in device memory.
+struct StepTensor {
+  float* master = nullptr;
+  float* state[2] = {nullptr, nullptr}; // the optimizer's state tensors in order; unused: null
+  const void* grad = nullptr;           // StepTypes::grad elements
+  void* low_precision = nullptr;        // StepTypes::low_precision elements; null: no copy
+  std::size_t size = 0;
+};
+
+struct StepTypes {
+  DType grad = DType::float16;          // float32, float16 or bfloat16
+  DType low_precision = DType::float16; // float16 or bfloat16
+};
+
+inline constexpr std::size_t step_chunk_elements = std::size_t{1} << 16;
+
+// Every tensor is updated as fused_step (optim/fused_step.hpp) does on the host.
+void fused_step(const AdamUpdate& update, std::span<const StepTensor> tensors, StepTypes types,
+                float grad_multiplier, cudaStream_t stream);
+void fused_step(const SgdUpdate<1>& update, std::span<const StepTensor> tensors, StepTypes types,
+                float grad_multiplier, cudaStream_t stream);
+void fused_step(const SgdUpdate<0>& update, std::span<const StepTensor> tensors, StepTypes types,
+                float grad_multiplier, cudaStream_t stream);
+
+} // namespace zero::cuda_kernels
+
+namespace zero {
+
+// The device counterpart of the host fused_step for one tensor, ordered on `stream`.
+template <ElementwiseUpdate U, class G, class Out = half>
+requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+void fused_step(const U& update, View<float, cuda> master,
+                const std::array<View<float, cuda>, U::state_tensors>& state, View<G, cuda> grad,
+                float grad_multiplier, View<Out, cuda> low_precision, cudaStream_t stream) {
+  const std::size_t n = master.size();
+  require(grad.size() == n, "fused_step: the gradient and the master weights differ in size");
+  require(low_precision.empty() || low_precision.size() == n,
+          "fused_step: the compute copy and the master weights differ in size");
+  require(std::isfinite(grad_multiplier), "fused_step: the gradient multiplier must be finite");
+  cuda_kernels::StepTensor tensor;
+  tensor.master = master.data();
+  for (std::size_t k = 0; k < U::state_tensors; ++k) {
+    require(state[k].size() == n, "fused_step: an optimizer state tensor differs in size");
+    tensor.state[k] = state[k].data();
+  }
+  tensor.grad = grad.data();
+  tensor.low_precision = low_precision.empty() ? nullptr : low_precision.data();
+  tensor.size = n;
+  cuda_kernels::fused_step(update, std::span<const cuda_kernels::StepTensor>(&tensor, 1),
+                           {dtype_of<std::remove_const_t<G>>, dtype_of<Out>}, grad_multiplier,
+                           stream);
+}
+
+} // namespace zero
+#endif

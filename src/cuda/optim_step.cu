@@ -1,0 +1,233 @@
+// Multi-tensor fused optimizer steps. A launch carries up to max_tensors_per_launch tensors and
+// max_blocks_per_launch blocks in its kernel argument; each block updates one chunk of one tensor,
+// each thread four consecutive elements per iteration with 16-byte loads and stores of the fp32
+// arrays (8-byte for half and bfloat16), falling back to element loads for misaligned tensors and
+// for the last elements of a chunk. The element-wise math is the optimizer's functor, as on the
+// host.
+
+#include "zero/core/cuda_check.hpp"
+#include "zero/optim/cuda_step.hpp"
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace zero::cuda_kernels {
+namespace {
+
+constexpr int max_tensors_per_launch = 24;
+constexpr int max_blocks_per_launch = 320;
+constexpr int threads_per_block = 256;
+constexpr std::size_t lanes_per_thread = 4;
+
+// The kernel argument (under the 4 KiB parameter limit of older toolkits).
+struct LaunchBatch {
+  StepTensor tensors[max_tensors_per_launch];
+  std::uint8_t block_tensor[max_blocks_per_launch];
+  std::uint32_t block_chunk[max_blocks_per_launch];
+};
+static_assert(sizeof(LaunchBatch) <= 4000, "a launch batch must fit in a kernel argument");
+
+struct NoCopy {};
+
+template <class T>
+__device__ bool aligned_for_lanes(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % (lanes_per_thread * sizeof(T)) == 0;
+}
+
+template <class T>
+__device__ void load_lanes(const T* p, float (&out)[lanes_per_thread]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p); // element 0 in the low half
+    out[0] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.x & 0xffffu)));
+    out[1] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.x >> 16)));
+    out[2] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.y & 0xffffu)));
+    out[3] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.y >> 16)));
+  }
+}
+
+template <class T>
+__device__ void store_lanes(T* p, const float (&in)[lanes_per_thread]) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+  } else {
+    const auto bits = [&in](int k) { return static_cast<unsigned>(T(in[k]).bits); };
+    *reinterpret_cast<uint2*>(p) = make_uint2(bits(0) | (bits(1) << 16), bits(2) | (bits(3) << 16));
+  }
+}
+
+// f(0), ..., f(N - 1): loops over the optimizer's state tensors, of which there may be none.
+template <std::size_t N, class F>
+__host__ __device__ void for_each_state(F&& f) {
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (f(K), ...);
+  }
+  (std::make_index_sequence<N>{});
+}
+
+template <class Update>
+__device__ void apply(const Update& update, float& param, float grad, float* state) {
+  if constexpr (Update::state_tensors == 2)
+    update(param, grad, state[0], state[1]);
+  else if constexpr (Update::state_tensors == 1)
+    update(param, grad, state[0]);
+  else
+    update(param, grad);
+}
+
+template <class Update, class G, class Out>
+__global__ void __launch_bounds__(threads_per_block)
+    step_kernel(const LaunchBatch batch, const Update update, const float grad_multiplier) {
+  constexpr std::size_t states = Update::state_tensors;
+  constexpr bool copy = !std::is_same_v<Out, NoCopy>;
+  const StepTensor& tensor = batch.tensors[batch.block_tensor[blockIdx.x]];
+  const std::size_t begin = std::size_t{batch.block_chunk[blockIdx.x]} * step_chunk_elements;
+  const std::size_t end =
+      tensor.size < begin + step_chunk_elements ? tensor.size : begin + step_chunk_elements;
+  float* const master = tensor.master;
+  const G* const grad = static_cast<const G*>(tensor.grad);
+  Out* const out = static_cast<Out*>(tensor.low_precision);
+
+  bool aligned = aligned_for_lanes<float>(master) && aligned_for_lanes<G>(grad);
+  for_each_state<states>(
+      [&](std::size_t k) { aligned = aligned && aligned_for_lanes<float>(tensor.state[k]); });
+  if constexpr (copy) aligned = aligned && aligned_for_lanes<Out>(out);
+  const std::size_t vector_end =
+      aligned ? begin + (end - begin) / lanes_per_thread * lanes_per_thread : begin;
+
+  for (std::size_t i = begin + lanes_per_thread * threadIdx.x; i < vector_end;
+       i += lanes_per_thread * blockDim.x) {
+    float param[lanes_per_thread];
+    float g[lanes_per_thread];
+    float state[states > 0 ? states : 1][lanes_per_thread];
+    load_lanes(master + i, param);
+    load_lanes(grad + i, g);
+    for_each_state<states>([&](std::size_t k) { load_lanes(tensor.state[k] + i, state[k]); });
+#pragma unroll
+    for (std::size_t lane = 0; lane < lanes_per_thread; ++lane) {
+      float s[states > 0 ? states : 1];
+      for_each_state<states>([&](std::size_t k) { s[k] = state[k][lane]; });
+      apply(update, param[lane], g[lane] * grad_multiplier, s);
+      for_each_state<states>([&](std::size_t k) { state[k][lane] = s[k]; });
+    }
+    store_lanes(master + i, param);
+    for_each_state<states>([&](std::size_t k) { store_lanes(tensor.state[k] + i, state[k]); });
+    if constexpr (copy) store_lanes(out + i, param);
+  }
+  for (std::size_t i = vector_end + threadIdx.x; i < end; i += blockDim.x) {
+    float param = master[i];
+    float s[states > 0 ? states : 1];
+    for_each_state<states>([&](std::size_t k) { s[k] = tensor.state[k][i]; });
+    apply(update, param, static_cast<float>(grad[i]) * grad_multiplier, s);
+    master[i] = param;
+    for_each_state<states>([&](std::size_t k) { tensor.state[k][i] = s[k]; });
+    if constexpr (copy) out[i] = Out(param);
+  }
+}
+
+template <class Update, class G, class Out>
+void launch_all(const Update& update, std::span<const StepTensor> tensors, float grad_multiplier,
+                cudaStream_t stream) {
+  LaunchBatch batch{};
+  int tensor_slot = 0;
+  int blocks = 0;
+  const auto launch = [&] {
+    step_kernel<Update, G, Out><<<static_cast<unsigned>(blocks), threads_per_block, 0, stream>>>(
+        batch, update, grad_multiplier);
+    ZERO_CHECK_CUDA(cudaGetLastError());
+    blocks = 0;
+  };
+  for (const StepTensor& tensor : tensors) {
+    if (tensor.size == 0) continue;
+    const std::size_t chunks = (tensor.size + step_chunk_elements - 1) / step_chunk_elements;
+    batch.tensors[tensor_slot] = tensor;
+    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+      batch.block_tensor[blocks] = static_cast<std::uint8_t>(tensor_slot);
+      batch.block_chunk[blocks] = static_cast<std::uint32_t>(chunk);
+      if (++blocks == max_blocks_per_launch) {
+        launch();
+        batch.tensors[0] = tensor; // the rest of its chunks go into the next launch
+        tensor_slot = 0;
+      }
+    }
+    if (blocks == 0) continue; // launched with its last chunk: slot 0 is free again
+    if (++tensor_slot == max_tensors_per_launch) {
+      launch();
+      tensor_slot = 0;
+    }
+  }
+  if (blocks > 0) launch();
+}
+
+template <class Update>
+void dispatch(const Update& update, std::span<const StepTensor> tensors, StepTypes types,
+              float grad_multiplier, cudaStream_t stream) {
+  bool any_copy = false;
+  bool all_copy = true;
+  for (const StepTensor& t : tensors) {
+    if (t.size == 0) continue;
+    require(t.master != nullptr && t.grad != nullptr,
+            "cuda fused_step: a tensor has no master weights or no gradient");
+    for_each_state<Update::state_tensors>([&](std::size_t k) {
+      require(t.state[k] != nullptr, "cuda fused_step: a tensor lacks an optimizer state tensor");
+    });
+    any_copy = any_copy || t.low_precision != nullptr;
+    all_copy = all_copy && t.low_precision != nullptr;
+  }
+  require(any_copy == all_copy || !any_copy,
+          "cuda fused_step: either every tensor of a call has a compute copy or none has");
+  require(std::isfinite(grad_multiplier),
+          "cuda fused_step: the gradient multiplier must be finite");
+
+  const auto with_grad = [&](auto grad_tag) {
+    using G = decltype(grad_tag);
+    if (!any_copy) return launch_all<Update, G, NoCopy>(update, tensors, grad_multiplier, stream);
+    switch (types.low_precision) {
+    case DType::float16:
+      return launch_all<Update, G, half>(update, tensors, grad_multiplier, stream);
+    case DType::bfloat16:
+      return launch_all<Update, G, bfloat16>(update, tensors, grad_multiplier, stream);
+    default:
+      fail(ErrorKind::invalid_argument,
+           std::string("cuda fused_step: the compute copy must be half "
+                       "or bfloat16, not ") +
+               to_string(types.low_precision));
+    }
+  };
+  switch (types.grad) {
+  case DType::float32:
+    return with_grad(float{});
+  case DType::float16:
+    return with_grad(half{});
+  case DType::bfloat16:
+    return with_grad(bfloat16{});
+  default:
+    fail(ErrorKind::invalid_argument,
+         std::string("cuda fused_step: gradients must be float, half or bfloat16, not ") +
+             to_string(types.grad));
+  }
+}
+
+} // namespace
+
+void fused_step(const AdamUpdate& update, std::span<const StepTensor> tensors, StepTypes types,
+                float grad_multiplier, cudaStream_t stream) {
+  dispatch(update, tensors, types, grad_multiplier, stream);
+}
+void fused_step(const SgdUpdate<1>& update, std::span<const StepTensor> tensors, StepTypes types,
+                float grad_multiplier, cudaStream_t stream) {
+  dispatch(update, tensors, types, grad_multiplier, stream);
+}
+void fused_step(const SgdUpdate<0>& update, std::span<const StepTensor> tensors, StepTypes types,
+                float grad_multiplier, cudaStream_t stream) {
+  dispatch(update, tensors, types, grad_multiplier, stream);
+}
+
+} // namespace zero::cuda_kernels

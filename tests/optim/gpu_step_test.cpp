@@ -1,0 +1,211 @@
+// The CUDA units against the host: the multi-tensor fused step (every optimizer, gradient and
+// copy type; tensors larger than a chunk, misaligned, empty, and more tensors and chunks than
+// one launch carries) must give the host's bits, and so must the overflow flags, the in-place
+// unscale and (to fp64 rounding) the sum of squares. Label `gpu`: skipped without a device.
+
+#include "step_reference.hpp"
+
+#include <zero/core/buffer.hpp>
+#include <zero/core/cuda_check.hpp>
+#include <zero/optim/adam.hpp>
+#include <zero/optim/cuda_step.hpp>
+#include <zero/optim/sgd.hpp>
+#include <zero/precision/cuda_checks.hpp>
+#include <zero/precision/grad_norm.hpp>
+#include <zero/precision/overflow.hpp>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using zero::bfloat16;
+using zero::half;
+using zero::testing::Problem;
+
+template <class T>
+zero::Buffer<T, zero::cuda> to_device(const std::vector<T>& host) {
+  zero::Buffer<T, zero::cuda> device(host.size(), zero::uninitialized);
+  if (!host.empty())
+    ZERO_CHECK_CUDA(
+        cudaMemcpy(device.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return device;
+}
+
+template <class T>
+void to_host(const T* device, std::vector<T>& host) {
+  if (!host.empty())
+    ZERO_CHECK_CUDA(
+        cudaMemcpy(host.data(), device, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+}
+
+// A Problem's buffers on the device; the views start `offset` elements in, to misalign them.
+template <class Grad, class Copy>
+struct DeviceProblem {
+  zero::Buffer<float, zero::cuda> master;
+  std::vector<zero::Buffer<float, zero::cuda>> state;
+  zero::Buffer<Grad, zero::cuda> grad;
+  zero::Buffer<Copy, zero::cuda> copy;
+  std::size_t offset;
+
+  DeviceProblem(const Problem<Grad, Copy>& p, std::size_t offset_)
+      : master(to_device(p.master)), grad(to_device(p.grad)), copy(to_device(p.copy)),
+        offset(offset_) {
+    for (const auto& s : p.state)
+      state.push_back(to_device(s));
+  }
+
+  zero::cuda_kernels::StepTensor tensor() {
+    zero::cuda_kernels::StepTensor t;
+    t.master = master.data() + offset;
+    for (std::size_t k = 0; k < state.size(); ++k)
+      t.state[k] = state[k].data() + offset;
+    t.grad = grad.data() + offset;
+    t.low_precision = Problem<Grad, Copy>::has_copy ? copy.data() + offset : nullptr;
+    t.size = master.size() - offset;
+    return t;
+  }
+
+  void read_back(Problem<Grad, Copy>& p) {
+    to_host(master.data(), p.master);
+    for (std::size_t k = 0; k < state.size(); ++k)
+      to_host(state[k].data(), p.state[k]);
+    to_host(copy.data(), p.copy);
+  }
+};
+
+template <class Optimizer, class Grad, class Copy>
+void expect_device_equals_host(Optimizer optimizer, const std::vector<std::size_t>& sizes,
+                               float multiplier) {
+  std::vector<Problem<Grad, Copy>> host;
+  std::vector<DeviceProblem<Grad, Copy>> device;
+  std::vector<zero::cuda_kernels::StepTensor> tensors;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const std::size_t offset = t % 3; // every third tensor aligned, the others misaligned
+    host.emplace_back(sizes[t] + offset, Optimizer::state_tensors, 100 + t);
+    device.emplace_back(host.back(), offset);
+  }
+  for (auto& d : device)
+    tensors.push_back(d.tensor());
+  const zero::cuda_kernels::StepTypes types{zero::dtype_of<Grad>, Problem<Grad, Copy>::has_copy
+                                                                      ? zero::dtype_of<Copy>
+                                                                      : zero::DType::float16};
+  for (int step = 0; step < 2; ++step) {
+    const auto update = optimizer.begin_step();
+    for (std::size_t t = 0; t < host.size(); ++t)
+      zero::testing::fused_step_on(host[t], update, device[t].offset, multiplier);
+    zero::cuda_kernels::fused_step(update, tensors, types, multiplier, nullptr);
+  }
+  ZERO_CHECK_CUDA(cudaDeviceSynchronize());
+  for (std::size_t t = 0; t < host.size(); ++t) {
+    Problem<Grad, Copy> got = host[t];
+    device[t].read_back(got);
+    // The elements before the offset were never touched on either side.
+    zero::testing::expect_same_bits(got, host[t], "tensor " + std::to_string(t));
+  }
+}
+
+template <class Grad, class Copy>
+void every_optimizer(const std::vector<std::size_t>& sizes, float multiplier) {
+  expect_device_equals_host<zero::Adam, Grad, Copy>(zero::Adam({.weight_decay = 0.01}), sizes,
+                                                    multiplier);
+  expect_device_equals_host<zero::AdamW, Grad, Copy>(zero::AdamW({.lr = 0.01, .maximize = true}),
+                                                     sizes, multiplier);
+  expect_device_equals_host<zero::SGD, Grad, Copy>(
+      zero::SGD({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}), sizes,
+      multiplier);
+  expect_device_equals_host<zero::StatelessSGD, Grad, Copy>(zero::StatelessSGD({.lr = 0.1}), sizes,
+                                                            multiplier);
+}
+
+const std::vector<std::size_t> mixed_sizes = {0, 1, 3, 4, 5, 17, 1000, 65536, 65537, 200003};
+
+TEST(CudaFusedStep, MatchesTheHostForEveryType) {
+  every_optimizer<float, float>(mixed_sizes, 0.5f);
+  every_optimizer<float, half>(mixed_sizes, 1.0f);
+  every_optimizer<half, half>(mixed_sizes, 1.0f / 1024);
+  every_optimizer<half, bfloat16>(mixed_sizes, 0.37f / 4096);
+  every_optimizer<bfloat16, bfloat16>(mixed_sizes, 1.0f);
+}
+
+TEST(CudaFusedStep, MoreTensorsAndChunksThanOneLaunch) {
+  std::vector<std::size_t> many(330, 7);       // past 24 tensors and 320 blocks per launch
+  many.push_back(25 * (std::size_t{1} << 16)); // a tensor split across launches
+  many.push_back(9);
+  expect_device_equals_host<zero::Adam, half, half>(zero::Adam(), many, 1.0f / 256);
+}
+
+TEST(CudaFusedStep, SingleViewOverload) {
+  Problem<half, half> host(100003, 2, 5);
+  DeviceProblem<half, half> device(host, 0);
+  zero::Adam adam;
+  const auto update = adam.begin_step();
+  zero::testing::fused_step_on(host, update, 0, 1.0f / 64);
+  zero::fused_step(update, device.master.view(), {device.state[0].view(), device.state[1].view()},
+                   zero::View<const half, zero::cuda>(device.grad.data(), device.grad.size()),
+                   1.0f / 64, device.copy.view(), nullptr);
+  ZERO_CHECK_CUDA(cudaDeviceSynchronize());
+  Problem<half, half> got = host;
+  device.read_back(got);
+  zero::testing::expect_same_bits(got, host, "single view");
+}
+
+template <class G>
+void expect_checks_match(std::vector<G> values) {
+  auto device = to_device(values);
+  zero::Buffer<int, zero::cuda> flag(1);
+  zero::Buffer<double, zero::cuda> sum(1);
+  zero::cuda_kernels::flag_nonfinite(device.data(), zero::dtype_of<G>, values.size(), flag.data(),
+                                     nullptr);
+  zero::cuda_kernels::accumulate_sum_of_squares(device.data(), zero::dtype_of<G>, values.size(),
+                                                sum.data(), nullptr);
+  std::vector<int> host_flag(1);
+  std::vector<double> host_sum(1);
+  to_host(flag.data(), host_flag);
+  to_host(sum.data(), host_sum);
+  EXPECT_EQ(host_flag[0] != 0, zero::has_overflow(zero::view(values)));
+  const double expected = zero::sum_of_squares(zero::view(values));
+  if (std::isfinite(expected))
+    EXPECT_NEAR(host_sum[0], expected, 1e-12 * expected);
+  else
+    EXPECT_FALSE(std::isfinite(host_sum[0]));
+
+  zero::Buffer<int, zero::cuda> unscale_flag(1);
+  zero::cuda_kernels::unscale_and_flag_nonfinite(device.data(), zero::dtype_of<G>, values.size(),
+                                                 0.125f, unscale_flag.data(), nullptr);
+  const bool host_overflow = zero::unscale_and_check(zero::view(values), 0.125f);
+  auto unscaled = values;
+  to_host(device.data(), unscaled);
+  to_host(unscale_flag.data(), host_flag);
+  EXPECT_EQ(host_flag[0] != 0, host_overflow);
+  zero::testing::expect_same_bits(unscaled, values, "unscaled");
+}
+
+TEST(CudaGradChecks, MatchTheHost) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{3000017}}) {
+    std::vector<float> f(n);
+    std::vector<half> h(n);
+    std::vector<bfloat16> b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float x = std::sin(0.01f * static_cast<float>(i)) * 1000.0f;
+      f[i] = x;
+      h[i] = half(x);
+      b[i] = bfloat16(x);
+    }
+    expect_checks_match(f);
+    expect_checks_match(h);
+    expect_checks_match(b);
+    f[n / 2] = std::numeric_limits<float>::infinity();
+    h[n - 1] = half::from_bits(0x7e00);
+    b[0] = bfloat16::from_bits(0xff80);
+    expect_checks_match(f);
+    expect_checks_match(h);
+    expect_checks_match(b);
+  }
+}
+
+} // namespace

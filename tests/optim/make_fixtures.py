@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Writes tests/optim/fixtures/torch_reference.txt: trajectories of torch.optim.Adam, AdamW and
+SGD that zero's optimizers must reproduce (tests/optim/torch_conformance_test.cpp).
+
+Needs PyTorch (Debian's python3-torch 1.13: run it as /usr/bin/python3 tests/optim/make_fixtures.py).
+The tests themselves only read the committed file.
+
+Every case starts from the same kind of data: fp32 parameters, and per step a gradient given in
+the case's gradient type (float, half or bfloat16, possibly multiplied by a loss scale). PyTorch
+sees that gradient converted to fp32 and multiplied by `grad_multiplier` (as zero's fused step
+does on the fly), then runs one optimizer step. The file records, per step, the parameters and
+the low-precision copy of the parameters, and the optimizer state after the last step.
+
+Format: one item per line, `key value...`; floats are IEEE-754 binary32 bit patterns in hex
+(exact), half and bfloat16 values binary16 bit patterns.
+"""
+
+import os
+import struct
+import sys
+
+import torch
+
+STEPS = 8
+SIZE = 37  # two 16-lane vectors and a partial one, four 8-lane vectors and a remainder
+
+CASES = [
+    # name, optimizer, options, grad type, loss scale, extra gradient multiplier (clipping)
+    ("adam_default", "adam", {}, "float", 1.0, 1.0),
+    ("adam_l2_custom", "adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1), "float", 1.0, 1.0),
+    ("adam_maximize", "adam", dict(lr=1e-3, weight_decay=0.05, maximize=True), "float", 1.0, 1.0),
+    ("adam_lr0", "adam", dict(lr=0.0), "float", 1.0, 1.0),
+    ("adamw_default", "adamw", {}, "float", 1.0, 1.0),
+    ("adamw_custom", "adamw", dict(lr=3e-3, betas=(0.85, 0.995), eps=1e-7, weight_decay=0.2), "float", 1.0, 1.0),
+    ("adam_fp16_scaled", "adam", {}, "half", 1024.0, 1.0),
+    ("adam_fp16_scaled_clipped", "adam", dict(weight_decay=0.01), "half", 4096.0, 0.37),
+    ("adamw_bf16", "adamw", dict(lr=2e-3), "bfloat16", 1.0, 1.0),
+    ("sgd_plain", "sgd", dict(lr=0.1), "float", 1.0, 1.0),
+    ("sgd_weight_decay", "sgd", dict(lr=0.1, weight_decay=0.01), "float", 1.0, 1.0),
+    ("sgd_momentum", "sgd", dict(lr=0.05, momentum=0.9), "float", 1.0, 1.0),
+    ("sgd_dampening_wd", "sgd", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-2), "float", 1.0, 1.0),
+    ("sgd_nesterov", "sgd", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-2), "float", 1.0, 1.0),
+    ("sgd_momentum_fp16_scaled", "sgd", dict(lr=0.05, momentum=0.9, maximize=True), "half", 512.0, 1.0),
+]
+
+TORCH_TYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def f32_hex(t):
+    return " ".join("%08x" % struct.unpack("<I", struct.pack("<f", float(x)))[0] for x in t.tolist())
+
+
+def u16_hex(t):
+    return " ".join("%04x" % (int(x) & 0xFFFF) for x in t.view(torch.int16).tolist())
+
+
+def option_line(name, optimizer, options):
+    defaults = {
+        "adam": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0),
+        "adamw": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2),
+        "sgd": dict(lr=None, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False),
+    }[optimizer]
+    merged = dict(defaults, maximize=False)
+    merged.update(options)
+    out = []
+    for key in sorted(merged):
+        value = merged[key]
+        if isinstance(value, tuple):
+            value = " ".join(repr(float(v)) for v in value)
+        elif isinstance(value, bool):
+            value = "1" if value else "0"
+        else:
+            value = repr(float(value))
+        out.append("%s %s" % (key, value))
+    return out
+
+
+def run_case(out, index, name, optimizer, options, grad_type, loss_scale, clip):
+    generator = torch.Generator().manual_seed(1000 + index)
+    param = torch.randn(SIZE, generator=generator, dtype=torch.float32)
+    param.requires_grad_(True)
+    constructor = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
+    opt = constructor([param], foreach=False, **options)
+    # The multiplier zero's fused step applies, rounded to float as it is there.
+    multiplier = float(torch.tensor(clip / loss_scale, dtype=torch.float32))
+
+    out.append("case %s" % name)
+    out.append("optimizer %s" % optimizer)
+    out.extend(option_line(name, optimizer, options))
+    out.append("grad_type %s" % grad_type)
+    out.append("grad_multiplier %08x" % struct.unpack("<I", struct.pack("<f", multiplier))[0])
+    out.append("size %d" % SIZE)
+    out.append("steps %d" % STEPS)
+    out.append("param0 %s" % f32_hex(param.detach()))
+    for step in range(1, STEPS + 1):
+        # Gradients of varied magnitude, with some exact zeros, stored in the gradient type.
+        magnitude = torch.pow(10.0, torch.randint(-4, 1, (SIZE,), generator=generator).float())
+        grad = torch.randn(SIZE, generator=generator) * magnitude * loss_scale
+        grad[torch.randint(0, SIZE, (3,), generator=generator)] = 0.0
+        stored = grad.to(TORCH_TYPES[grad_type])
+        if grad_type == "float":
+            out.append("grad %d %s" % (step, f32_hex(stored)))
+        else:
+            out.append("grad %d %s" % (step, u16_hex(stored)))
+        param.grad = stored.float().mul(multiplier) if multiplier != 1.0 else stored.float()
+        opt.step()
+        out.append("param %d %s" % (step, f32_hex(param.detach())))
+        if grad_type != "float":
+            out.append("copy %d %s" % (step, u16_hex(param.detach().to(TORCH_TYPES[grad_type]))))
+    state = opt.state[param]
+    for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+        if key in state and state[key] is not None:
+            out.append("state %s %s" % (key, f32_hex(state[key])))
+    out.append("end")
+
+
+def main():
+    torch.set_num_threads(1)
+    out = [
+        "# torch.optim reference trajectories for zero's optimizers.",
+        "# Generated by tests/optim/make_fixtures.py with torch %s; do not edit." % torch.__version__,
+    ]
+    for index, case in enumerate(CASES):
+        run_case(out, index, *case)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "torch_reference.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    print("wrote %d cases to %s" % (len(CASES), path), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
