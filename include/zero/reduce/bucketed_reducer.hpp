@@ -10,8 +10,11 @@
 // float (for gradient accumulation).
 //
 // Collectives are launched in the order buckets fill, which is the same on every rank as long as
-// every rank hands the layers over in the same order (backward does). Any order works; the reverse
-// of registration needs two bucket buffers, other orders may need more (they are allocated then).
+// every rank hands the layers over in the same order (backward does). A layer's gradient arrives
+// all at once, so the buffer pool holds the buckets of the largest layer plus one: a whole layer
+// goes out at once and reduces while the next layer's backward computes, and the memory depends on
+// the widest layer, never on the depth. Orders other than backward's may need more buffers
+// (they are allocated then).
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
@@ -65,6 +68,8 @@ public:
       : comm_(comm), layout_(layout), options_(options),
         plan_(layout, std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
         state_(plan_.size()), arrived_(layout.group_count(), false) {
+    for (std::size_t g = 0; g < layout.group_count(); ++g)
+      buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(g).size() + 1);
     require(layout.world_size() == comm.size(),
             "BucketedReducer: the layout is for " + std::to_string(layout.world_size()) +
                 " ranks but the communicator has " + std::to_string(comm.size()));
@@ -160,7 +165,8 @@ private:
   }
 
   std::size_t acquire_buffer() {
-    if (free_.empty() && !in_flight_.empty()) complete_oldest(); // wait for a bucket to come back
+    if (free_.empty() && pool_.size() >= buffer_limit_ && !in_flight_.empty())
+      complete_oldest(); // wait for a bucket to come back
     if (free_.empty()) {
       pool_.emplace_back(plan_.largest_bucket_elements() * size_of(options_.bucket_dtype), uninitialized);
       free_.push_back(pool_.size() - 1);
@@ -305,6 +311,7 @@ private:
   std::vector<BucketState> state_;
   std::vector<bool> arrived_;
   std::vector<Buffer<std::byte>> pool_;
+  std::size_t buffer_limit_ = 2; // buffers before waiting for one to come back
   std::vector<std::size_t> free_;
   std::deque<std::size_t> in_flight_;
   ReduceTarget target_;
