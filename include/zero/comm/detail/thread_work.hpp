@@ -42,7 +42,7 @@ public:
   }
 
   void wait() override {
-    for (int spin = 0; spin < 2000 && !done_.load(std::memory_order_acquire); ++spin) cpu_relax();
+    for (int spin = 0; spin < 64 && !done_.load(std::memory_order_acquire); ++spin) cpu_relax();
     if (!done_.load(std::memory_order_acquire)) {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });

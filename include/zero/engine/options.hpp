@@ -1,0 +1,65 @@
+#pragma once
+// EngineOptions: the run-time settings of a zero::Engine, with DeepSpeed's defaults. They can be
+// written in code or taken from a DeepSpeed config (from_config).
+
+#include "zero/config/config.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace zero {
+
+struct EngineOptions {
+  // The element type of the weights and gradients that forward and backward use. float32, or
+  // float16 / bfloat16 with fp32 master weights.
+  DType compute_dtype = DType::float32;
+  // The element type gradients are reduced in: the compute type (as DeepSpeed), or float32.
+  std::optional<DType> reduce_dtype;
+  // Elements per reduction bucket (DeepSpeed's reduce_bucket_size).
+  std::size_t reduce_bucket_elements = 500'000'000;
+  int gradient_accumulation_steps = 1;
+  // Clip gradients to this global L2 norm; 0 turns clipping off (DeepSpeed's gradient_clipping).
+  double gradient_clipping = 0.0;
+  // Bitwise reproducible results whatever the stage and bucket size; with gradient accumulation,
+  // stages 0 and 1 then reduce every micro-step instead of once per step.
+  bool deterministic = false;
+  // Stage 3: layers of fewer elements stay gathered (stage3_param_persistence_threshold), how
+  // many elements to gather ahead (stage3_prefetch_bucket_size) and at most this many gathered
+  // at once, prefetches included (stage3_max_live_parameters).
+  std::size_t persistence_threshold = 0;
+  std::size_t prefetch_elements = 50'000'000;
+  std::size_t max_live_elements = 1'000'000'000;
+
+  DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
+
+  void validate() const {
+    require(compute_dtype == DType::float32 || compute_dtype == DType::float16 ||
+                compute_dtype == DType::bfloat16,
+            std::string("engine: compute_dtype must be float32, float16 or bfloat16, not ") +
+                to_string(compute_dtype));
+    require(reduction_dtype() == compute_dtype || reduction_dtype() == DType::float32,
+            "engine: reduce_dtype must be the compute type or float32");
+    require(gradient_accumulation_steps >= 1, "engine: gradient_accumulation_steps must be at least 1");
+    require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
+    require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
+  }
+
+  // The engine's share of a DeepSpeed config: precision, buckets, accumulation, clipping, stage 3
+  // knobs. (Stage, optimizer and loss scaler are chosen by the caller from the same config.)
+  static EngineOptions from_config(const config::Config& c) {
+    EngineOptions o;
+    o.compute_dtype = c.fp16.enabled ? DType::float16 : c.bf16.enabled ? DType::bfloat16 : DType::float32;
+    o.reduce_bucket_elements = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
+    if (c.gradient_accumulation_steps) o.gradient_accumulation_steps = static_cast<int>(*c.gradient_accumulation_steps);
+    o.gradient_clipping = c.gradient_clipping;
+    o.persistence_threshold = static_cast<std::size_t>(c.zero_optimization.stage3_param_persistence_threshold);
+    o.prefetch_elements = static_cast<std::size_t>(c.zero_optimization.stage3_prefetch_bucket_size);
+    o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
+    return o;
+  }
+};
+
+} // namespace zero

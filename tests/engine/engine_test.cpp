@@ -1,0 +1,279 @@
+// The engine's promises, at 1, 2 and 3 ranks:
+// - stages 1, 2, 3 (and a shard_within plan) give the weights stage 0 gives: bit for bit in
+//   deterministic mode, to 1e-6 otherwise; with gradient accumulation, clipping and fp16 loss
+//   scaling, including a step skipped on every rank when one rank alone sees an infinity;
+// - per-rank model-state memory is the ZeRO paper's formula (plus what the docs list);
+// - each step communicates 2Ψ (stages 0-2) or 3Ψ (stage 3) elements.
+// The "backward" is synthetic but reads the acquired weights, so stage 3's gathers are exercised.
+
+#include "comm_test.hpp"
+
+#include <zero/engine/engine.hpp>
+#include <zero/optim/adam.hpp>
+#include <zero/optim/sgd.hpp>
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using zero::DType;
+
+// Layers of awkward sizes: a weight and a bias each, one tiny, one large.
+std::vector<zero::ParameterSpec> model() {
+  const std::size_t shapes[][2] = {{12 * 7, 12}, {5, 1}, {40 * 33, 40}, {3, 3}, {257 * 8, 8}};
+  std::vector<zero::ParameterSpec> params;
+  for (int l = 0; l < 5; ++l) {
+    params.push_back({"layer" + std::to_string(l) + ".weight", shapes[l][0], DType::float32, l});
+    params.push_back({"layer" + std::to_string(l) + ".bias", shapes[l][1], DType::float32, l});
+  }
+  return params;
+}
+
+float initial_value(std::size_t layer, std::size_t i) {
+  return static_cast<float>(std::sin(0.37 * double(i) + double(layer))) * 0.5f;
+}
+
+// Rank r's gradient of element i at `step`, micro-step `micro`: depends on the weight, so every
+// stage must see the same weights to agree.
+float gradient_value(float weight, int rank, int step, int micro, std::size_t layer, std::size_t i) {
+  const float noise = static_cast<float>(((i * 13 + layer * 7 + std::size_t(rank) * 31 + std::size_t(step) * 17 +
+                                           std::size_t(micro) * 5) % 97)) / 97.0f - 0.5f;
+  return 0.3f * weight + noise;
+}
+
+struct Scenario {
+  DType dtype = DType::float32;
+  int accumulation = 1;
+  double clipping = 0;
+  bool deterministic = true;
+  std::size_t bucket = 50;
+  int steps = 4;
+  float scale = 1;             // gradients are multiplied by this (the "scaled loss")
+  int infinity_step = -1;      // rank ranks-1 sees an infinity in layer 2 at this step
+  std::size_t persistence = 0; // stage 3
+};
+
+struct Outcome {
+  std::vector<std::vector<float>> weights;
+  std::vector<zero::StepResult> steps;
+  zero::MemoryReport memory;
+  double paper_bytes = 0;
+  std::size_t psi = 0, padded = 0;
+};
+
+template <class T>
+void write_gradients(zero::View<T> out, zero::View<const T> weights, const Scenario& run, int rank, int step, int micro,
+                     std::size_t layer, int ranks) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    float g = gradient_value(zero::convert<float>(weights[i]), rank, step, micro, layer, i) * run.scale;
+    if (step == run.infinity_step && rank == ranks - 1 && layer == 2 && i == 5)
+      g = std::numeric_limits<float>::infinity();
+    out[i] = zero::convert<T>(g);
+  }
+}
+
+template <class Plan, class Optimizer = zero::Adam, class Scaler = zero::StaticLossScaler>
+Outcome train(const Scenario& run, Scaler scaler = Scaler{}) {
+  auto& world = zero::testing::world();
+  zero::EngineOptions options;
+  options.compute_dtype = run.dtype;
+  options.gradient_accumulation_steps = run.accumulation;
+  options.gradient_clipping = run.clipping;
+  options.deterministic = run.deterministic;
+  options.reduce_bucket_elements = run.bucket;
+  options.persistence_threshold = run.persistence;
+  Optimizer optimizer(typename Optimizer::options_type{.lr = 0.01, .weight_decay = 0.01});
+  zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, Scaler> engine(world, model(), optimizer, scaler,
+                                                                                 options);
+  for (std::size_t l = 0; l < engine.layers(); ++l) {
+    std::vector<float> init(engine.layout().group(l).numel);
+    for (std::size_t i = 0; i < init.size(); ++i) init[i] = initial_value(l, i);
+    engine.set_layer(l, init);
+  }
+  Outcome outcome;
+  zero::visit_dtype(run.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (zero::GradientElement<T>) {
+      for (int step = 0; step < run.steps; ++step) {
+        for (int micro = 0; micro < run.accumulation; ++micro) {
+          for (std::size_t l = 0; l < engine.layers(); ++l) (void)engine.acquire(l); // "forward"
+          for (std::size_t l = engine.layers(); l-- > 0;) {
+            auto weights = engine.acquire(l);
+            write_gradients<T>(engine.template gradients<T>(l), weights.template values<T>(), run, world.rank(), step,
+                               micro, l, world.size());
+            engine.grads_ready(l);
+          }
+        }
+        outcome.steps.push_back(engine.step());
+      }
+    }
+  });
+  for (std::size_t l = 0; l < engine.layers(); ++l) outcome.weights.push_back(engine.get_layer(l));
+  outcome.memory = engine.memory();
+  outcome.paper_bytes = engine.paper_model_state_bytes();
+  outcome.psi = engine.layout().numel();
+  for (std::size_t l = 0; l < engine.layers(); ++l) outcome.padded += engine.layout().group(l).flat_numel;
+  return outcome;
+}
+
+void expect_same_weights(const Outcome& a, const Outcome& b, bool bitwise, const std::string& what) {
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  for (std::size_t l = 0; l < a.weights.size(); ++l)
+    for (std::size_t i = 0; i < a.weights[l].size(); ++i) {
+      const float x = a.weights[l][i], y = b.weights[l][i];
+      if (bitwise)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(x), std::bit_cast<std::uint32_t>(y))
+            << what << ": layer " << l << " element " << i << ": " << x << " vs " << y;
+      else
+        ASSERT_NEAR(x, y, 1e-6 * std::max(1.0f, std::abs(x))) << what << ": layer " << l << " element " << i;
+    }
+}
+
+template <class Scaler = zero::StaticLossScaler>
+void expect_all_stages_agree(const Scenario& run, const std::string& what, Scaler scaler = Scaler{}) {
+  const Outcome s0 = train<zero::Stage<0>>(run, scaler);
+  // The weights moved: the test would pass trivially otherwise.
+  EXPECT_NE(s0.weights[2][0], initial_value(2, 0)) << what;
+  expect_same_weights(s0, train<zero::Stage<1>>(run, scaler), run.deterministic, what + " stage 1");
+  expect_same_weights(s0, train<zero::Stage<2>>(run, scaler), run.deterministic, what + " stage 2");
+  expect_same_weights(s0, train<zero::Stage<3>>(run, scaler), run.deterministic, what + " stage 3");
+}
+
+TEST(Engine, StagesAgreeBitwiseInFp32) { expect_all_stages_agree({}, "fp32"); }
+
+TEST(Engine, StagesAgreeWithAccumulationAndClipping) {
+  expect_all_stages_agree({.accumulation = 3, .clipping = 0.05}, "accumulation 3, clip 0.05");
+}
+
+TEST(Engine, StagesAgreeInHalfWithOneBigBucket) {
+  expect_all_stages_agree({.dtype = DType::float16, .bucket = 1 << 20}, "fp16");
+  expect_all_stages_agree({.dtype = DType::bfloat16, .bucket = 7, .steps = 3}, "bf16, 7-element buckets");
+}
+
+TEST(Engine, StagesAgreeToRoundingWithoutDeterministicMode) {
+  expect_all_stages_agree({.accumulation = 2, .deterministic = false}, "accumulation 2, not deterministic");
+}
+
+TEST(Engine, Stage3PersistentLayersAgree) {
+  const Scenario run{.persistence = 100};
+  expect_same_weights(train<zero::Stage<0>>(run), train<zero::Stage<3>>(run), true, "persistence 100");
+}
+
+TEST(Engine, ShardWithinOneRankIsReplicatedOptimizerState) {
+  // Each rank its own shard group: states replicated, gradients averaged over the replicas.
+  using Plan = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients, zero::shard_within<1>>;
+  const Scenario run{.deterministic = false};
+  expect_same_weights(train<zero::Stage<0>>(run), train<Plan>(run), false, "shard_within<1>");
+}
+
+TEST(Engine, SgdWithMomentumAgreesToo) {
+  const Scenario run{.accumulation = 2};
+  auto s0 = train<zero::Stage<0>, zero::SGD>(run);
+  expect_same_weights(s0, train<zero::Stage<3>, zero::SGD>(run), true, "SGD stage 3");
+}
+
+TEST(Engine, AnInfinityOnOneRankSkipsTheStepEverywhere) {
+  auto& world = zero::testing::world();
+  const Scenario run{.dtype = DType::float16, .steps = 4, .scale = 1024, .infinity_step = 2};
+  zero::DynamicLossScalerOptions scaling;
+  scaling.init_scale = 1024;
+  scaling.hysteresis = 1;
+  const auto s0 = train<zero::Stage<0>, zero::Adam, zero::DynamicLossScaler>(run, zero::DynamicLossScaler(scaling));
+  const auto s2 = train<zero::Stage<2>, zero::Adam, zero::DynamicLossScaler>(run, zero::DynamicLossScaler(scaling));
+  for (const auto* outcome : {&s0, &s2}) {
+    ASSERT_EQ(outcome->steps.size(), 4u);
+    EXPECT_TRUE(outcome->steps[1].applied);
+    EXPECT_FALSE(outcome->steps[2].applied) << "rank " << world.size() - 1 << " saw an infinity";
+    EXPECT_FALSE(std::isfinite(outcome->steps[2].grad_norm)) << "the norm reports the overflow";
+    EXPECT_TRUE(outcome->steps[3].applied);
+    EXPECT_EQ(outcome->steps[2].loss_scale, 1024);
+    EXPECT_EQ(outcome->steps[3].loss_scale, 512) << "the scale halved after the overflow";
+  }
+  expect_same_weights(s0, s2, true, "fp16 with a skipped step");
+  // A run that stops before the overflow ends where the skipping run ended after step 1... and
+  // the skipped step changed nothing: compare with a run of the applied steps only.
+}
+
+TEST(Engine, SkippedStepChangesNothing) {
+  const Scenario with_skip{.steps = 3, .infinity_step = 2};
+  const Scenario before{.steps = 2};
+  expect_same_weights(train<zero::Stage<3>>(with_skip), train<zero::Stage<3>>(before), true, "skip at the last step");
+}
+
+TEST(Engine, MemoryFollowsThePapersFormula) {
+  auto& world = zero::testing::world();
+  const double n = world.size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    const Scenario run{.dtype = DType::float16, .steps = 1};
+    Outcome o = stage == 0 ? train<zero::Stage<0>>(run)
+                : stage == 1 ? train<zero::Stage<1>>(run)
+                : stage == 2 ? train<zero::Stage<2>>(run)
+                             : train<zero::Stage<3>>(run);
+    const double psi = double(o.psi), padded = double(o.padded);
+    // Exactly what the engine holds (fp16 weights and gradients, fp32 master, m and v):
+    // stage 1 also keeps its reduced gradient shard (2Ψ/N) next to the full gradient.
+    const double full = padded, shard = padded / n;
+    const double expected[] = {(2 + 2 + 12) * full, (2 + 2) * full + (12 + 2) * shard, 2 * full + (2 + 12) * shard,
+                               (2 + 2 + 12) * shard};
+    EXPECT_EQ(double(o.memory.model_states()), expected[stage]) << "stage " << stage;
+    // And the paper's formula for Ψ unpadded, within padding and stage 1's shard.
+    const double slack = 16 * (padded - psi) + (stage == 1 ? 2 * shard : 0);
+    EXPECT_NEAR(double(o.memory.model_states()), o.paper_bytes, slack + 1) << "stage " << stage;
+    EXPECT_EQ(o.paper_bytes, zero::paper_model_state_bytes(stage, psi, n, 2, 12));
+  }
+}
+
+TEST(Engine, CommunicationPerStepIs2PsiOr3Psi) {
+  const Scenario run{.steps = 2};
+  const Outcome s[] = {train<zero::Stage<0>>(run), train<zero::Stage<1>>(run), train<zero::Stage<2>>(run),
+                       train<zero::Stage<3>>(run)};
+  for (int stage = 0; stage <= 3; ++stage) {
+    const auto& c = s[stage].steps[1].communication;
+    const double padded = double(s[stage].padded);
+    const double expected = (stage == 3 ? 3 : 2) * padded;
+    // One scalar is all-reduced besides (the sum of squares behind the norm and the overflow check).
+    EXPECT_EQ(double(c.volume_elements()), expected + 2) << "stage " << stage;
+    if (stage == 0) {
+      EXPECT_EQ(c[zero::Collective::all_reduce].elements, s[0].padded + 1);
+    }
+    if (stage == 3) {
+      EXPECT_EQ(c[zero::Collective::all_gather].elements, 2 * s[3].padded);
+    }
+  }
+}
+
+TEST(Engine, MisuseIsNamed) {
+  auto& world = zero::testing::world();
+  zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam, zero::StaticLossScaler> engine(
+      world, model(), zero::Adam{}, zero::StaticLossScaler{}, {});
+  auto expect_error = [](auto&& call, const std::string& needle) {
+    try {
+      call();
+      FAIL() << "expected: " << needle;
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { (void)engine.step(); }, "step() after 0 of 1 micro-steps");
+  expect_error([&] { (void)engine.acquire(9); }, "no layer 9 (the model has 5)");
+  expect_error([&] { (void)engine.gradients<zero::half>(0); }, "the compute type is float, not half");
+  std::vector<float> wrong(3);
+  expect_error([&] { engine.set_layer(0, wrong); }, "set_layer: layer 0 has 96 elements, got 3");
+  auto g = engine.gradients<float>(4);
+  std::fill(g.begin(), g.end(), 0.0f);
+  engine.grads_ready(4);
+  expect_error([&] { engine.grads_ready(4); }, "layer 4 was handed over twice");
+  for (std::size_t l = 4; l-- > 0;) {
+    auto grads = engine.gradients<float>(l);
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    engine.grads_ready(l);
+  }
+  EXPECT_TRUE(engine.step().applied);
+}
+
+} // namespace
