@@ -1,0 +1,177 @@
+#pragma once
+// train_mlp's command line. A DeepSpeed config (--config) sets defaults; flags given explicitly
+// win over it.
+
+#include "mlp.hpp"
+
+#include <zero/config/json.hpp>
+#include <zero/core/dtype.hpp>
+#include <zero/core/error.hpp>
+
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace train {
+
+inline const char* usage =
+    "usage: mpirun -np N train_mlp [options]\n"
+    "  --stage 0..3            ZeRO stage (default 3)\n"
+    "  --steps N               optimizer steps (default 200)\n"
+    "  --batch N               global batch: rows per step over all ranks and micro-steps (default 64)\n"
+    "  --layers 24,40,33,8     widths from input to output (default 32,512,512,512,8)\n"
+    "  --activation tanh|gelu  between layers (default tanh)\n"
+    "  --loss mse|ce           mean squared error or cross-entropy (default mse)\n"
+    "  --dtype fp32|fp16|bf16  compute type; fp16/bf16 keep fp32 master weights (default fp32)\n"
+    "  --grad-accum N          micro-steps per step (default 1)\n"
+    "  --clip X                clip gradients to global L2 norm X (default off)\n"
+    "  --deterministic         bitwise reproducible across stages and bucket sizes\n"
+    "  --optimizer adam|adamw|sgd, --lr X, --weight-decay X, --momentum X (sgd)\n"
+    "  --bucket N              reduction bucket, elements (default 65536; DeepSpeed's is 5e8)\n"
+    "  --config FILE           DeepSpeed ds_config.json (flags given explicitly win)\n"
+    "  --data-npy DIR          train on DIR/x.npy (rows x inputs) and DIR/y.npy (rows x outputs)\n"
+    "  --init-npy DIR          initial weights DIR/layer{i}.weight.npy, layer{i}.bias.npy\n"
+    "  --save-npy DIR          write the final weights the same way\n"
+    "  --json FILE             loss per step, memory by kind, communication, step times\n"
+    "  --seed N                synthetic data and initial weights (default 1)\n"
+    "  --print-every N         loss lines (default: about 10 per run)\n";
+
+struct Flags {
+  int stage = 3;
+  int steps = 200;
+  std::size_t batch = 64;
+  mlp::Shape shape{{32, 512, 512, 512, 8}};
+  zero::DType dtype = zero::DType::float32;
+  int grad_accum = 1;
+  double clip = 0;
+  bool deterministic = false;
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  double weight_decay = 0;
+  double momentum = 0.9;
+  // Small enough that a model this size fills several buckets, so reduction overlaps backward.
+  std::size_t bucket = 65536;
+  std::string config, data_npy, init_npy, save_npy, json;
+  unsigned seed = 1;
+  int print_every = 0;
+  std::optional<zero::config::Config> ds; // the parsed --config
+};
+
+inline std::vector<std::size_t> parse_widths(std::string_view text) {
+  std::vector<std::size_t> widths;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string part(text.substr(pos, comma - pos));
+    try {
+      std::size_t used = 0;
+      const long v = std::stol(part, &used);
+      if (used != part.size() || v <= 0) throw 0;
+      widths.push_back(static_cast<std::size_t>(v));
+    } catch (...) {
+      zero::fail(zero::ErrorKind::invalid_argument, "--layers: '" + part + "' is not a positive width");
+    }
+    pos = comma + 1;
+  }
+  zero::require(widths.size() >= 2, "--layers needs at least an input and an output width");
+  return widths;
+}
+
+inline Flags parse(int argc, char** argv) {
+  Flags f;
+  std::set<std::string> given;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      pairs.push_back({flag, ""});
+      continue;
+    }
+    if (flag == "--deterministic") {
+      pairs.push_back({flag, "1"});
+      continue;
+    }
+    zero::require(i + 1 < argc, flag + " needs a value (see --help)");
+    pairs.push_back({flag, argv[++i]});
+  }
+  // The config first, so that explicit flags override it.
+  for (const auto& [flag, value] : pairs)
+    if (flag == "--config") f.config = value;
+  if (!f.config.empty()) {
+    f.ds = zero::config::from_json_file(f.config);
+    const auto& c = *f.ds;
+    f.stage = c.zero_optimization.stage;
+    f.dtype = c.fp16.enabled ? zero::DType::float16 : c.bf16.enabled ? zero::DType::bfloat16 : zero::DType::float32;
+    f.clip = c.gradient_clipping;
+    f.bucket = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
+    if (c.train_batch_size) f.batch = static_cast<std::size_t>(*c.train_batch_size);
+    if (c.gradient_accumulation_steps) f.grad_accum = static_cast<int>(*c.gradient_accumulation_steps);
+    if (c.optimizer) {
+      const auto& o = *c.optimizer;
+      // DeepSpeed's "Adam" decouples weight decay (adam_w_mode) unless told not to.
+      f.optimizer = o.type == zero::config::OptimizerType::sgd ? "sgd" : o.decoupled_weight_decay() ? "adamw" : "adam";
+      f.lr = o.lr;
+      f.weight_decay = o.weight_decay;
+      f.momentum = o.momentum;
+    }
+  }
+  for (const auto& [flag, value] : pairs) {
+    auto number = [&] {
+      try {
+        std::size_t used = 0;
+        const double v = std::stod(value, &used);
+        if (used == value.size()) return v;
+      } catch (...) {
+      }
+      zero::fail(zero::ErrorKind::invalid_argument, flag + ": '" + value + "' is not a number");
+    };
+    auto whole = [&](double minimum) {
+      const double v = number();
+      zero::require(v >= minimum && v == std::floor(v),
+                    flag + ": expected a whole number >= " + std::to_string(int(minimum)) + ", got " + value);
+      return v;
+    };
+    if (flag == "--help" || flag == "-h") {
+      f.steps = -1;
+    } else if (flag == "--config") {
+    } else if (flag == "--stage") {
+      f.stage = int(whole(0));
+      zero::require(f.stage <= 3, "--stage: expected 0..3, got " + value);
+    } else if (flag == "--steps") f.steps = int(whole(0));
+    else if (flag == "--batch") f.batch = std::size_t(whole(1));
+    else if (flag == "--layers") f.shape.widths = parse_widths(value);
+    else if (flag == "--activation") {
+      zero::require(value == "tanh" || value == "gelu", "--activation: expected tanh or gelu, got " + value);
+      f.shape.activation = value == "tanh" ? mlp::Activation::tanh : mlp::Activation::gelu;
+    } else if (flag == "--loss") {
+      zero::require(value == "mse" || value == "ce", "--loss: expected mse or ce, got " + value);
+      f.shape.loss = value == "mse" ? mlp::Loss::mse : mlp::Loss::cross_entropy;
+    } else if (flag == "--dtype") {
+      zero::require(value == "fp32" || value == "fp16" || value == "bf16", "--dtype: expected fp32, fp16 or bf16, got " + value);
+      f.dtype = zero::parse_dtype(value);
+    } else if (flag == "--grad-accum") f.grad_accum = int(whole(1));
+    else if (flag == "--clip") f.clip = number();
+    else if (flag == "--deterministic") f.deterministic = true;
+    else if (flag == "--optimizer") {
+      zero::require(value == "adam" || value == "adamw" || value == "sgd", "--optimizer: expected adam, adamw or sgd, got " + value);
+      f.optimizer = value;
+    } else if (flag == "--lr") f.lr = number();
+    else if (flag == "--weight-decay") f.weight_decay = number();
+    else if (flag == "--momentum") f.momentum = number();
+    else if (flag == "--bucket") f.bucket = std::size_t(whole(1));
+    else if (flag == "--data-npy") f.data_npy = value;
+    else if (flag == "--init-npy") f.init_npy = value;
+    else if (flag == "--save-npy") f.save_npy = value;
+    else if (flag == "--json") f.json = value;
+    else if (flag == "--seed") f.seed = unsigned(whole(0));
+    else if (flag == "--print-every") f.print_every = int(whole(1));
+    else zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
+  }
+  zero::require(f.clip >= 0, "--clip must be non-negative");
+  zero::require(f.lr >= 0, "--lr must be non-negative");
+  return f;
+}
+
+} // namespace train

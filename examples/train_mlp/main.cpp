@@ -1,0 +1,100 @@
+// train_mlp: trains an MLP with zero's engine on N MPI ranks and shows ZeRO at work: the loss
+// curve, each rank's model-state memory next to the paper's formula, and the communication of a
+// step next to 2Ψ (stages 0-2) or 3Ψ (stage 3).
+//
+//   mpirun -np 4 train_mlp --stage 3 --layers 32,256,256,8 --steps 200
+//
+// N ranks compute what one process computes on the global batch: each step takes the next
+// --batch rows, rank r uses the r-th contiguous share, and gradients are averaged over ranks.
+
+#include "report.hpp"
+#include "run.hpp"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+// Ranks sharing a node share its cores: each rank's BLAS and OpenMP get cores / local ranks
+// threads (at least one), unless OMP_NUM_THREADS says otherwise. Oversubscribed thread pools spin
+// against each other and make every step many times slower.
+int share_cores(zero::MpiCommunicator& world) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
+  int local_ranks = 1;
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  int threads = std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) threads = std::max(1, std::atoi(env));
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return threads;
+}
+
+int run(int argc, char** argv) {
+  zero::MpiCommunicator world(argc, argv);
+  const int rank = world.rank(), ranks = world.size();
+  const train::Flags f = train::parse(argc, argv);
+  if (f.steps < 0) {
+    if (rank == 0) std::printf("%s", train::usage);
+    return 0;
+  }
+  const int threads = share_cores(world);
+  const std::size_t share = std::size_t(f.grad_accum) * std::size_t(ranks);
+  zero::require(f.batch % share == 0, "--batch " + std::to_string(f.batch) + " does not split into " +
+                                          std::to_string(f.grad_accum) + " micro-steps x " + std::to_string(ranks) +
+                                          " ranks (" + std::to_string(share) + " equal parts)");
+  const train::Dataset data = f.data_npy.empty() ? train::teacher_task(f.shape, std::max<std::size_t>(4096, 4 * f.batch), f.seed)
+                                                 : train::load_dataset(f.data_npy, f.shape);
+  const train::Weights init =
+      f.init_npy.empty() ? train::torch_like_init(f.shape, f.seed) : train::load_weights(f.init_npy, f.shape);
+  if (rank == 0)
+    std::printf("train_mlp: ZeRO stage %d, %d ranks x %d thread%s, layers %s, %s, %s, batch %zu (%d micro-step%s), "
+                "%zu data rows\n\n",
+                f.stage, ranks, threads, threads > 1 ? "s" : "", [&] {
+                  std::string s;
+                  for (auto w : f.shape.widths) s += (s.empty() ? "" : ",") + std::to_string(w);
+                  return s;
+                }().c_str(),
+                zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum, f.grad_accum > 1 ? "s" : "",
+                data.rows);
+
+  train::History h;
+  switch (f.stage) {
+  case 0: h = train::run_stage0(world, f, data, init); break;
+  case 1: h = train::run_stage1(world, f, data, init); break;
+  case 2: h = train::run_stage2(world, f, data, init); break;
+  default: h = train::run_stage3(world, f, data, init); break;
+  }
+  const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
+  if (rank == 0)
+    for (int s = 0; s < f.steps; ++s)
+      if (s % every == 0 || s + 1 == f.steps || !h.applied[std::size_t(s)]) train::print_step(s, h);
+  const auto memory = train::gather_memory(world, h);
+  if (rank == 0) {
+    train::print_summary(f, h, memory, ranks);
+    if (!f.json.empty()) train::write_json(f.json, f, h, memory, ranks);
+    if (!f.save_npy.empty()) {
+      std::filesystem::create_directories(f.save_npy);
+      train::save_weights(f.save_npy, f.shape, h.final_weights);
+    }
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zero::Error& e) {
+    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    return 2;
+  }
+}

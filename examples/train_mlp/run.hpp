@@ -1,0 +1,54 @@
+#pragma once
+// Builds the engine for a plan and the chosen optimizer, loads the initial weights and trains.
+// Instantiated once per stage (stage0.cpp ... stage3.cpp), so the four compile in parallel.
+
+#include "training.hpp"
+
+#include <zero/optim/adam.hpp>
+#include <zero/optim/sgd.hpp>
+
+namespace train {
+
+template <class Plan, class Optimizer>
+History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& data, const Weights& init,
+                 Optimizer optimizer) {
+  using Engine = zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, AnyLossScaler>;
+  Engine engine = make_engine<Engine>(world, f, std::move(optimizer));
+  for (std::size_t l = 0; l < engine.layers(); ++l) engine.set_layer(l, init[l]);
+  return train(world, f, engine, data);
+}
+
+template <class Plan>
+History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data, const Weights& init) {
+  const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
+  if (f.optimizer == "sgd") {
+    zero::SGDOptions s;
+    s.lr = f.lr;
+    s.momentum = f.momentum;
+    s.weight_decay = f.weight_decay;
+    s.dampening = o.dampening;
+    s.nesterov = o.nesterov;
+    return run_with<Plan>(world, f, data, init, zero::SGD(s));
+  }
+  if (f.optimizer == "adamw") {
+    zero::AdamWOptions a;
+    a.lr = f.lr;
+    a.betas = o.betas;
+    a.eps = o.eps;
+    a.weight_decay = f.weight_decay;
+    return run_with<Plan>(world, f, data, init, zero::AdamW(a));
+  }
+  zero::AdamOptions a;
+  a.lr = f.lr;
+  a.betas = o.betas;
+  a.eps = o.eps;
+  a.weight_decay = f.weight_decay;
+  return run_with<Plan>(world, f, data, init, zero::Adam(a));
+}
+
+History run_stage0(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage1(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage2(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage3(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+
+} // namespace train

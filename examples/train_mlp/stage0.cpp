@@ -1,0 +1,8 @@
+// train_mlp's engine for ZeRO stage 0 (one file per stage, so they compile in parallel).
+#include "run.hpp"
+
+namespace train {
+History run_stage0(zero::MpiCommunicator& world, const Flags& f, const Dataset& data, const Weights& init) {
+  return run<zero::Stage<0>>(world, f, data, init);
+}
+} // namespace train

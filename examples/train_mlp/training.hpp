@@ -1,0 +1,166 @@
+#pragma once
+// The training loop of train_mlp, written the way a user of zero writes one: register the layers,
+// then per step acquire each layer for forward, acquire it again for backward, hand its gradient
+// over, and step. It works unchanged for every stage; only the plan type differs.
+
+#include "data.hpp"
+#include "flags.hpp"
+#include "mlp.hpp"
+#include "scaler.hpp"
+
+#include <zero/comm/mpi_communicator.hpp>
+#include <zero/engine/engine.hpp>
+#include <zero/schedule/lr_scheduler.hpp>
+
+#include <chrono>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+namespace train {
+
+struct History {
+  std::vector<double> loss;         // global mean over the step's rows
+  std::vector<double> step_seconds; // slowest rank
+  double forward_seconds = 0, backward_seconds = 0, update_seconds = 0; // this rank, all steps
+  std::vector<bool> applied;
+  std::vector<double> loss_scale, grad_norm, lr;
+  std::vector<zero::StepResult> steps;
+  zero::MemoryReport memory;
+  double paper_bytes = 0;
+  std::size_t psi = 0, padded = 0;
+  int shard_ranks = 1;
+  Weights final_weights;
+};
+
+template <class Engine>
+Engine make_engine(zero::MpiCommunicator& world, const Flags& f, typename Engine::optimizer_type optimizer) {
+  zero::EngineOptions options = f.ds ? zero::EngineOptions::from_config(*f.ds) : zero::EngineOptions{};
+  options.compute_dtype = f.dtype;
+  options.gradient_accumulation_steps = f.grad_accum;
+  options.gradient_clipping = f.clip;
+  options.deterministic = f.deterministic;
+  options.reduce_bucket_elements = f.bucket;
+  if (!f.ds) options.persistence_threshold = 0; // every layer sharded: the demo shows 3Ψ
+  return Engine(world, f.shape.specs(), std::move(optimizer), make_scaler(f), options);
+}
+
+// One micro-step's forward and backward on `rows` rows starting at data row `first`.
+template <class T, class Engine>
+double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std::size_t first, std::size_t rows,
+                        History& h) {
+  const auto start = std::chrono::steady_clock::now();
+  const mlp::Shape& shape = f.shape;
+  const std::size_t layers = shape.layers();
+  std::vector<std::vector<float>> pre(layers), act(layers + 1);
+  act[0].resize(rows * shape.widths.front());
+  std::vector<float> target(rows * shape.widths.back());
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::copy_n(data.x_row(first + r), data.inputs, act[0].data() + r * data.inputs);
+    std::copy_n(data.y_row(first + r), data.outputs, target.data() + r * data.outputs);
+  }
+  // The layer's weights in float for BLAS: the engine's own memory in fp32, a converted copy in
+  // fp16/bf16.
+  std::vector<float> widened;
+  auto float_weights = [&](const zero::LayerParameters& p) -> const float* {
+    const auto values = p.values<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      return values.data();
+    } else {
+      widened.resize(values.size());
+      zero::convert_n(values.data(), widened.data(), values.size());
+      return widened.data();
+    }
+  };
+  for (std::size_t l = 0; l < layers; ++l) {
+    const zero::LayerParameters p = engine.acquire(l); // stage 3 gathers it, and prefetches l + 1
+    const float* weights = float_weights(p);
+    const std::size_t in = shape.in(l), out = shape.out(l);
+    pre[l].resize(rows * out);
+    mlp::linear_forward(act[l].data(), weights, weights + out * in, pre[l].data(), rows, in, out);
+    act[l + 1] = pre[l];
+    if (l + 1 < layers)
+      for (float& v : act[l + 1]) v = mlp::activate(shape.activation, v);
+  }
+  const auto forward_done = std::chrono::steady_clock::now();
+  h.forward_seconds += std::chrono::duration<double>(forward_done - start).count();
+  std::vector<float> delta(rows * shape.widths.back()), previous, grad;
+  const float scale = static_cast<float>(engine.loss_scale());
+  const double loss = mlp::loss_and_gradient(shape.loss, act[layers].data(), target.data(), delta.data(), rows,
+                                             shape.widths.back(), scale);
+  for (std::size_t l = layers; l-- > 0;) {
+    const zero::LayerParameters p = engine.acquire(l);
+    const float* weights = float_weights(p);
+    const std::size_t in = shape.in(l), out = shape.out(l);
+    previous.resize(l > 0 ? rows * in : 0);
+    // fp32 gradients go straight into the engine's buffer; fp16/bf16 ones are rounded into it.
+    zero::View<T> out_grad = engine.template gradients<T>(l);
+    float* g = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      g = out_grad.data();
+    } else {
+      grad.resize(out * in + out);
+      g = grad.data();
+    }
+    mlp::linear_backward(act[l].data(), weights, delta.data(), g, g + out * in, l > 0 ? previous.data() : nullptr,
+                         rows, in, out);
+    if constexpr (!std::is_same_v<T, float>) zero::convert_n(grad.data(), out_grad.data(), grad.size());
+    engine.grads_ready(l); // its reduction overlaps with the layers below
+    if (l > 0) {
+      for (std::size_t i = 0; i < previous.size(); ++i)
+        previous[i] *= mlp::activation_slope(shape.activation, pre[l - 1][i], act[l][i]);
+      delta.swap(previous);
+    }
+  }
+  h.backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_done).count();
+  return loss;
+}
+
+template <class Engine>
+History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Dataset& data) {
+  History h;
+  const int ranks = world.size(), rank = world.rank();
+  const std::size_t micro_rows = f.batch / std::size_t(f.grad_accum) / std::size_t(ranks);
+  std::optional<zero::LrScheduler> scheduler;
+  if (f.ds && f.ds->scheduler) scheduler.emplace(f.ds->scheduler->schedule, f.lr);
+  std::size_t cursor = 0;
+  for (int step = 0; step < f.steps; ++step) {
+    if (scheduler) engine.optimizer().set_lr(scheduler->lr());
+    const auto start = std::chrono::steady_clock::now();
+    double loss = 0;
+    for (int micro = 0; micro < f.grad_accum; ++micro) {
+      // The step's global batch is the next `batch` rows; micro-step k takes its k-th part, and
+      // rank r the r-th contiguous share of that.
+      const std::size_t first = cursor + std::size_t(micro) * micro_rows * std::size_t(ranks) + std::size_t(rank) * micro_rows;
+      loss += engine.visit_compute_type([&](auto tag) {
+        return forward_backward<decltype(tag)>(engine, f, data, first, micro_rows, h);
+      });
+    }
+    cursor = (cursor + f.batch) % data.rows;
+    const auto update_start = std::chrono::steady_clock::now();
+    zero::StepResult r = engine.step();
+    h.update_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::array<double, 2> both{loss / f.grad_accum / ranks, seconds};
+    world.all_reduce(std::span<double>(both.data(), 1), zero::ReduceOp::sum).wait();
+    world.all_reduce(std::span<double>(both.data() + 1, 1), zero::ReduceOp::max).wait();
+    if (scheduler)
+      scheduler->step(r.applied ? zero::StepOutcome::applied : zero::StepOutcome::skipped_for_overflow);
+    h.loss.push_back(both[0]);
+    h.step_seconds.push_back(both[1]);
+    h.applied.push_back(r.applied);
+    h.loss_scale.push_back(r.loss_scale);
+    h.grad_norm.push_back(r.grad_norm);
+    h.lr.push_back(engine.optimizer().lr());
+    h.steps.push_back(r);
+  }
+  h.memory = engine.memory();
+  h.paper_bytes = engine.paper_model_state_bytes();
+  h.psi = engine.layout().numel();
+  for (std::size_t l = 0; l < engine.layers(); ++l) h.padded += engine.layout().group(l).flat_numel;
+  h.shard_ranks = engine.shard_ranks();
+  for (std::size_t l = 0; l < engine.layers(); ++l) h.final_weights.push_back(engine.get_layer(l));
+  return h;
+}
+
+} // namespace train
