@@ -20,7 +20,8 @@ void BM_convert(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   zero::Buffer<From> src(n);
   zero::Buffer<To> dst(n);
-  for (std::size_t i = 0; i < n; ++i) src[i] = zero::convert<From>(float(i % 1000) * 0.01f);
+  for (std::size_t i = 0; i < n; ++i)
+    src[i] = zero::convert<From>(float(i % 1000) * 0.01f);
   for (auto _ : state) {
     zero::convert_n(src.data(), dst.data(), n);
     benchmark::DoNotOptimize(dst.data());
@@ -61,7 +62,11 @@ void BM_copy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * std::int64_t(2 * bytes));
   state.SetLabel(streaming ? "non-temporal stores" : "memcpy");
 }
-BENCHMARK(BM_copy)->Args({1 << 20, 0})->Args({1 << 20, 1})->Args({256 << 20, 0})->Args({256 << 20, 1});
+BENCHMARK(BM_copy)
+    ->Args({1 << 20, 0})
+    ->Args({1 << 20, 1})
+    ->Args({256 << 20, 0})
+    ->Args({256 << 20, 1});
 
 } // namespace
 

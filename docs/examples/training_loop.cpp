@@ -32,7 +32,8 @@ void linear(const std::vector<float>& in, std::size_t in_width, const std::vecto
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t o = 0; o < out_width; ++o) {
       float sum = b[o];
-      for (std::size_t i = 0; i < in_width; ++i) sum += in[r * in_width + i] * w[o * in_width + i];
+      for (std::size_t i = 0; i < in_width; ++i)
+        sum += in[r * in_width + i] * w[o * in_width + i];
       out[r * out_width + o] = sum;
     }
 }
@@ -62,7 +63,8 @@ int main(int argc, char** argv) {
   // example-begin init
   for (std::size_t layer = 0; layer < engine.layers(); ++layer) {
     std::vector<float> values(engine.layout().group(layer).numel);
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.3f * std::sin(float(i + 7 * layer));
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = 0.3f * std::sin(float(i + 7 * layer));
     engine.set_layer(layer, values); // rank 0's values reach every rank's shard
   }
   // example-end init
@@ -71,9 +73,11 @@ int main(int argc, char** argv) {
   Activations a;
   a.x.resize(rows * inputs);
   std::vector<float> target(rows * outputs);
-  for (std::size_t i = 0; i < a.x.size(); ++i) a.x[i] = std::cos(float(i + 100 * std::size_t(comm.rank())));
+  for (std::size_t i = 0; i < a.x.size(); ++i)
+    a.x[i] = std::cos(float(i + 100 * std::size_t(comm.rank())));
   for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t o = 0; o < outputs; ++o) target[r * outputs + o] = std::sin(a.x[r * inputs + o] + a.x[r * inputs]);
+    for (std::size_t o = 0; o < outputs; ++o)
+      target[r * outputs + o] = std::sin(a.x[r * inputs + o] + a.x[r * inputs]);
 
   double first_loss = 0, loss = 0;
   using T = zero::bfloat16;
@@ -84,7 +88,8 @@ int main(int argc, char** argv) {
     {
       auto w0 = engine.acquire(0);
       linear(a.x, inputs, to_float(w0.parameter<T>(0)), to_float(w0.parameter<T>(1)), hidden, a.h);
-      for (float& v : a.h) v = std::tanh(v);
+      for (float& v : a.h)
+        v = std::tanh(v);
     }
     {
       auto w1 = engine.acquire(1);
@@ -109,27 +114,33 @@ int main(int argc, char** argv) {
         float bias_grad = 0;
         for (std::size_t i = 0; i < hidden; ++i) {
           float sum = 0;
-          for (std::size_t r = 0; r < rows; ++r) sum += dy[r * outputs + o] * a.h[r * hidden + i];
+          for (std::size_t r = 0; r < rows; ++r)
+            sum += dy[r * outputs + o] * a.h[r * hidden + i];
           grad[o * hidden + i] = T(sum);
         }
-        for (std::size_t r = 0; r < rows; ++r) bias_grad += dy[r * outputs + o];
+        for (std::size_t r = 0; r < rows; ++r)
+          bias_grad += dy[r * outputs + o];
         grad[outputs * hidden + o] = T(bias_grad);
         for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t i = 0; i < hidden; ++i) dh[r * hidden + i] += dy[r * outputs + o] * weight[o * hidden + i];
+          for (std::size_t i = 0; i < hidden; ++i)
+            dh[r * hidden + i] += dy[r * outputs + o] * weight[o * hidden + i];
       }
       engine.grads_ready(1);
     }
     {
       zero::View<T> grad = engine.gradients<T>(0);
-      for (std::size_t i = 0; i < dh.size(); ++i) dh[i] *= 1 - a.h[i] * a.h[i]; // tanh'
+      for (std::size_t i = 0; i < dh.size(); ++i)
+        dh[i] *= 1 - a.h[i] * a.h[i]; // tanh'
       for (std::size_t o = 0; o < hidden; ++o) {
         float bias_grad = 0;
         for (std::size_t i = 0; i < inputs; ++i) {
           float sum = 0;
-          for (std::size_t r = 0; r < rows; ++r) sum += dh[r * hidden + o] * a.x[r * inputs + i];
+          for (std::size_t r = 0; r < rows; ++r)
+            sum += dh[r * hidden + o] * a.x[r * inputs + i];
           grad[o * inputs + i] = T(sum);
         }
-        for (std::size_t r = 0; r < rows; ++r) bias_grad += dh[r * hidden + o];
+        for (std::size_t r = 0; r < rows; ++r)
+          bias_grad += dh[r * hidden + o];
         grad[hidden * inputs + o] = T(bias_grad);
       }
       engine.grads_ready(0);
@@ -144,9 +155,10 @@ int main(int argc, char** argv) {
 
   // example-begin report
   const zero::MemoryReport memory = engine.memory();
-  std::printf("rank %d: loss %.4f -> %.4f; model states %zu bytes (paper formula %.0f), buffers %zu bytes\n",
-              comm.rank(), first_loss, loss, memory.model_states(), engine.paper_model_state_bytes(),
-              memory.buffers);
+  std::printf("rank %d: loss %.4f -> %.4f; model states %zu bytes (paper formula %.0f), buffers "
+              "%zu bytes\n",
+              comm.rank(), first_loss, loss, memory.model_states(),
+              engine.paper_model_state_bytes(), memory.buffers);
   // example-end report
   return loss < 0.5 * first_loss ? 0 : 1;
 }

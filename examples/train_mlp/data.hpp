@@ -15,7 +15,7 @@ namespace train {
 
 // A small reproducible generator (SplitMix64), so every rank draws the same numbers.
 class Random {
-public:
+ public:
   explicit Random(std::uint64_t seed) : state_(seed * 0x9e3779b97f4a7c15ull + 1) {}
   std::uint64_t next() {
     std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
@@ -29,7 +29,7 @@ public:
     return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
   }
 
-private:
+ private:
   std::uint64_t state_;
 };
 
@@ -50,7 +50,8 @@ inline Weights torch_like_init(const mlp::Shape& shape, std::uint64_t seed) {
   for (std::size_t l = 0; l < shape.layers(); ++l) {
     const double bound = 1.0 / std::sqrt(double(shape.in(l)));
     std::vector<float> w(shape.out(l) * shape.in(l) + shape.out(l));
-    for (float& v : w) v = static_cast<float>((2 * random.uniform() - 1) * bound);
+    for (float& v : w)
+      v = static_cast<float>((2 * random.uniform() - 1) * bound);
     weights.push_back(std::move(w));
   }
   return weights;
@@ -87,7 +88,8 @@ inline Dataset teacher_task(const mlp::Shape& shape, std::size_t rows, std::uint
   Dataset d{shape.widths.front(), shape.widths.back(), rows, {}, {}};
   Random random(seed ^ 0x5eedull);
   d.x.resize(rows * d.inputs);
-  for (float& v : d.x) v = static_cast<float>(random.normal());
+  for (float& v : d.x)
+    v = static_cast<float>(random.normal());
   const Weights teacher = torch_like_init(shape, seed + 1000);
   std::vector<float> a(d.x), z;
   for (std::size_t l = 0; l < shape.layers(); ++l) {
@@ -95,20 +97,26 @@ inline Dataset teacher_task(const mlp::Shape& shape, std::size_t rows, std::uint
     const float* w = teacher[l].data();
     // Teacher weights are scaled up so that the task is not trivially linear.
     std::vector<float> scaled(w, w + shape.out(l) * shape.in(l));
-    for (float& v : scaled) v *= 2.0f;
-    mlp::linear_forward(a.data(), scaled.data(), w + scaled.size(), z.data(), rows, shape.in(l), shape.out(l));
+    for (float& v : scaled)
+      v *= 2.0f;
+    mlp::linear_forward(a.data(), scaled.data(), w + scaled.size(), z.data(), rows, shape.in(l),
+                        shape.out(l));
     if (l + 1 < shape.layers())
-      for (float& v : z) v = mlp::activate(shape.activation, v);
+      for (float& v : z)
+        v = mlp::activate(shape.activation, v);
     a.swap(z);
   }
   if (shape.loss == mlp::Loss::cross_entropy) // targets: the teacher's softmax
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = a.data() + r * d.outputs;
       float top = row[0];
-      for (std::size_t o = 1; o < d.outputs; ++o) top = std::max(top, row[o]);
+      for (std::size_t o = 1; o < d.outputs; ++o)
+        top = std::max(top, row[o]);
       double sum = 0;
-      for (std::size_t o = 0; o < d.outputs; ++o) sum += std::exp(double(row[o] - top));
-      for (std::size_t o = 0; o < d.outputs; ++o) row[o] = float(std::exp(double(row[o] - top)) / sum);
+      for (std::size_t o = 0; o < d.outputs; ++o)
+        sum += std::exp(double(row[o] - top));
+      for (std::size_t o = 0; o < d.outputs; ++o)
+        row[o] = float(std::exp(double(row[o] - top)) / sum);
     }
   d.y = std::move(a);
   return d;
@@ -118,10 +126,13 @@ inline Dataset load_dataset(const std::string& dir, const mlp::Shape& shape) {
   const npy::Array x = npy::load(dir + "/x.npy");
   const npy::Array y = npy::load(dir + "/y.npy");
   zero::require(x.shape.size() == 2 && x.cols() == shape.widths.front(),
-                dir + "/x.npy: expected rows x " + std::to_string(shape.widths.front()) + " (the input width)");
+                dir + "/x.npy: expected rows x " + std::to_string(shape.widths.front()) +
+                    " (the input width)");
   zero::require(y.shape.size() == 2 && y.cols() == shape.widths.back(),
-                dir + "/y.npy: expected rows x " + std::to_string(shape.widths.back()) + " (the output width)");
-  zero::require(x.rows() == y.rows() && x.rows() > 0, dir + ": x.npy and y.npy need the same, non-zero, row count");
+                dir + "/y.npy: expected rows x " + std::to_string(shape.widths.back()) +
+                    " (the output width)");
+  zero::require(x.rows() == y.rows() && x.rows() > 0,
+                dir + ": x.npy and y.npy need the same, non-zero, row count");
   return Dataset{x.cols(), y.cols(), x.rows(), x.data, y.data};
 }
 

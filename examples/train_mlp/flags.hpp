@@ -20,7 +20,8 @@ inline const char* usage =
     "usage: mpirun -np N train_mlp [options]\n"
     "  --stage 0..3            ZeRO stage (default 3)\n"
     "  --steps N               optimizer steps (default 200)\n"
-    "  --batch N               global batch: rows per step over all ranks and micro-steps (default 64)\n"
+    "  --batch N               global batch: rows per step over all ranks and micro-steps (default "
+    "64)\n"
     "  --layers 24,40,33,8     widths from input to output (default 32,512,512,512,8)\n"
     "  --activation tanh|gelu  between layers (default tanh)\n"
     "  --loss mse|ce           mean squared error or cross-entropy (default mse)\n"
@@ -71,7 +72,8 @@ inline std::vector<std::size_t> parse_widths(std::string_view text) {
       if (used != part.size() || v <= 0) throw 0;
       widths.push_back(static_cast<std::size_t>(v));
     } catch (...) {
-      zero::fail(zero::ErrorKind::invalid_argument, "--layers: '" + part + "' is not a positive width");
+      zero::fail(zero::ErrorKind::invalid_argument,
+                 "--layers: '" + part + "' is not a positive width");
     }
     pos = comma + 1;
   }
@@ -103,15 +105,20 @@ inline Flags parse(int argc, char** argv) {
     f.ds = zero::config::from_json_file(f.config);
     const auto& c = *f.ds;
     f.stage = c.zero_optimization.stage;
-    f.dtype = c.fp16.enabled ? zero::DType::float16 : c.bf16.enabled ? zero::DType::bfloat16 : zero::DType::float32;
+    f.dtype = c.fp16.enabled   ? zero::DType::float16
+              : c.bf16.enabled ? zero::DType::bfloat16
+                               : zero::DType::float32;
     f.clip = c.gradient_clipping;
     f.bucket = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
     if (c.train_batch_size) f.batch = static_cast<std::size_t>(*c.train_batch_size);
-    if (c.gradient_accumulation_steps) f.grad_accum = static_cast<int>(*c.gradient_accumulation_steps);
+    if (c.gradient_accumulation_steps)
+      f.grad_accum = static_cast<int>(*c.gradient_accumulation_steps);
     if (c.optimizer) {
       const auto& o = *c.optimizer;
       // DeepSpeed's "Adam" decouples weight decay (adam_w_mode) unless told not to.
-      f.optimizer = o.type == zero::config::OptimizerType::sgd ? "sgd" : o.decoupled_weight_decay() ? "adamw" : "adam";
+      f.optimizer = o.type == zero::config::OptimizerType::sgd ? "sgd"
+                    : o.decoupled_weight_decay()               ? "adamw"
+                                                               : "adam";
       f.lr = o.lr;
       f.weight_decay = o.weight_decay;
       f.momentum = o.momentum;
@@ -130,7 +137,8 @@ inline Flags parse(int argc, char** argv) {
     auto whole = [&](double minimum) {
       const double v = number();
       zero::require(v >= minimum && v == std::floor(v),
-                    flag + ": expected a whole number >= " + std::to_string(int(minimum)) + ", got " + value);
+                    flag + ": expected a whole number >= " + std::to_string(int(minimum)) +
+                        ", got " + value);
       return v;
     };
     if (flag == "--help" || flag == "-h") {
@@ -139,35 +147,55 @@ inline Flags parse(int argc, char** argv) {
     } else if (flag == "--stage") {
       f.stage = int(whole(0));
       zero::require(f.stage <= 3, "--stage: expected 0..3, got " + value);
-    } else if (flag == "--steps") f.steps = int(whole(0));
-    else if (flag == "--batch") f.batch = std::size_t(whole(1));
-    else if (flag == "--layers") f.shape.widths = parse_widths(value);
+    } else if (flag == "--steps")
+      f.steps = int(whole(0));
+    else if (flag == "--batch")
+      f.batch = std::size_t(whole(1));
+    else if (flag == "--layers")
+      f.shape.widths = parse_widths(value);
     else if (flag == "--activation") {
-      zero::require(value == "tanh" || value == "gelu", "--activation: expected tanh or gelu, got " + value);
+      zero::require(value == "tanh" || value == "gelu",
+                    "--activation: expected tanh or gelu, got " + value);
       f.shape.activation = value == "tanh" ? mlp::Activation::tanh : mlp::Activation::gelu;
     } else if (flag == "--loss") {
       zero::require(value == "mse" || value == "ce", "--loss: expected mse or ce, got " + value);
       f.shape.loss = value == "mse" ? mlp::Loss::mse : mlp::Loss::cross_entropy;
     } else if (flag == "--dtype") {
-      zero::require(value == "fp32" || value == "fp16" || value == "bf16", "--dtype: expected fp32, fp16 or bf16, got " + value);
+      zero::require(value == "fp32" || value == "fp16" || value == "bf16",
+                    "--dtype: expected fp32, fp16 or bf16, got " + value);
       f.dtype = zero::parse_dtype(value);
-    } else if (flag == "--grad-accum") f.grad_accum = int(whole(1));
-    else if (flag == "--clip") f.clip = number();
-    else if (flag == "--deterministic") f.deterministic = true;
+    } else if (flag == "--grad-accum")
+      f.grad_accum = int(whole(1));
+    else if (flag == "--clip")
+      f.clip = number();
+    else if (flag == "--deterministic")
+      f.deterministic = true;
     else if (flag == "--optimizer") {
-      zero::require(value == "adam" || value == "adamw" || value == "sgd", "--optimizer: expected adam, adamw or sgd, got " + value);
+      zero::require(value == "adam" || value == "adamw" || value == "sgd",
+                    "--optimizer: expected adam, adamw or sgd, got " + value);
       f.optimizer = value;
-    } else if (flag == "--lr") f.lr = number();
-    else if (flag == "--weight-decay") f.weight_decay = number();
-    else if (flag == "--momentum") f.momentum = number();
-    else if (flag == "--bucket") f.bucket = std::size_t(whole(1));
-    else if (flag == "--data-npy") f.data_npy = value;
-    else if (flag == "--init-npy") f.init_npy = value;
-    else if (flag == "--save-npy") f.save_npy = value;
-    else if (flag == "--json") f.json = value;
-    else if (flag == "--seed") f.seed = unsigned(whole(0));
-    else if (flag == "--print-every") f.print_every = int(whole(1));
-    else zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
+    } else if (flag == "--lr")
+      f.lr = number();
+    else if (flag == "--weight-decay")
+      f.weight_decay = number();
+    else if (flag == "--momentum")
+      f.momentum = number();
+    else if (flag == "--bucket")
+      f.bucket = std::size_t(whole(1));
+    else if (flag == "--data-npy")
+      f.data_npy = value;
+    else if (flag == "--init-npy")
+      f.init_npy = value;
+    else if (flag == "--save-npy")
+      f.save_npy = value;
+    else if (flag == "--json")
+      f.json = value;
+    else if (flag == "--seed")
+      f.seed = unsigned(whole(0));
+    else if (flag == "--print-every")
+      f.print_every = int(whole(1));
+    else
+      zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
   }
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");

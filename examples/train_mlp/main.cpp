@@ -26,7 +26,8 @@ namespace {
 // against each other and make every step many times slower.
 int share_cores(zero::MpiCommunicator& world) {
   MPI_Comm node;
-  MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
+  MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL,
+                      &node);
   int local_ranks = 1;
   MPI_Comm_size(node, &local_ranks);
   MPI_Comm_free(&node);
@@ -47,30 +48,46 @@ int run(int argc, char** argv) {
   }
   const int threads = share_cores(world);
   const std::size_t share = std::size_t(f.grad_accum) * std::size_t(ranks);
-  zero::require(f.batch % share == 0, "--batch " + std::to_string(f.batch) + " does not split into " +
-                                          std::to_string(f.grad_accum) + " micro-steps x " + std::to_string(ranks) +
-                                          " ranks (" + std::to_string(share) + " equal parts)");
-  const train::Dataset data = f.data_npy.empty() ? train::teacher_task(f.shape, std::max<std::size_t>(4096, 4 * f.batch), f.seed)
-                                                 : train::load_dataset(f.data_npy, f.shape);
-  const train::Weights init =
-      f.init_npy.empty() ? train::torch_like_init(f.shape, f.seed) : train::load_weights(f.init_npy, f.shape);
+  zero::require(f.batch % share == 0, "--batch " + std::to_string(f.batch) +
+                                          " does not split into " + std::to_string(f.grad_accum) +
+                                          " micro-steps x " + std::to_string(ranks) + " ranks (" +
+                                          std::to_string(share) + " equal parts)");
+  const train::Dataset data =
+      f.data_npy.empty()
+          ? train::teacher_task(f.shape, std::max<std::size_t>(4096, 4 * f.batch), f.seed)
+          : train::load_dataset(f.data_npy, f.shape);
+  const train::Weights init = f.init_npy.empty() ? train::torch_like_init(f.shape, f.seed)
+                                                 : train::load_weights(f.init_npy, f.shape);
   if (rank == 0)
-    std::printf("train_mlp: ZeRO stage %d, %d ranks x %d thread%s, layers %s, %s, %s, batch %zu (%d micro-step%s), "
-                "%zu data rows\n\n",
-                f.stage, ranks, threads, threads > 1 ? "s" : "", [&] {
-                  std::string s;
-                  for (auto w : f.shape.widths) s += (s.empty() ? "" : ",") + std::to_string(w);
-                  return s;
-                }().c_str(),
-                zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum, f.grad_accum > 1 ? "s" : "",
-                data.rows);
+    std::printf(
+        "train_mlp: ZeRO stage %d, %d ranks x %d thread%s, layers %s, %s, %s, batch %zu (%d "
+        "micro-step%s), "
+        "%zu data rows\n\n",
+        f.stage, ranks, threads, threads > 1 ? "s" : "",
+        [&] {
+          std::string s;
+          for (auto w : f.shape.widths)
+            s += (s.empty() ? "" : ",") + std::to_string(w);
+          return s;
+        }()
+            .c_str(),
+        zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum,
+        f.grad_accum > 1 ? "s" : "", data.rows);
 
   train::History h;
   switch (f.stage) {
-  case 0: h = train::run_stage0(world, f, data, init); break;
-  case 1: h = train::run_stage1(world, f, data, init); break;
-  case 2: h = train::run_stage2(world, f, data, init); break;
-  default: h = train::run_stage3(world, f, data, init); break;
+  case 0:
+    h = train::run_stage0(world, f, data, init);
+    break;
+  case 1:
+    h = train::run_stage1(world, f, data, init);
+    break;
+  case 2:
+    h = train::run_stage2(world, f, data, init);
+    break;
+  default:
+    h = train::run_stage3(world, f, data, init);
+    break;
   }
   const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
   if (rank == 0)

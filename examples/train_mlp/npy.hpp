@@ -45,32 +45,39 @@ inline Array load(const std::string& path) {
   if (!in) bad(path, "truncated header");
   if (header.find("'descr': '<f4'") == std::string::npos)
     bad(path, "expected float32 ('<f4') data, header is " + header);
-  if (header.find("'fortran_order': False") == std::string::npos) bad(path, "Fortran-order arrays are not supported");
+  if (header.find("'fortran_order': False") == std::string::npos)
+    bad(path, "Fortran-order arrays are not supported");
   const auto open = header.find('(');
   const auto close = header.find(')', open);
-  if (open == std::string::npos || close == std::string::npos) bad(path, "no shape in header " + header);
+  if (open == std::string::npos || close == std::string::npos)
+    bad(path, "no shape in header " + header);
   Array a;
   std::string dims = header.substr(open + 1, close - open - 1);
   std::size_t pos = 0;
   while (pos < dims.size()) {
-    while (pos < dims.size() && (dims[pos] == ' ' || dims[pos] == ',')) ++pos;
+    while (pos < dims.size() && (dims[pos] == ' ' || dims[pos] == ','))
+      ++pos;
     if (pos >= dims.size()) break;
     std::size_t used = 0;
     a.shape.push_back(std::stoull(dims.substr(pos), &used));
     pos += used;
   }
-  if (a.shape.empty() || a.shape.size() > 2) bad(path, "expected a 1-D or 2-D array, shape (" + dims + ")");
+  if (a.shape.empty() || a.shape.size() > 2)
+    bad(path, "expected a 1-D or 2-D array, shape (" + dims + ")");
   std::size_t count = 1;
-  for (auto d : a.shape) count *= d;
+  for (auto d : a.shape)
+    count *= d;
   a.data.resize(count);
-  in.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(count * sizeof(float)));
+  in.read(reinterpret_cast<char*>(a.data.data()),
+          static_cast<std::streamsize>(count * sizeof(float)));
   if (!in) bad(path, "truncated data: expected " + std::to_string(count) + " float32 values");
   in.peek();
   if (!in.eof()) bad(path, "trailing bytes after " + std::to_string(count) + " values");
   return a;
 }
 
-inline void save(const std::string& path, const std::vector<std::size_t>& shape, const float* data) {
+inline void save(const std::string& path, const std::vector<std::size_t>& shape,
+                 const float* data) {
   std::string dims;
   std::size_t count = 1;
   for (auto d : shape) {
@@ -88,7 +95,8 @@ inline void save(const std::string& path, const std::vector<std::size_t>& shape,
   const auto length = static_cast<std::uint16_t>(header.size());
   out.write(reinterpret_cast<const char*>(&length), 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(data),
+            static_cast<std::streamsize>(count * sizeof(float)));
   if (!out) bad(path, "write failed");
 }
 

@@ -16,68 +16,84 @@
 
 namespace train {
 
-inline double mb(double bytes) { return bytes / 1e6; }
+inline double mb(double bytes) {
+  return bytes / 1e6;
+}
 
 inline void print_step(int step, const History& h) {
   const auto i = std::size_t(step);
-  std::printf("step %5d  loss %.6f  %s  scale %-8g grad-norm %-10.4g lr %-9.3g %7.2f ms\n", step + 1, h.loss[i],
-              h.applied[i] ? "      " : "SKIPPED", h.loss_scale[i], h.grad_norm[i], h.lr[i], h.step_seconds[i] * 1e3);
+  std::printf("step %5d  loss %.6f  %s  scale %-8g grad-norm %-10.4g lr %-9.3g %7.2f ms\n",
+              step + 1, h.loss[i], h.applied[i] ? "      " : "SKIPPED", h.loss_scale[i],
+              h.grad_norm[i], h.lr[i], h.step_seconds[i] * 1e3);
 }
 
 // Memory of every rank (gathered to all), as {parameters, gradients, master, optimizer, buffers}.
-inline std::vector<std::array<std::int64_t, 5>> gather_memory(zero::MpiCommunicator& world, const History& h) {
+inline std::vector<std::array<std::int64_t, 5>> gather_memory(zero::MpiCommunicator& world,
+                                                              const History& h) {
   const auto& m = h.memory;
-  std::array<std::int64_t, 5> mine{std::int64_t(m.parameters), std::int64_t(m.gradients), std::int64_t(m.master_weights),
-                                  std::int64_t(m.optimizer_states), std::int64_t(m.buffers)};
+  std::array<std::int64_t, 5> mine{std::int64_t(m.parameters), std::int64_t(m.gradients),
+                                   std::int64_t(m.master_weights), std::int64_t(m.optimizer_states),
+                                   std::int64_t(m.buffers)};
   std::vector<std::int64_t> all(5 * std::size_t(world.size()));
   world.all_gather(std::span<const std::int64_t>(mine), all).wait();
   std::vector<std::array<std::int64_t, 5>> rows(std::size_t(world.size()));
-  for (std::size_t r = 0; r < rows.size(); ++r) std::copy_n(all.data() + 5 * r, 5, rows[r].data());
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    std::copy_n(all.data() + 5 * r, 5, rows[r].data());
   return rows;
 }
 
-inline double expected_volume(const Flags& f, double psi) { return (f.stage == 3 ? 3 : 2) * psi; }
+inline double expected_volume(const Flags& f, double psi) {
+  return (f.stage == 3 ? 3 : 2) * psi;
+}
 
-inline void print_summary(const Flags& f, const History& h, const std::vector<std::array<std::int64_t, 5>>& memory,
-                          int ranks) {
+inline void print_summary(const Flags& f, const History& h,
+                          const std::vector<std::array<std::int64_t, 5>>& memory, int ranks) {
   const double psi = double(h.psi);
-  std::printf("\nmodel: %zu parameters (Psi), %zu with padding; ZeRO stage %d over %d ranks (shard group of %d); "
+  std::printf("\nmodel: %zu parameters (Psi), %zu with padding; ZeRO stage %d over %d ranks (shard "
+              "group of %d); "
               "compute %s\n",
               h.psi, h.padded, f.stage, ranks, h.shard_ranks, zero::to_string(f.dtype));
   std::printf("\nmodel-state memory per rank (MB)\n");
-  std::printf("  %-6s %11s %11s %11s %11s %13s %15s %11s\n", "rank", "parameters", "gradients", "fp32 master",
-              "optim state", "model states", "paper formula", "buffers");
+  std::printf("  %-6s %11s %11s %11s %11s %13s %15s %11s\n", "rank", "parameters", "gradients",
+              "fp32 master", "optim state", "model states", "paper formula", "buffers");
   for (std::size_t r = 0; r < memory.size(); ++r) {
     const auto& m = memory[r];
-    std::printf("  %-6zu %11.3f %11.3f %11.3f %11.3f %13.3f %15.3f %11.3f\n", r, mb(double(m[0])), mb(double(m[1])),
-                mb(double(m[2])), mb(double(m[3])), mb(double(m[0] + m[1] + m[2] + m[3])), mb(h.paper_bytes),
-                mb(double(m[4])));
+    std::printf("  %-6zu %11.3f %11.3f %11.3f %11.3f %13.3f %15.3f %11.3f\n", r, mb(double(m[0])),
+                mb(double(m[1])), mb(double(m[2])), mb(double(m[3])),
+                mb(double(m[0] + m[1] + m[2] + m[3])), mb(h.paper_bytes), mb(double(m[4])));
   }
   const char* formula[] = {"(2P+K)Psi", "2P Psi + K Psi/N", "P Psi + (P+K) Psi/N", "(2P+K) Psi/N"};
-  std::printf("  paper formula: %s with P = %zu bytes, K = %d bytes (fp32 master + optimizer state), N = %d\n",
-              formula[f.stage], zero::size_of(f.dtype), f.optimizer == "sgd" ? 8 : 12, h.shard_ranks);
+  std::printf("  paper formula: %s with P = %zu bytes, K = %d bytes (fp32 master + optimizer "
+              "state), N = %d\n",
+              formula[f.stage], zero::size_of(f.dtype), f.optimizer == "sgd" ? 8 : 12,
+              h.shard_ranks);
   if (!h.steps.empty()) {
     const zero::CommStats& c = h.steps.back().communication;
     std::printf("\ncommunication per step, per rank (elements; last step)\n");
     for (zero::Collective op : zero::all_collectives) {
       if (c[op].calls == 0) continue;
-      std::printf("  %-15s %6llu calls %14llu elements\n", zero::to_string(op), (unsigned long long)c[op].calls,
-                  (unsigned long long)c[op].elements);
+      std::printf("  %-15s %6llu calls %14llu elements\n", zero::to_string(op),
+                  (unsigned long long)c[op].calls, (unsigned long long)c[op].elements);
     }
-    std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %s = %.0f elements\n",
+    std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %s = %.0f "
+                "elements\n",
                 (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi,
                 f.stage == 3 ? "3 Psi" : "2 Psi", expected_volume(f, psi));
     double total = 0, hidden = 0, reduce = 0;
     for (const auto& s : h.steps) {
       reduce += s.reduction.communication_seconds;
-      hidden += s.reduction.communication_seconds - std::min(s.reduction.exposed_seconds, s.reduction.communication_seconds);
+      hidden += s.reduction.communication_seconds -
+                std::min(s.reduction.exposed_seconds, s.reduction.communication_seconds);
     }
-    for (double t : h.step_seconds) total += t;
+    for (double t : h.step_seconds)
+      total += t;
     const double n = double(h.steps.size());
-    std::printf("\nstep time: %.3f ms on average over %zu steps (rank 0: forward %.3f, backward %.3f, step() %.3f); "
+    std::printf("\nstep time: %.3f ms on average over %zu steps (rank 0: forward %.3f, backward "
+                "%.3f, step() %.3f); "
                 "gradient reduction %.3f ms per step, %.0f%% of it hidden behind backward\n",
-                total / n * 1e3, h.steps.size(), h.forward_seconds / n * 1e3, h.backward_seconds / n * 1e3,
-                h.update_seconds / n * 1e3, reduce / n * 1e3, reduce > 0 ? 100.0 * hidden / reduce : 0.0);
+                total / n * 1e3, h.steps.size(), h.forward_seconds / n * 1e3,
+                h.backward_seconds / n * 1e3, h.update_seconds / n * 1e3, reduce / n * 1e3,
+                reduce > 0 ? 100.0 * hidden / reduce : 0.0);
   }
 }
 
@@ -87,20 +103,24 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
   zero::require(bool(out), "cannot write --json file " + path, zero::ErrorKind::io);
   auto list = [&](const auto& values) {
     std::string s = "[";
-    for (std::size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(double(values[i]));
+    for (std::size_t i = 0; i < values.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(double(values[i]));
     return s + "]";
   };
-  out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << zero::to_string(f.dtype)
-      << "\",\n  \"psi\": " << h.psi << ",\n  \"psi_padded\": " << h.padded << ",\n  \"shard_ranks\": " << h.shard_ranks
+  out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \""
+      << zero::to_string(f.dtype) << "\",\n  \"psi\": " << h.psi
+      << ",\n  \"psi_padded\": " << h.padded << ",\n  \"shard_ranks\": " << h.shard_ranks
       << ",\n  \"loss\": " << list(h.loss) << ",\n  \"step_seconds\": " << list(h.step_seconds)
       << ",\n  \"applied\": " << list(h.applied) << ",\n  \"loss_scale\": " << list(h.loss_scale)
-      << ",\n  \"grad_norm\": " << list(h.grad_norm) << ",\n  \"rank0_seconds\": {\"forward\": " << h.forward_seconds
-      << ", \"backward\": " << h.backward_seconds << ", \"step\": " << h.update_seconds << "}" << ",\n  \"paper_model_state_bytes\": " << h.paper_bytes
-      << ",\n  \"memory\": [";
+      << ",\n  \"grad_norm\": " << list(h.grad_norm)
+      << ",\n  \"rank0_seconds\": {\"forward\": " << h.forward_seconds
+      << ", \"backward\": " << h.backward_seconds << ", \"step\": " << h.update_seconds << "}"
+      << ",\n  \"paper_model_state_bytes\": " << h.paper_bytes << ",\n  \"memory\": [";
   for (std::size_t r = 0; r < memory.size(); ++r) {
     const auto& m = memory[r];
-    out << (r ? ", " : "") << "{\"rank\": " << r << ", \"parameters\": " << m[0] << ", \"gradients\": " << m[1]
-        << ", \"master_weights\": " << m[2] << ", \"optimizer_states\": " << m[3] << ", \"buffers\": " << m[4] << "}";
+    out << (r ? ", " : "") << "{\"rank\": " << r << ", \"parameters\": " << m[0]
+        << ", \"gradients\": " << m[1] << ", \"master_weights\": " << m[2]
+        << ", \"optimizer_states\": " << m[3] << ", \"buffers\": " << m[4] << "}";
   }
   out << "],\n  \"communication_per_step\": [";
   for (std::size_t s = 0; s < h.steps.size(); ++s) {
@@ -109,8 +129,9 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
     for (zero::Collective op : zero::all_collectives)
       out << ", \"" << zero::to_string(op) << "\": " << c[op].elements;
     const zero::ReducerStats& r = h.steps[s].reduction;
-    out << ", \"reduction_seconds\": " << r.communication_seconds << ", \"reduction_exposed_seconds\": "
-        << r.exposed_seconds << ", \"hidden_fraction\": " << r.hidden_fraction() << "}";
+    out << ", \"reduction_seconds\": " << r.communication_seconds
+        << ", \"reduction_exposed_seconds\": " << r.exposed_seconds
+        << ", \"hidden_fraction\": " << r.hidden_fraction() << "}";
   }
   out << "]\n}\n";
 }

@@ -10,16 +10,18 @@
 namespace train {
 
 template <class Plan, class Optimizer>
-History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& data, const Weights& init,
-                 Optimizer optimizer) {
+History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                 const Weights& init, Optimizer optimizer) {
   using Engine = zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, AnyLossScaler>;
   Engine engine = make_engine<Engine>(world, f, std::move(optimizer));
-  for (std::size_t l = 0; l < engine.layers(); ++l) engine.set_layer(l, init[l]);
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    engine.set_layer(l, init[l]);
   return train(world, f, engine, data);
 }
 
 template <class Plan>
-History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data, const Weights& init) {
+History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+            const Weights& init) {
   const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
   if (f.optimizer == "sgd") {
     zero::SGDOptions s;

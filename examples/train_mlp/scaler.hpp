@@ -12,7 +12,7 @@
 namespace train {
 
 class AnyLossScaler {
-public:
+ public:
   explicit AnyLossScaler(zero::StaticLossScaler s) : scaler_(s) {}
   explicit AnyLossScaler(zero::DynamicLossScaler s) : scaler_(std::move(s)) {}
 
@@ -26,7 +26,7 @@ public:
     return std::visit([](const auto& s) { return s.last_step_skipped(); }, scaler_);
   }
 
-private:
+ private:
   std::variant<zero::StaticLossScaler, zero::DynamicLossScaler> scaler_;
 };
 static_assert(zero::LossScaler<AnyLossScaler>);

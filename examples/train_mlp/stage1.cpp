@@ -2,7 +2,8 @@
 #include "run.hpp"
 
 namespace train {
-History run_stage1(zero::MpiCommunicator& world, const Flags& f, const Dataset& data, const Weights& init) {
+History run_stage1(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                   const Weights& init) {
   return run<zero::Stage<1>>(world, f, data, init);
 }
 } // namespace train

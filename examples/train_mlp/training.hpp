@@ -34,8 +34,10 @@ struct History {
 };
 
 template <class Engine>
-Engine make_engine(zero::MpiCommunicator& world, const Flags& f, typename Engine::optimizer_type optimizer) {
-  zero::EngineOptions options = f.ds ? zero::EngineOptions::from_config(*f.ds) : zero::EngineOptions{};
+Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
+                   typename Engine::optimizer_type optimizer) {
+  zero::EngineOptions options =
+      f.ds ? zero::EngineOptions::from_config(*f.ds) : zero::EngineOptions{};
   options.compute_dtype = f.dtype;
   options.gradient_accumulation_steps = f.grad_accum;
   options.gradient_clipping = f.clip;
@@ -47,8 +49,8 @@ Engine make_engine(zero::MpiCommunicator& world, const Flags& f, typename Engine
 
 // One micro-step's forward and backward on `rows` rows starting at data row `first`.
 template <class T, class Engine>
-double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std::size_t first, std::size_t rows,
-                        History& h) {
+double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std::size_t first,
+                        std::size_t rows, History& h) {
   const auto start = std::chrono::steady_clock::now();
   const mlp::Shape& shape = f.shape;
   const std::size_t layers = shape.layers();
@@ -80,14 +82,15 @@ double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std
     mlp::linear_forward(act[l].data(), weights, weights + out * in, pre[l].data(), rows, in, out);
     act[l + 1] = pre[l];
     if (l + 1 < layers)
-      for (float& v : act[l + 1]) v = mlp::activate(shape.activation, v);
+      for (float& v : act[l + 1])
+        v = mlp::activate(shape.activation, v);
   }
   const auto forward_done = std::chrono::steady_clock::now();
   h.forward_seconds += std::chrono::duration<double>(forward_done - start).count();
   std::vector<float> delta(rows * shape.widths.back()), previous, grad;
   const float scale = static_cast<float>(engine.loss_scale());
-  const double loss = mlp::loss_and_gradient(shape.loss, act[layers].data(), target.data(), delta.data(), rows,
-                                             shape.widths.back(), scale);
+  const double loss = mlp::loss_and_gradient(shape.loss, act[layers].data(), target.data(),
+                                             delta.data(), rows, shape.widths.back(), scale);
   for (std::size_t l = layers; l-- > 0;) {
     const zero::LayerParameters p = engine.acquire(l);
     const float* weights = float_weights(p);
@@ -102,9 +105,10 @@ double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std
       grad.resize(out * in + out);
       g = grad.data();
     }
-    mlp::linear_backward(act[l].data(), weights, delta.data(), g, g + out * in, l > 0 ? previous.data() : nullptr,
-                         rows, in, out);
-    if constexpr (!std::is_same_v<T, float>) zero::convert_n(grad.data(), out_grad.data(), grad.size());
+    mlp::linear_backward(act[l].data(), weights, delta.data(), g, g + out * in,
+                         l > 0 ? previous.data() : nullptr, rows, in, out);
+    if constexpr (!std::is_same_v<T, float>)
+      zero::convert_n(grad.data(), out_grad.data(), grad.size());
     engine.grads_ready(l); // its reduction overlaps with the layers below
     if (l > 0) {
       for (std::size_t i = 0; i < previous.size(); ++i)
@@ -112,7 +116,8 @@ double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std
       delta.swap(previous);
     }
   }
-  h.backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_done).count();
+  h.backward_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_done).count();
   return loss;
 }
 
@@ -131,7 +136,8 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     for (int micro = 0; micro < f.grad_accum; ++micro) {
       // The step's global batch is the next `batch` rows; micro-step k takes its k-th part, and
       // rank r the r-th contiguous share of that.
-      const std::size_t first = cursor + std::size_t(micro) * micro_rows * std::size_t(ranks) + std::size_t(rank) * micro_rows;
+      const std::size_t first = cursor + std::size_t(micro) * micro_rows * std::size_t(ranks) +
+                                std::size_t(rank) * micro_rows;
       loss += engine.visit_compute_type([&](auto tag) {
         return forward_backward<decltype(tag)>(engine, f, data, first, micro_rows, h);
       });
@@ -139,13 +145,16 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     cursor = (cursor + f.batch) % data.rows;
     const auto update_start = std::chrono::steady_clock::now();
     zero::StepResult r = engine.step();
-    h.update_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    h.update_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::array<double, 2> both{loss / f.grad_accum / ranks, seconds};
     world.all_reduce(std::span<double>(both.data(), 1), zero::ReduceOp::sum).wait();
     world.all_reduce(std::span<double>(both.data() + 1, 1), zero::ReduceOp::max).wait();
     if (scheduler)
-      scheduler->step(r.applied ? zero::StepOutcome::applied : zero::StepOutcome::skipped_for_overflow);
+      scheduler->step(r.applied ? zero::StepOutcome::applied
+                                : zero::StepOutcome::skipped_for_overflow);
     h.loss.push_back(both[0]);
     h.step_seconds.push_back(both[1]);
     h.applied.push_back(r.applied);
@@ -157,9 +166,11 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
   h.memory = engine.memory();
   h.paper_bytes = engine.paper_model_state_bytes();
   h.psi = engine.layout().numel();
-  for (std::size_t l = 0; l < engine.layers(); ++l) h.padded += engine.layout().group(l).flat_numel;
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    h.padded += engine.layout().group(l).flat_numel;
   h.shard_ranks = engine.shard_ranks();
-  for (std::size_t l = 0; l < engine.layers(); ++l) h.final_weights.push_back(engine.get_layer(l));
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    h.final_weights.push_back(engine.get_layer(l));
   return h;
 }
 

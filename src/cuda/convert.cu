@@ -36,10 +36,18 @@ void launch_convert(const From* src, To* dst, std::size_t n, cudaStream_t stream
 
 } // namespace
 
-void convert(const half* src, float* dst, std::size_t n, cudaStream_t s) { launch_convert(src, dst, n, s); }
-void convert(const float* src, half* dst, std::size_t n, cudaStream_t s) { launch_convert(src, dst, n, s); }
-void convert(const bfloat16* src, float* dst, std::size_t n, cudaStream_t s) { launch_convert(src, dst, n, s); }
-void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t s) { launch_convert(src, dst, n, s); }
+void convert(const half* src, float* dst, std::size_t n, cudaStream_t s) {
+  launch_convert(src, dst, n, s);
+}
+void convert(const float* src, half* dst, std::size_t n, cudaStream_t s) {
+  launch_convert(src, dst, n, s);
+}
+void convert(const bfloat16* src, float* dst, std::size_t n, cudaStream_t s) {
+  launch_convert(src, dst, n, s);
+}
+void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t s) {
+  launch_convert(src, dst, n, s);
+}
 
 void scale(float* data, std::size_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;

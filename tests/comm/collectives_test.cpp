@@ -22,7 +22,7 @@ namespace {
 using zero::DType;
 using zero::ReduceOp;
 
-constexpr DType all_dtypes[] = {DType::float32, DType::float64, DType::int32, DType::int64,
+constexpr DType all_dtypes[] = {DType::float32, DType::float64, DType::int32,   DType::int64,
                                 DType::uint8,   DType::float16, DType::bfloat16};
 constexpr ReduceOp all_ops[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 constexpr std::size_t sizes[] = {0, 1, 2, 7, 64, 1031, 40009};
@@ -44,8 +44,10 @@ T expected_reduction(int ranks, std::size_t i, ReduceOp op) {
 
 template <class T>
 bool same(T a, T b) {
-  if constexpr (zero::LowPrecision<T>) return a.bits == b.bits;
-  else return a == b;
+  if constexpr (zero::LowPrecision<T>)
+    return a.bits == b.bits;
+  else
+    return a == b;
 }
 
 template <class T>
@@ -56,13 +58,15 @@ std::string show(T v) {
 template <class T>
 std::vector<T> rank_input(int rank, std::size_t n) {
   std::vector<T> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = input_value<T>(rank, i);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = input_value<T>(rank, i);
   return v;
 }
 
 // Counts mismatches and reports the first few.
 template <class T, class Expected>
-void expect_elements(const std::vector<T>& got, std::size_t n, Expected expected, const std::string& what) {
+void expect_elements(const std::vector<T>& got, std::size_t n, Expected expected,
+                     const std::string& what) {
   ASSERT_EQ(got.size(), n) << what;
   int reported = 0;
   std::size_t wrong = 0;
@@ -71,14 +75,15 @@ void expect_elements(const std::vector<T>& got, std::size_t n, Expected expected
     if (same(got[i], want)) continue;
     ++wrong;
     if (reported++ < 3)
-      ADD_FAILURE() << what << ": element " << i << " is " << show(got[i]) << ", expected " << show(want);
+      ADD_FAILURE() << what << ": element " << i << " is " << show(got[i]) << ", expected "
+                    << show(want);
   }
   EXPECT_EQ(wrong, 0u) << what;
 }
 
 template <class C>
 class Collectives : public ::testing::Test {
-protected:
+ protected:
   C& comm = zero::testing::communicator<C>();
   int rank = comm.rank();
   int ranks = comm.size();
@@ -141,14 +146,18 @@ TYPED_TEST(Collectives, AllGather) {
         const std::string what =
             std::string("all_gather ") + zero::to_string(dtype) + " block=" + std::to_string(block);
         // Rank r contributes elements [r * block, (r + 1) * block) of me r's input pattern.
-        auto expected = [&](std::size_t i) { return input_value<T>(static_cast<int>(i / block), i); };
+        auto expected = [&](std::size_t i) {
+          return input_value<T>(static_cast<int>(i / block), i);
+        };
         std::vector<T> mine(block);
-        for (std::size_t i = 0; i < block; ++i) mine[i] = input_value<T>(this->rank, me * block + i);
+        for (std::size_t i = 0; i < block; ++i)
+          mine[i] = input_value<T>(this->rank, me * block + i);
         std::vector<T> out(block * world);
         this->comm.all_gather(mine, out).wait();
         expect_elements(out, block * world, expected, what + " out of place");
         std::vector<T> inout(block * world, zero::convert<T>(99.0f));
-        std::copy(mine.begin(), mine.end(), inout.begin() + static_cast<std::ptrdiff_t>(me * block));
+        std::copy(mine.begin(), mine.end(),
+                  inout.begin() + static_cast<std::ptrdiff_t>(me * block));
         this->comm.all_gather(inout).wait();
         expect_elements(inout, block * world, expected, what + " in place");
       }
@@ -188,7 +197,9 @@ TYPED_TEST(Collectives, ReduceToEveryRoot) {
             std::vector<T> out(this->rank == root ? n : 0);
             this->comm.reduce(input, out, op, root).wait();
             if (this->rank == root) {
-              auto expected = [&](std::size_t i) { return expected_reduction<T>(this->ranks, i, op); };
+              auto expected = [&](std::size_t i) {
+                return expected_reduction<T>(this->ranks, i, op);
+              };
               expect_elements(out, n, expected, what);
             }
           }
@@ -207,7 +218,8 @@ TYPED_TEST(Collectives, ManyOutstandingOperationsCompleteInOrder) {
   for (int k = 0; k < count; ++k)
     for (std::size_t i = 0; i < data[std::size_t(k)].size(); ++i) {
       float want = 0;
-      for (int r = 0; r < this->ranks; ++r) want += input_value<float>(r + k, i);
+      for (int r = 0; r < this->ranks; ++r)
+        want += input_value<float>(r + k, i);
       ASSERT_EQ(data[std::size_t(k)][i], want) << "operation " << k << " element " << i;
     }
 }

@@ -16,7 +16,7 @@ using zero::ReduceOp;
 
 // A communicator written by a user: only the typed API, no submit(). Counting must still work.
 class TypedOnly : public zero::SelfCommunicator {
-public:
+ public:
   using memory_space = zero::host;
   TypedOnly split(int, int) const { return {}; }
 };
@@ -63,7 +63,8 @@ TEST(Counting, WrapsATypedOnlyCommunicator) {
 }
 
 TEST(Counting, WrapsMpi) {
-  zero::CountingCommunicator counting{zero::MpiCommunicator(zero::testing::world().boost_communicator())};
+  zero::CountingCommunicator counting{
+      zero::MpiCommunicator(zero::testing::world().boost_communicator())};
   exercise_and_check(counting);
   auto part = counting.split(counting.rank() % 2, 0);
   EXPECT_EQ(part.stats().total_calls(), 0u);
@@ -81,16 +82,19 @@ TEST(Determinism, ReductionsAreBitwiseReproducible) {
   std::uint32_t state = 17u + static_cast<std::uint32_t>(world.rank()) * 7919u;
   for (float& x : input) {
     state = state * 1664525u + 1013904223u;
-    x = static_cast<float>(state >> 8) * 1e-7f - 0.8f; // values whose sums round differently by order
+    x = static_cast<float>(state >> 8) * 1e-7f -
+        0.8f; // values whose sums round differently by order
   }
   std::vector<float> a(n), b(n), shard(n / static_cast<std::size_t>(world.size()));
   world.all_reduce(input, a, ReduceOp::sum).wait();
   small_chunks.all_reduce(input, b, ReduceOp::sum).wait();
   small_chunks.reduce_scatter(input, shard, ReduceOp::sum).wait();
-  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(b[i])) << i;
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(b[i])) << i;
   const std::size_t base = shard.size() * static_cast<std::size_t>(world.rank());
   for (std::size_t i = 0; i < shard.size(); ++i)
-    ASSERT_EQ(std::bit_cast<std::uint32_t>(shard[i]), std::bit_cast<std::uint32_t>(a[base + i])) << i;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(shard[i]), std::bit_cast<std::uint32_t>(a[base + i]))
+        << i;
 }
 
 } // namespace

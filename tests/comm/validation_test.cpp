@@ -13,7 +13,9 @@ namespace {
 
 using zero::ReduceOp;
 
-zero::MpiCommunicator& comm() { return zero::testing::world(); }
+zero::MpiCommunicator& comm() {
+  return zero::testing::world();
+}
 
 // Runs `call` (which returns a Work) and expects a mismatch error mentioning every needle.
 template <class Call>
@@ -33,7 +35,9 @@ void expect_mismatch(Call&& call, const std::vector<std::string>& needles) {
   EXPECT_EQ(one[0], comm().size());
 }
 
-TEST(Validation, IsOnForTheseTests) { EXPECT_TRUE(comm().options().validate); }
+TEST(Validation, IsOnForTheseTests) {
+  EXPECT_TRUE(comm().options().validate);
+}
 
 TEST(Validation, CountMismatch) {
   std::vector<float> data(10 + static_cast<std::size_t>(comm().rank()));
@@ -47,22 +51,27 @@ TEST(Validation, ElementTypeMismatch) {
   std::vector<double> d(8);
   expect_mismatch(
       [&] {
-        return comm().rank() == 0 ? comm().all_reduce(f, ReduceOp::sum) : comm().all_reduce(d, ReduceOp::sum);
+        return comm().rank() == 0 ? comm().all_reduce(f, ReduceOp::sum)
+                                  : comm().all_reduce(d, ReduceOp::sum);
       },
       {"rank 0 called all_reduce(8 x float, sum)", "rank 1 called all_reduce(8 x double, sum)"});
 }
 
 TEST(Validation, ReductionMismatch) {
   std::vector<float> data(4);
-  expect_mismatch([&] { return comm().all_reduce(data, comm().rank() == 0 ? ReduceOp::max : ReduceOp::sum); },
-                  {"all_reduce(4 x float, max)", "all_reduce(4 x float, sum)"});
+  expect_mismatch(
+      [&] { return comm().all_reduce(data, comm().rank() == 0 ? ReduceOp::max : ReduceOp::sum); },
+      {"all_reduce(4 x float, max)", "all_reduce(4 x float, sum)"});
 }
 
 TEST(Validation, KindMismatch) {
   const auto n = static_cast<std::size_t>(comm().size());
   std::vector<float> full(4 * n);
   expect_mismatch(
-      [&] { return comm().rank() == 0 ? comm().all_gather(full) : comm().reduce_scatter(full, ReduceOp::sum); },
+      [&] {
+        return comm().rank() == 0 ? comm().all_gather(full)
+                                  : comm().reduce_scatter(full, ReduceOp::sum);
+      },
       {"rank 0 called all_gather(4 x float)", "rank 1 called reduce_scatter(4 x float, sum)"});
 }
 

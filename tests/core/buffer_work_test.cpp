@@ -20,7 +20,8 @@ namespace {
 TEST(Buffer, IsAlignedZeroedAndOwning) {
   zero::Buffer<float> b(1000);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % zero::buffer_alignment, 0u);
-  for (float x : b) EXPECT_EQ(x, 0.0f);
+  for (float x : b)
+    EXPECT_EQ(x, 0.0f);
   zero::Buffer<double> filled(3, 2.5);
   EXPECT_EQ(filled[2], 2.5);
   zero::Buffer<int> empty(0);
@@ -80,7 +81,8 @@ TEST(View, SubviewChecksItsBounds) {
     (void)view.subview(8, 3);
     FAIL();
   } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("subview [8, 11) out of a view of 10"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("subview [8, 11) out of a view of 10"), std::string::npos)
+        << e.what();
   }
 }
 

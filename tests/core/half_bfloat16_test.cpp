@@ -29,10 +29,16 @@ using zero::half;
 std::uint16_t hardware_half(float f) {
   return static_cast<std::uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-float hardware_float(std::uint16_t h) { return _cvtsh_ss(h); }
+float hardware_float(std::uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
-std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
-float from_bits(std::uint32_t b) { return std::bit_cast<float>(b); }
+std::uint32_t bits(float f) {
+  return std::bit_cast<std::uint32_t>(f);
+}
+float from_bits(std::uint32_t b) {
+  return std::bit_cast<float>(b);
+}
 
 // The reference rounding of a float to bfloat16, by distance to the two neighbours.
 std::uint16_t reference_bfloat16(float f) {
@@ -43,8 +49,9 @@ std::uint16_t reference_bfloat16(float f) {
   const double lower = std::fabs(double(from_bits(std::uint32_t(toward_zero) << 16)));
   const std::uint16_t away = static_cast<std::uint16_t>(toward_zero + 1);
   // Past the largest finite value the next neighbour is 2^128 (infinity when chosen).
-  const double upper = (away & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128)
-                                                   : std::fabs(double(from_bits(std::uint32_t(away) << 16)));
+  const double upper = (away & 0x7fffu) == 0x7f80u
+                           ? std::ldexp(1.0, 128)
+                           : std::fabs(double(from_bits(std::uint32_t(away) << 16)));
   const double magnitude = std::fabs(double(f));
   if (magnitude - lower < upper - magnitude) return toward_zero;
   if (magnitude - lower > upper - magnitude) return away;
@@ -58,17 +65,20 @@ std::vector<float> boundary_floats(bool half_format) {
   for (std::uint32_t h = 0; h < 0x10000u; ++h) {
     const float value = half_format ? hardware_float(std::uint16_t(h)) : from_bits(h << 16);
     if (!std::isfinite(value)) continue;
-    const float next = half_format ? hardware_float(std::uint16_t(h + 1)) : from_bits((h + 1) << 16);
+    const float next =
+        half_format ? hardware_float(std::uint16_t(h + 1)) : from_bits((h + 1) << 16);
     out.push_back(value);
     if (!std::isfinite(next) || std::signbit(next) != std::signbit(value)) continue;
     const float mid = static_cast<float>((double(value) + double(next)) / 2);
     out.push_back(mid);
     out.push_back(std::nextafter(mid, 0.0f));
-    out.push_back(std::nextafter(mid, std::numeric_limits<float>::infinity() * (value < 0 ? -1 : 1)));
+    out.push_back(
+        std::nextafter(mid, std::numeric_limits<float>::infinity() * (value < 0 ? -1 : 1)));
   }
   // Overflow thresholds and the tiniest values.
-  for (float f : {65504.0f, 65519.996f, 65520.0f, 65536.0f, 3.4028235e38f, 1e-45f, 2.98e-8f, 2.99e-8f,
-                  5.96e-8f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
+  for (float f :
+       {65504.0f, 65519.996f, 65520.0f, 65536.0f, 3.4028235e38f, 1e-45f, 2.98e-8f, 2.99e-8f,
+        5.96e-8f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
     out.push_back(f);
     out.push_back(-f);
   }
@@ -78,7 +88,8 @@ std::vector<float> boundary_floats(bool half_format) {
 std::vector<float> random_floats(std::size_t n) {
   std::mt19937 rng(12345);
   std::vector<float> out(n);
-  for (auto& f : out) f = from_bits(static_cast<std::uint32_t>(rng()));
+  for (auto& f : out)
+    f = from_bits(static_cast<std::uint32_t>(rng()));
   return out;
 }
 
@@ -103,11 +114,13 @@ TEST(Half, EveryBitPatternRoundTrips) {
 }
 
 TEST(Half, RoundsEveryBoundaryLikeHardware) {
-  for (float f : boundary_floats(true)) ASSERT_EQ(half(f).bits, hardware_half(f)) << f;
+  for (float f : boundary_floats(true))
+    ASSERT_EQ(half(f).bits, hardware_half(f)) << f;
 }
 
 TEST(Half, RoundsRandomFloatsLikeHardware) {
-  for (float f : random_floats(2'000'000)) ASSERT_EQ(half(f).bits, hardware_half(f)) << std::hex << bits(f);
+  for (float f : random_floats(2'000'000))
+    ASSERT_EQ(half(f).bits, hardware_half(f)) << std::hex << bits(f);
 }
 
 TEST(Half, SpecialValues) {
@@ -136,7 +149,8 @@ TEST(Bfloat16, EveryBitPatternRoundTrips) {
 }
 
 TEST(Bfloat16, RoundsEveryBoundaryLikeTheReference) {
-  for (float f : boundary_floats(false)) ASSERT_EQ(bfloat16(f).bits, reference_bfloat16(f)) << f;
+  for (float f : boundary_floats(false))
+    ASSERT_EQ(bfloat16(f).bits, reference_bfloat16(f)) << f;
 }
 
 TEST(Bfloat16, RoundsRandomFloatsLikeTheReference) {
@@ -155,7 +169,8 @@ template <class T>
 void expect_bulk_matches_scalar(const std::vector<float>& floats) {
   std::vector<T> bulk(floats.size());
   zero::convert_n(floats.data(), bulk.data(), floats.size());
-  for (std::size_t i = 0; i < floats.size(); ++i) ASSERT_EQ(bulk[i].bits, T(floats[i]).bits) << floats[i];
+  for (std::size_t i = 0; i < floats.size(); ++i)
+    ASSERT_EQ(bulk[i].bits, T(floats[i]).bits) << floats[i];
   std::vector<float> back(floats.size());
   zero::convert_n(bulk.data(), back.data(), bulk.size());
   for (std::size_t i = 0; i < floats.size(); ++i)
@@ -178,10 +193,12 @@ TEST(BulkConversion, MatchesScalarForBfloat16) {
 
 TEST(BulkConversion, EveryHalfPatternWidensLikeScalar) {
   std::vector<half> all(0x10000);
-  for (std::uint32_t h = 0; h < 0x10000u; ++h) all[h] = half::from_bits(std::uint16_t(h));
+  for (std::uint32_t h = 0; h < 0x10000u; ++h)
+    all[h] = half::from_bits(std::uint16_t(h));
   std::vector<float> wide(all.size());
   zero::convert_n(all.data(), wide.data(), all.size());
-  for (std::uint32_t h = 0; h < 0x10000u; ++h) ASSERT_EQ(bits(wide[h]), bits(static_cast<float>(all[h]))) << h;
+  for (std::uint32_t h = 0; h < 0x10000u; ++h)
+    ASSERT_EQ(bits(wide[h]), bits(static_cast<float>(all[h]))) << h;
 }
 
 TEST(Convert, GoesThroughFloatForLowPrecision) {

@@ -40,9 +40,13 @@ float initial_value(std::size_t layer, std::size_t i) {
 
 // Rank r's gradient of element i at `step`, micro-step `micro`: depends on the weight, so every
 // stage must see the same weights to agree.
-float gradient_value(float weight, int rank, int step, int micro, std::size_t layer, std::size_t i) {
-  const float noise = static_cast<float>(((i * 13 + layer * 7 + std::size_t(rank) * 31 + std::size_t(step) * 17 +
-                                           std::size_t(micro) * 5) % 97)) / 97.0f - 0.5f;
+float gradient_value(float weight, int rank, int step, int micro, std::size_t layer,
+                     std::size_t i) {
+  const float noise = static_cast<float>(((i * 13 + layer * 7 + std::size_t(rank) * 31 +
+                                           std::size_t(step) * 17 + std::size_t(micro) * 5) %
+                                          97)) /
+                          97.0f -
+                      0.5f;
   return 0.3f * weight + noise;
 }
 
@@ -67,10 +71,11 @@ struct Outcome {
 };
 
 template <class T>
-void write_gradients(zero::View<T> out, zero::View<const T> weights, const Scenario& run, int rank, int step, int micro,
-                     std::size_t layer, int ranks) {
+void write_gradients(zero::View<T> out, zero::View<const T> weights, const Scenario& run, int rank,
+                     int step, int micro, std::size_t layer, int ranks) {
   for (std::size_t i = 0; i < out.size(); ++i) {
-    float g = gradient_value(zero::convert<float>(weights[i]), rank, step, micro, layer, i) * run.scale;
+    float g =
+        gradient_value(zero::convert<float>(weights[i]), rank, step, micro, layer, i) * run.scale;
     if (step == run.infinity_step && rank == ranks - 1 && layer == 2 && i == 5)
       g = std::numeric_limits<float>::infinity();
     out[i] = zero::convert<T>(g);
@@ -88,11 +93,12 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}) {
   options.reduce_bucket_elements = run.bucket;
   options.persistence_threshold = run.persistence;
   Optimizer optimizer(typename Optimizer::options_type{.lr = 0.01, .weight_decay = 0.01});
-  zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, Scaler> engine(world, model(), optimizer, scaler,
-                                                                                 options);
+  zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, Scaler> engine(
+      world, model(), optimizer, scaler, options);
   for (std::size_t l = 0; l < engine.layers(); ++l) {
     std::vector<float> init(engine.layout().group(l).numel);
-    for (std::size_t i = 0; i < init.size(); ++i) init[i] = initial_value(l, i);
+    for (std::size_t i = 0; i < init.size(); ++i)
+      init[i] = initial_value(l, i);
     engine.set_layer(l, init);
   }
   Outcome outcome;
@@ -101,11 +107,12 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}) {
     if constexpr (zero::GradientElement<T>) {
       for (int step = 0; step < run.steps; ++step) {
         for (int micro = 0; micro < run.accumulation; ++micro) {
-          for (std::size_t l = 0; l < engine.layers(); ++l) (void)engine.acquire(l); // "forward"
+          for (std::size_t l = 0; l < engine.layers(); ++l)
+            (void)engine.acquire(l); // "forward"
           for (std::size_t l = engine.layers(); l-- > 0;) {
             auto weights = engine.acquire(l);
-            write_gradients<T>(engine.template gradients<T>(l), weights.template values<T>(), run, world.rank(), step,
-                               micro, l, world.size());
+            write_gradients<T>(engine.template gradients<T>(l), weights.template values<T>(), run,
+                               world.rank(), step, micro, l, world.size());
             engine.grads_ready(l);
           }
         }
@@ -113,15 +120,18 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}) {
       }
     }
   });
-  for (std::size_t l = 0; l < engine.layers(); ++l) outcome.weights.push_back(engine.get_layer(l));
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    outcome.weights.push_back(engine.get_layer(l));
   outcome.memory = engine.memory();
   outcome.paper_bytes = engine.paper_model_state_bytes();
   outcome.psi = engine.layout().numel();
-  for (std::size_t l = 0; l < engine.layers(); ++l) outcome.padded += engine.layout().group(l).flat_numel;
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    outcome.padded += engine.layout().group(l).flat_numel;
   return outcome;
 }
 
-void expect_same_weights(const Outcome& a, const Outcome& b, bool bitwise, const std::string& what) {
+void expect_same_weights(const Outcome& a, const Outcome& b, bool bitwise,
+                         const std::string& what) {
   ASSERT_EQ(a.weights.size(), b.weights.size());
   for (std::size_t l = 0; l < a.weights.size(); ++l)
     for (std::size_t i = 0; i < a.weights[l].size(); ++i) {
@@ -130,12 +140,14 @@ void expect_same_weights(const Outcome& a, const Outcome& b, bool bitwise, const
         ASSERT_EQ(std::bit_cast<std::uint32_t>(x), std::bit_cast<std::uint32_t>(y))
             << what << ": layer " << l << " element " << i << ": " << x << " vs " << y;
       else
-        ASSERT_NEAR(x, y, 1e-6 * std::max(1.0f, std::abs(x))) << what << ": layer " << l << " element " << i;
+        ASSERT_NEAR(x, y, 1e-6 * std::max(1.0f, std::abs(x)))
+            << what << ": layer " << l << " element " << i;
     }
 }
 
 template <class Scaler = zero::StaticLossScaler>
-void expect_all_stages_agree(const Scenario& run, const std::string& what, Scaler scaler = Scaler{}) {
+void expect_all_stages_agree(const Scenario& run, const std::string& what,
+                             Scaler scaler = Scaler{}) {
   const Outcome s0 = train<zero::Stage<0>>(run, scaler);
   // The weights moved: the test would pass trivially otherwise.
   EXPECT_NE(s0.weights[2][0], initial_value(2, 0)) << what;
@@ -144,7 +156,9 @@ void expect_all_stages_agree(const Scenario& run, const std::string& what, Scale
   expect_same_weights(s0, train<zero::Stage<3>>(run, scaler), run.deterministic, what + " stage 3");
 }
 
-TEST(Engine, StagesAgreeBitwiseInFp32) { expect_all_stages_agree({}, "fp32"); }
+TEST(Engine, StagesAgreeBitwiseInFp32) {
+  expect_all_stages_agree({}, "fp32");
+}
 
 TEST(Engine, StagesAgreeWithAccumulationAndClipping) {
   expect_all_stages_agree({.accumulation = 3, .clipping = 0.05}, "accumulation 3, clip 0.05");
@@ -152,21 +166,25 @@ TEST(Engine, StagesAgreeWithAccumulationAndClipping) {
 
 TEST(Engine, StagesAgreeInHalfWithOneBigBucket) {
   expect_all_stages_agree({.dtype = DType::float16, .bucket = 1 << 20}, "fp16");
-  expect_all_stages_agree({.dtype = DType::bfloat16, .bucket = 7, .steps = 3}, "bf16, 7-element buckets");
+  expect_all_stages_agree({.dtype = DType::bfloat16, .bucket = 7, .steps = 3},
+                          "bf16, 7-element buckets");
 }
 
 TEST(Engine, StagesAgreeToRoundingWithoutDeterministicMode) {
-  expect_all_stages_agree({.accumulation = 2, .deterministic = false}, "accumulation 2, not deterministic");
+  expect_all_stages_agree({.accumulation = 2, .deterministic = false},
+                          "accumulation 2, not deterministic");
 }
 
 TEST(Engine, Stage3PersistentLayersAgree) {
   const Scenario run{.persistence = 100};
-  expect_same_weights(train<zero::Stage<0>>(run), train<zero::Stage<3>>(run), true, "persistence 100");
+  expect_same_weights(train<zero::Stage<0>>(run), train<zero::Stage<3>>(run), true,
+                      "persistence 100");
 }
 
 TEST(Engine, ShardWithinOneRankIsReplicatedOptimizerState) {
   // Each rank its own shard group: states replicated, gradients averaged over the replicas.
-  using Plan = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients, zero::shard_within<1>>;
+  using Plan = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                                  zero::shard_within<1>>;
   const Scenario run{.deterministic = false};
   expect_same_weights(train<zero::Stage<0>>(run), train<Plan>(run), false, "shard_within<1>");
 }
@@ -183,8 +201,10 @@ TEST(Engine, AnInfinityOnOneRankSkipsTheStepEverywhere) {
   zero::DynamicLossScalerOptions scaling;
   scaling.init_scale = 1024;
   scaling.hysteresis = 1;
-  const auto s0 = train<zero::Stage<0>, zero::Adam, zero::DynamicLossScaler>(run, zero::DynamicLossScaler(scaling));
-  const auto s2 = train<zero::Stage<2>, zero::Adam, zero::DynamicLossScaler>(run, zero::DynamicLossScaler(scaling));
+  const auto s0 = train<zero::Stage<0>, zero::Adam, zero::DynamicLossScaler>(
+      run, zero::DynamicLossScaler(scaling));
+  const auto s2 = train<zero::Stage<2>, zero::Adam, zero::DynamicLossScaler>(
+      run, zero::DynamicLossScaler(scaling));
   for (const auto* outcome : {&s0, &s2}) {
     ASSERT_EQ(outcome->steps.size(), 4u);
     EXPECT_TRUE(outcome->steps[1].applied);
@@ -202,7 +222,8 @@ TEST(Engine, AnInfinityOnOneRankSkipsTheStepEverywhere) {
 TEST(Engine, SkippedStepChangesNothing) {
   const Scenario with_skip{.steps = 3, .infinity_step = 2};
   const Scenario before{.steps = 2};
-  expect_same_weights(train<zero::Stage<3>>(with_skip), train<zero::Stage<3>>(before), true, "skip at the last step");
+  expect_same_weights(train<zero::Stage<3>>(with_skip), train<zero::Stage<3>>(before), true,
+                      "skip at the last step");
 }
 
 TEST(Engine, MemoryFollowsThePapersFormula) {
@@ -210,7 +231,7 @@ TEST(Engine, MemoryFollowsThePapersFormula) {
   const double n = world.size();
   for (int stage = 0; stage <= 3; ++stage) {
     const Scenario run{.dtype = DType::float16, .steps = 1};
-    Outcome o = stage == 0 ? train<zero::Stage<0>>(run)
+    Outcome o = stage == 0   ? train<zero::Stage<0>>(run)
                 : stage == 1 ? train<zero::Stage<1>>(run)
                 : stage == 2 ? train<zero::Stage<2>>(run)
                              : train<zero::Stage<3>>(run);
@@ -218,8 +239,8 @@ TEST(Engine, MemoryFollowsThePapersFormula) {
     // Exactly what the engine holds (fp16 weights and gradients, fp32 master, m and v):
     // stage 1 also keeps its reduced gradient shard (2Ψ/N) next to the full gradient.
     const double full = padded, shard = padded / n;
-    const double expected[] = {(2 + 2 + 12) * full, (2 + 2) * full + (12 + 2) * shard, 2 * full + (2 + 12) * shard,
-                               (2 + 2 + 12) * shard};
+    const double expected[] = {(2 + 2 + 12) * full, (2 + 2) * full + (12 + 2) * shard,
+                               2 * full + (2 + 12) * shard, (2 + 2 + 12) * shard};
     EXPECT_EQ(double(o.memory.model_states()), expected[stage]) << "stage " << stage;
     // And the paper's formula for Ψ unpadded, within padding and stage 1's shard.
     const double slack = 16 * (padded - psi) + (stage == 1 ? 2 * shard : 0);
@@ -230,13 +251,14 @@ TEST(Engine, MemoryFollowsThePapersFormula) {
 
 TEST(Engine, CommunicationPerStepIs2PsiOr3Psi) {
   const Scenario run{.steps = 2};
-  const Outcome s[] = {train<zero::Stage<0>>(run), train<zero::Stage<1>>(run), train<zero::Stage<2>>(run),
-                       train<zero::Stage<3>>(run)};
+  const Outcome s[] = {train<zero::Stage<0>>(run), train<zero::Stage<1>>(run),
+                       train<zero::Stage<2>>(run), train<zero::Stage<3>>(run)};
   for (int stage = 0; stage <= 3; ++stage) {
     const auto& c = s[stage].steps[1].communication;
     const double padded = double(s[stage].padded);
     const double expected = (stage == 3 ? 3 : 2) * padded;
-    // One scalar is all-reduced besides (the sum of squares behind the norm and the overflow check).
+    // One scalar is all-reduced besides (the sum of squares behind the norm and the overflow
+    // check).
     EXPECT_EQ(double(c.volume_elements()), expected + 2) << "stage " << stage;
     if (stage == 0) {
       EXPECT_EQ(c[zero::Collective::all_reduce].elements, s[0].padded + 1);
@@ -249,8 +271,9 @@ TEST(Engine, CommunicationPerStepIs2PsiOr3Psi) {
 
 TEST(Engine, MisuseIsNamed) {
   auto& world = zero::testing::world();
-  zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam, zero::StaticLossScaler> engine(
-      world, model(), zero::Adam{}, zero::StaticLossScaler{}, {});
+  zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam,
+               zero::StaticLossScaler>
+      engine(world, model(), zero::Adam{}, zero::StaticLossScaler{}, {});
   auto expect_error = [](auto&& call, const std::string& needle) {
     try {
       call();
@@ -261,7 +284,8 @@ TEST(Engine, MisuseIsNamed) {
   };
   expect_error([&] { (void)engine.step(); }, "step() after 0 of 1 micro-steps");
   expect_error([&] { (void)engine.acquire(9); }, "no layer 9 (the model has 5)");
-  expect_error([&] { (void)engine.gradients<zero::half>(0); }, "the compute type is float, not half");
+  expect_error([&] { (void)engine.gradients<zero::half>(0); },
+               "the compute type is float, not half");
   std::vector<float> wrong(3);
   expect_error([&] { engine.set_layer(0, wrong); }, "set_layer: layer 0 has 96 elements, got 3");
   auto g = engine.gradients<float>(4);

@@ -25,7 +25,8 @@ zero::NcclCommunicator& nccl() {
 }
 
 // Runs one collective on device copies of the reference inputs and counts wrong elements.
-long long run_and_count_wrong(Collective kind, DType dtype, ReduceOp op, std::size_t count, bool in_place) {
+long long run_and_count_wrong(Collective kind, DType dtype, ReduceOp op, std::size_t count,
+                              bool in_place) {
   auto& comm = nccl();
   const int rank = comm.rank(), ranks = comm.size();
   zero::CollectiveArgs a;
@@ -40,14 +41,18 @@ long long run_and_count_wrong(Collective kind, DType dtype, ReduceOp op, std::si
   a.send = send.data();
   a.recv = recv.data();
   if (in_place) {
-    if (kind == Collective::reduce_scatter) a.recv = send.data() + std::size_t(rank) * count * bytes;
-    else if (kind == Collective::all_gather) a.send = recv.data() + std::size_t(rank) * count * bytes;
-    else a.send = a.recv;
+    if (kind == Collective::reduce_scatter)
+      a.recv = send.data() + std::size_t(rank) * count * bytes;
+    else if (kind == Collective::all_gather)
+      a.send = recv.data() + std::size_t(rank) * count * bytes;
+    else
+      a.send = a.recv;
   }
   std::vector<std::byte> host(send_n * bytes);
   const std::size_t first = kind == Collective::all_gather ? std::size_t(rank) * count : 0;
   bench::fill_pattern(dtype, host.data(), send_n, rank, first);
-  ZERO_CHECK_CUDA(cudaMemcpy(const_cast<void*>(a.send), host.data(), host.size(), cudaMemcpyHostToDevice));
+  ZERO_CHECK_CUDA(
+      cudaMemcpy(const_cast<void*>(a.send), host.data(), host.size(), cudaMemcpyHostToDevice));
   comm.submit(a).wait();
   std::vector<std::byte> out(recv_n * bytes);
   ZERO_CHECK_CUDA(cudaMemcpy(out.data(), a.recv, out.size(), cudaMemcpyDeviceToHost));
@@ -55,8 +60,8 @@ long long run_and_count_wrong(Collective kind, DType dtype, ReduceOp op, std::si
 }
 
 TEST(Nccl, EveryCollectiveTypeAndReduction) {
-  for (DType dtype : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8, DType::float16,
-                      DType::bfloat16})
+  for (DType dtype : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8,
+                      DType::float16, DType::bfloat16})
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{100003}})
       for (bool in_place : {false, true}) {
         for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
@@ -65,8 +70,10 @@ TEST(Nccl, EveryCollectiveTypeAndReduction) {
           EXPECT_EQ(run_and_count_wrong(Collective::reduce_scatter, dtype, op, count, in_place), 0)
               << zero::to_string(dtype) << " " << zero::to_string(op) << " " << count;
         }
-        EXPECT_EQ(run_and_count_wrong(Collective::all_gather, dtype, ReduceOp::sum, count, in_place), 0);
-        EXPECT_EQ(run_and_count_wrong(Collective::broadcast, dtype, ReduceOp::sum, count, in_place), 0);
+        EXPECT_EQ(
+            run_and_count_wrong(Collective::all_gather, dtype, ReduceOp::sum, count, in_place), 0);
+        EXPECT_EQ(run_and_count_wrong(Collective::broadcast, dtype, ReduceOp::sum, count, in_place),
+                  0);
       }
 }
 

@@ -26,8 +26,10 @@ std::vector<zero::ParameterSpec> model() {
   std::vector<zero::ParameterSpec> params;
   const std::size_t sizes[][2] = {{3, 1}, {0, 0}, {1, 0}, {1031, 17}, {64, 8}, {4001, 3}};
   for (int layer = 0; layer < 6; ++layer) {
-    params.push_back({"layer" + std::to_string(layer) + ".weight", sizes[layer][0], DType::float32, layer});
-    params.push_back({"layer" + std::to_string(layer) + ".bias", sizes[layer][1], DType::float32, layer});
+    params.push_back(
+        {"layer" + std::to_string(layer) + ".weight", sizes[layer][0], DType::float32, layer});
+    params.push_back(
+        {"layer" + std::to_string(layer) + ".bias", sizes[layer][1], DType::float32, layer});
   }
   return params;
 }
@@ -44,7 +46,8 @@ float grad_value(int rank, std::size_t g, std::size_t i) {
 template <class G>
 std::vector<G> layer_grads(int rank, std::size_t g, std::size_t numel) {
   std::vector<G> v(numel);
-  for (std::size_t i = 0; i < numel; ++i) v[i] = zero::convert<G>(grad_value(rank, g, i));
+  for (std::size_t i = 0; i < numel; ++i)
+    v[i] = zero::convert<G>(grad_value(rank, g, i));
   return v;
 }
 
@@ -53,7 +56,8 @@ template <class B>
 float expected_average(int ranks, std::size_t g, std::size_t i) {
   using A = zero::accumulate_t<B>;
   A acc = zero::convert<A>(zero::convert<B>(grad_value(0, g, i)));
-  for (int r = 1; r < ranks; ++r) acc = acc + zero::convert<A>(zero::convert<B>(grad_value(r, g, i)));
+  for (int r = 1; r < ranks; ++r)
+    acc = acc + zero::convert<A>(zero::convert<B>(grad_value(r, g, i)));
   return zero::convert<float>(zero::convert<B>(acc / static_cast<A>(ranks)));
 }
 
@@ -72,12 +76,14 @@ void run_case(const Case& c) {
   const zero::ShardLayout layout = zero::FlatContiguous{.alignment = 4}.partition(params, ranks);
   zero::CountingCommunicator counting{zero::MpiCommunicator(world.boost_communicator())};
   zero::BucketedReducer<decltype(counting), Strategy> reducer(
-      counting, layout, {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket, .op = zero::ReduceOp::avg});
+      counting, layout,
+      {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket, .op = zero::ReduceOp::avg});
 
   constexpr bool scatter = Strategy::collective == zero::Collective::reduce_scatter;
   std::size_t target_size = scatter ? layout.shard_numel(rank) : 0;
   if (!scatter)
-    for (std::size_t g = 0; g < layout.group_count(); ++g) target_size += layout.group(g).flat_numel;
+    for (std::size_t g = 0; g < layout.group_count(); ++g)
+      target_size += layout.group(g).flat_numel;
   const float initial = c.accumulate ? 0.5f : 0.0f;
   std::vector<float> target(target_size, initial);
   std::vector<zero::half> half_target(target_size);
@@ -97,20 +103,24 @@ void run_case(const Case& c) {
   reducer.finish();
 
   if (half_out)
-    for (std::size_t i = 0; i < target_size; ++i) target[i] = static_cast<float>(half_target[i]);
+    for (std::size_t i = 0; i < target_size; ++i)
+      target[i] = static_cast<float>(half_target[i]);
   const std::string what = std::string(scatter ? "reduce_scatter" : "all_reduce") + " bucket " +
-                           std::to_string(c.bucket_elements) + " " + zero::to_string(c.bucket) + " order " +
-                           std::to_string(c.order) + (c.accumulate ? " accumulate" : "");
+                           std::to_string(c.bucket_elements) + " " + zero::to_string(c.bucket) +
+                           " order " + std::to_string(c.order) +
+                           (c.accumulate ? " accumulate" : "");
   std::size_t checked = 0;
   for (std::size_t g = 0; g < layout.group_count(); ++g) {
     const zero::GroupInfo& info = layout.group(g);
     for (std::size_t f = 0; f < info.flat_numel; ++f) {
       const int owner = static_cast<int>(f / info.block_numel);
       if (scatter && owner != rank) continue;
-      const std::size_t at = scatter ? layout.block(g, rank).begin + f % info.block_numel : info.flat_base + f;
-      float want = f < info.numel ? (c.bucket == DType::float16 ? expected_average<zero::half>(ranks, g, f)
-                                                                : expected_average<float>(ranks, g, f))
-                                  : 0.0f;
+      const std::size_t at =
+          scatter ? layout.block(g, rank).begin + f % info.block_numel : info.flat_base + f;
+      float want = f < info.numel
+                       ? (c.bucket == DType::float16 ? expected_average<zero::half>(ranks, g, f)
+                                                     : expected_average<float>(ranks, g, f))
+                       : 0.0f;
       if (c.accumulate) want += initial;
       ASSERT_EQ(std::bit_cast<std::uint32_t>(target[at]), std::bit_cast<std::uint32_t>(want))
           << what << ": layer " << g << " flat " << f << " got " << target[at] << " want " << want;
@@ -122,26 +132,32 @@ void run_case(const Case& c) {
   const auto& stats = counting.stats();
   const auto op = scatter ? zero::Collective::reduce_scatter : zero::Collective::all_reduce;
   std::size_t padded = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g) padded += layout.group(g).flat_numel;
+  for (std::size_t g = 0; g < layout.group_count(); ++g)
+    padded += layout.group(g).flat_numel;
   EXPECT_EQ(stats[op].elements, padded) << what;
   EXPECT_EQ(stats[op].calls, reducer.plan().size()) << what;
   std::size_t widest = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g) widest = std::max(widest, reducer.plan().buckets_of(g).size());
+  for (std::size_t g = 0; g < layout.group_count(); ++g)
+    widest = std::max(widest, reducer.plan().buckets_of(g).size());
   EXPECT_LE(reducer.buffer_bytes(), (c.order == 0 ? widest + 1 : reducer.plan().size()) *
-                                        reducer.plan().largest_bucket_elements() * zero::size_of(c.bucket))
+                                        reducer.plan().largest_bucket_elements() *
+                                        zero::size_of(c.bucket))
       << what;
 }
 
-const Case cases[] = {
-    {1, DType::float32, 0, false},       {7, DType::float32, 0, false},   {100, DType::float32, 1, false},
-    {1000, DType::float32, 2, false},    {1 << 20, DType::float32, 0, false}, {333, DType::float16, 0, false},
-    {333, DType::float16, 2, true},      {5000, DType::float32, 0, true},  {64, DType::float32, 1, true}};
+const Case cases[] = {{1, DType::float32, 0, false},       {7, DType::float32, 0, false},
+                      {100, DType::float32, 1, false},     {1000, DType::float32, 2, false},
+                      {1 << 20, DType::float32, 0, false}, {333, DType::float16, 0, false},
+                      {333, DType::float16, 2, true},      {5000, DType::float32, 0, true},
+                      {64, DType::float32, 1, true}};
 
 TEST(BucketedReducer, ReduceScatterFloatGradients) {
-  for (const Case& c : cases) run_case<zero::ReduceScatterGradients, float>(c);
+  for (const Case& c : cases)
+    run_case<zero::ReduceScatterGradients, float>(c);
 }
 TEST(BucketedReducer, AllReduceFloatGradients) {
-  for (const Case& c : cases) run_case<zero::AllReduceGradients, float>(c);
+  for (const Case& c : cases)
+    run_case<zero::AllReduceGradients, float>(c);
 }
 TEST(BucketedReducer, HalfGradientsIntoHalfBuckets) {
   run_case<zero::ReduceScatterGradients, zero::half>({500, DType::float16, 0, false});
@@ -164,8 +180,10 @@ TEST(BucketedReducer, BackwardOrderNeedsTheLargestLayersBucketsPlusOne) {
   }
   EXPECT_GT(reducer.plan().size(), 10u);
   std::size_t widest = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g) widest = std::max(widest, reducer.plan().buckets_of(g).size());
-  EXPECT_LE(reducer.buffer_bytes(), (widest + 1) * reducer.plan().largest_bucket_elements() * sizeof(float));
+  for (std::size_t g = 0; g < layout.group_count(); ++g)
+    widest = std::max(widest, reducer.plan().buckets_of(g).size());
+  EXPECT_LE(reducer.buffer_bytes(),
+            (widest + 1) * reducer.plan().largest_bucket_elements() * sizeof(float));
   EXPECT_GE(reducer.stats().buckets, reducer.plan().size());
 }
 
@@ -175,7 +193,8 @@ TEST(BucketedReducer, MistakesAreNamed) {
   zero::BucketedReducer<zero::MpiCommunicator, zero::AllReduceGradients> reducer(
       world, layout, {.bucket_elements = 1 << 20, .bucket_dtype = DType::float32});
   std::size_t flat = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g) flat += layout.group(g).flat_numel;
+  for (std::size_t g = 0; g < layout.group_count(); ++g)
+    flat += layout.group(g).flat_numel;
   std::vector<float> out(flat);
   std::vector<float> small(2);
   EXPECT_THROW(reducer.add(0, zero::View<const float>(small)), zero::Error) << "before begin";
@@ -184,7 +203,9 @@ TEST(BucketedReducer, MistakesAreNamed) {
     reducer.add(0, zero::View<const float>(small));
     FAIL();
   } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 0 has 4 gradient elements, got 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 0 has 4 gradient elements, got 2"),
+              std::string::npos)
+        << e.what();
   }
   const auto g5 = layer_grads<float>(world.rank(), 5, layout.group(5).numel);
   reducer.add(5, zero::View<const float>(g5));
@@ -193,7 +214,8 @@ TEST(BucketedReducer, MistakesAreNamed) {
     reducer.finish();
     FAIL();
   } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no gradient was handed over for layer(s) 0, 2, 3, 4"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("no gradient was handed over for layer(s) 0, 2, 3, 4"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -24,7 +24,9 @@ inline MpiCommunicator& world() {
 }
 
 // Called by the test main before MPI is finalised.
-inline void release_world() { world_slot().reset(); }
+inline void release_world() {
+  world_slot().reset();
+}
 
 // Test fixtures get their communicator through this, one specialisation per backend.
 template <class C>

@@ -14,13 +14,14 @@
 namespace {
 
 class RankReporter : public testing::EmptyTestEventListener {
-public:
+ public:
   RankReporter(int rank, int size) : rank_(rank), size_(size) {}
 
   void OnTestPartResult(const testing::TestPartResult& result) override {
     if (rank_ == 0 || !result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.message());
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
   }
 
   void OnTestEnd(const testing::TestInfo& info) override {
@@ -40,7 +41,7 @@ public:
 
   bool any_failed() const { return any_failed_; }
 
-private:
+ private:
   int rank_;
   int size_;
   bool any_failed_ = false;
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   zero::testing::release_world();
   int any = failed ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any) std::fprintf(stderr, "zero tests: FAILED on at least one of %d ranks\n", size);
+  if (rank == 0 && any)
+    std::fprintf(stderr, "zero tests: FAILED on at least one of %d ranks\n", size);
   return any;
 }

@@ -4,7 +4,7 @@
 // described collective some number of times and owns its buffers (host or device).
 
 #include <zero/comm/collective.hpp>
-#include <zero/comm/detail/mpi_transport.hpp>
+#include <zero/comm/detail/native_collectives.hpp>
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/core/buffer.hpp>
 #if ZERO_HAS_CUDA
@@ -25,7 +25,7 @@ using zero::Collective;
 using zero::CollectiveArgs;
 
 class Backend {
-public:
+ public:
   virtual ~Backend() = default;
   virtual std::string describe() const = 0;
   // Runs `a` `iterations` times and returns once all completed.
@@ -42,19 +42,19 @@ public:
 };
 
 class HostBuffers : public Backend {
-public:
+ public:
   explicit HostBuffers(std::size_t bytes) : send_(bytes), recv_(bytes) {}
   std::byte* send_buffer() override { return send_.data(); }
   std::byte* recv_buffer() override { return recv_.data(); }
 
-private:
+ private:
   zero::Buffer<std::byte> send_, recv_;
 };
 
 // zero's MpiCommunicator: nccl-tests' way, all iterations in flight, then one wait (or, with
 // `blocking`, a wait after each call).
 class ZeroMpiBackend final : public HostBuffers {
-public:
+ public:
   ZeroMpiBackend(zero::MpiCommunicator& comm, std::size_t bytes, bool blocking)
       : HostBuffers(bytes), comm_(comm), blocking_(blocking) {}
   std::string describe() const override {
@@ -70,85 +70,43 @@ public:
     zero::wait_all(works);
   }
 
-private:
+ private:
   zero::MpiCommunicator& comm_;
   bool blocking_;
 };
 
 // Plain blocking Open MPI calls with its default algorithms: the baseline.
 class RawMpiBackend final : public HostBuffers {
-public:
-  RawMpiBackend(MPI_Comm comm, std::size_t bytes) : HostBuffers(bytes), comm_(comm) {
-    MPI_Comm_rank(comm_, &rank_);
-  }
+ public:
+  RawMpiBackend(MPI_Comm comm, std::size_t bytes) : HostBuffers(bytes), comm_(comm) {}
   std::string describe() const override { return "plain Open MPI calls (default algorithms)"; }
 
   static void require_supported(const CollectiveArgs& a) {
     if (!zero::uses_reduce_op(a.kind)) return;
-    zero::require(a.op != zero::ReduceOp::avg, "raw-mpi: MPI has no average; use --redop sum, max or min");
+    zero::require(a.op != zero::ReduceOp::avg,
+                  "raw-mpi: MPI has no average; use --redop sum, max or min");
     zero::require(!zero::is_low_precision(a.dtype),
                   "raw-mpi: MPI has no half or bfloat16 reductions; use --dtype float");
   }
 
   void run(const CollectiveArgs& a, int iterations) override {
-    for (int i = 0; i < iterations; ++i) call(a);
+    for (int i = 0; i < iterations; ++i) zero::detail::run_native(comm_, a);
   }
 
-private:
-  void call(const CollectiveArgs& a) {
-    const int n = static_cast<int>(a.count);
-    const bool in_place = a.send == a.recv;
-    switch (a.kind) {
-    case Collective::all_reduce:
-      ZERO_CHECK_MPI(MPI_Allreduce(in_place ? MPI_IN_PLACE : a.send, a.recv, n, type(a), op(a), comm_));
-      break;
-    case Collective::reduce_scatter: {
-      const auto* block = static_cast<const std::byte*>(a.send) + std::size_t(rank_) * a.count * a.element_bytes();
-      const bool rs_in_place = block == a.recv;
-      ZERO_CHECK_MPI(MPI_Reduce_scatter_block(rs_in_place ? MPI_IN_PLACE : a.send, rs_in_place ? const_cast<void*>(a.send) : a.recv,
-                                              n, type(a), op(a), comm_));
-      break;
-    }
-    case Collective::all_gather: {
-      const int bytes = static_cast<int>(a.count * a.element_bytes());
-      const auto* mine = static_cast<std::byte*>(a.recv) + std::size_t(rank_) * std::size_t(bytes);
-      const bool ag_in_place = mine == a.send;
-      ZERO_CHECK_MPI(MPI_Allgather(ag_in_place ? MPI_IN_PLACE : a.send, bytes, MPI_BYTE, a.recv, bytes, MPI_BYTE, comm_));
-      break;
-    }
-    case Collective::broadcast:
-      if (rank_ == a.root && !in_place) std::memcpy(a.recv, a.send, a.count * a.element_bytes());
-      ZERO_CHECK_MPI(MPI_Bcast(a.recv, static_cast<int>(a.count * a.element_bytes()), MPI_BYTE, a.root, comm_));
-      break;
-    case Collective::reduce:
-      ZERO_CHECK_MPI(MPI_Reduce(in_place && rank_ == a.root ? MPI_IN_PLACE : a.send, a.recv, n, type(a), op(a),
-                                a.root, comm_));
-      break;
-    case Collective::barrier: ZERO_CHECK_MPI(MPI_Barrier(comm_)); break;
-    }
-  }
-  static MPI_Datatype type(const CollectiveArgs& a) {
-    return zero::visit_dtype(a.dtype, [](auto tag) -> MPI_Datatype {
-      using T = decltype(tag);
-      if constexpr (zero::LowPrecision<T>) return MPI_UINT16_T; // gathers only (checked above)
-      else return zero::detail::mpi_datatype<T>();
-    });
-  }
-  static MPI_Op op(const CollectiveArgs& a) { return zero::detail::mpi_op(a.op); }
-
+ private:
   MPI_Comm comm_;
-  int rank_ = 0;
 };
 
 #if ZERO_HAS_CUDA
 class NcclBackend final : public Backend {
-public:
+ public:
   NcclBackend(zero::MpiCommunicator& bootstrap, std::size_t bytes)
       : comm_(bootstrap), send_(bytes), recv_(bytes) {}
   std::string describe() const override { return "zero NcclCommunicator"; }
   void run(const CollectiveArgs& a, int iterations) override {
     std::vector<zero::Work> works;
-    for (int i = 0; i < iterations; ++i) works.push_back(comm_.submit(a));
+    for (int i = 0; i < iterations; ++i)
+      works.push_back(comm_.submit(a));
     zero::wait_all(works);
   }
   std::byte* send_buffer() override { return send_.data(); }
@@ -160,7 +118,7 @@ public:
     ZERO_CHECK_CUDA(cudaMemcpy(host, source, bytes, cudaMemcpyDeviceToHost));
   }
 
-private:
+ private:
   zero::NcclCommunicator comm_;
   zero::Buffer<std::byte, zero::cuda> send_, recv_;
 };

@@ -28,10 +28,13 @@ using namespace bench;
 
 double bus_factor(Collective c, int n) {
   switch (c) {
-  case Collective::all_reduce: return 2.0 * (n - 1) / n;
+  case Collective::all_reduce:
+    return 2.0 * (n - 1) / n;
   case Collective::reduce_scatter:
-  case Collective::all_gather: return double(n - 1) / n;
-  default: return 1.0;
+  case Collective::all_gather:
+    return double(n - 1) / n;
+  default:
+    return 1.0;
   }
 }
 
@@ -47,7 +50,7 @@ struct Row {
 };
 
 class Sweep {
-public:
+ public:
   Sweep(const Options& options, Backend& backend, int rank, int ranks)
       : o_(options), backend_(backend), rank_(rank), ranks_(ranks) {}
 
@@ -67,9 +70,12 @@ public:
     a.send = send;
     a.recv = recv;
     if (in_place) {
-      if (op == Collective::reduce_scatter) a.recv = send + block_bytes;
-      else if (op == Collective::all_gather) a.send = recv + block_bytes;
-      else a.send = recv;
+      if (op == Collective::reduce_scatter)
+        a.recv = send + block_bytes;
+      else if (op == Collective::all_gather)
+        a.send = recv + block_bytes;
+      else
+        a.send = recv;
     }
     return a;
   }
@@ -81,7 +87,8 @@ public:
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = std::chrono::steady_clock::now();
     backend_.run(a, o_.iterations);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const double per_call = seconds / o_.iterations;
     const double bytes = double(a.payload_bytes(ranks_));
@@ -92,7 +99,7 @@ public:
     return m;
   }
 
-private:
+ private:
   void fill_inputs(const CollectiveArgs& a) {
     const std::size_t n = a.send_count(ranks_);
     if (n == 0) return;
@@ -128,22 +135,26 @@ void print_header(const Options& o, const Backend& backend, int ranks, Collectiv
               backend.describe().c_str(), ranks, o.iterations, o.warmup);
   std::printf("#\n# %10s %12s %8s %6s %6s %10s %8s %8s %7s %10s %8s %8s %7s\n", "", "", "", "", "",
               "", "out-of-place", "", "", "", "in-place", "", "");
-  std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s %10s %8s %8s %7s\n", "size", "count", "type",
-              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "",
-              "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s %10s %8s %8s %7s\n", "size", "count",
+              "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+              "#wrong");
+  std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s %10s %8s %8s %7s\n", "(B)", "(elements)",
+              "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
 
-std::string wrong_text(long long wrong) { return wrong < 0 ? "N/A" : std::to_string(wrong); }
+std::string wrong_text(long long wrong) {
+  return wrong < 0 ? "N/A" : std::to_string(wrong);
+}
 
 void print_row(const Row& r, const Options& o) {
   const bool reducing = zero::uses_reduce_op(r.op);
   const int root = zero::uses_root(r.op) ? o.root : -1;
-  std::printf("  %10zu %12zu %8s %6s %6d %10.1f %8.2f %8.2f %7s %10.1f %8.2f %8.2f %7s\n", r.size_bytes,
-              r.count, zero::to_string(o.dtype), reducing ? zero::to_string(o.redop) : "none", root,
-              r.out_of_place.time_us, r.out_of_place.algbw, r.out_of_place.busbw,
-              wrong_text(r.out_of_place.wrong).c_str(), r.in_place.time_us, r.in_place.algbw,
-              r.in_place.busbw, wrong_text(r.in_place.wrong).c_str());
+  std::printf("  %10zu %12zu %8s %6s %6d %10.1f %8.2f %8.2f %7s %10.1f %8.2f %8.2f %7s\n",
+              r.size_bytes, r.count, zero::to_string(o.dtype),
+              reducing ? zero::to_string(o.redop) : "none", root, r.out_of_place.time_us,
+              r.out_of_place.algbw, r.out_of_place.busbw, wrong_text(r.out_of_place.wrong).c_str(),
+              r.in_place.time_us, r.in_place.algbw, r.in_place.busbw,
+              wrong_text(r.in_place.wrong).c_str());
   std::fflush(stdout);
 }
 
@@ -152,18 +163,21 @@ void write_json(const std::string& path, const Options& o, const Backend& backen
   std::ofstream out(path);
   zero::require(bool(out), "cannot write --json file '" + path + "'", zero::ErrorKind::io);
   auto measure = [](const Measure& m) {
-    return "{\"time_us\": " + std::to_string(m.time_us) + ", \"algbw\": " + std::to_string(m.algbw) +
-           ", \"busbw\": " + std::to_string(m.busbw) + ", \"wrong\": " + std::to_string(m.wrong) + "}";
+    return "{\"time_us\": " + std::to_string(m.time_us) +
+           ", \"algbw\": " + std::to_string(m.algbw) + ", \"busbw\": " + std::to_string(m.busbw) +
+           ", \"wrong\": " + std::to_string(m.wrong) + "}";
   };
   out << "{\n  \"tool\": \"zero-bench-collectives\",\n  \"backend\": \"" << o.backend
       << "\",\n  \"description\": \"" << backend.describe() << "\",\n  \"ranks\": " << ranks
       << ",\n  \"dtype\": \"" << zero::to_string(o.dtype) << "\",\n  \"redop\": \""
-      << zero::to_string(o.redop) << "\",\n  \"iterations\": " << o.iterations << ",\n  \"results\": [\n";
+      << zero::to_string(o.redop) << "\",\n  \"iterations\": " << o.iterations
+      << ",\n  \"results\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     out << "    {\"op\": \"" << zero::to_string(r.op) << "\", \"size\": " << r.size_bytes
         << ", \"count\": " << r.count << ", \"out_of_place\": " << measure(r.out_of_place)
-        << ", \"in_place\": " << measure(r.in_place) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+        << ", \"in_place\": " << measure(r.in_place) << "}" << (i + 1 < rows.size() ? "," : "")
+        << "\n";
   }
   out << "  ]\n}\n";
 }
@@ -179,12 +193,17 @@ int run(int argc, char** argv) {
   }
 
   std::unique_ptr<Backend> backend;
-  if (o.backend == "mpi") backend = std::make_unique<ZeroMpiBackend>(world, o.max_bytes, o.blocking);
-  else if (o.backend == "raw-mpi") backend = std::make_unique<RawMpiBackend>(MPI_COMM_WORLD, o.max_bytes);
+  if (o.backend == "mpi")
+    backend = std::make_unique<ZeroMpiBackend>(world, o.max_bytes, o.blocking);
+  else if (o.backend == "raw-mpi")
+    backend = std::make_unique<RawMpiBackend>(MPI_COMM_WORLD, o.max_bytes);
 #if ZERO_HAS_CUDA
-  else if (o.backend == "nccl") backend = std::make_unique<NcclBackend>(world, o.max_bytes);
+  else if (o.backend == "nccl")
+    backend = std::make_unique<NcclBackend>(world, o.max_bytes);
 #endif
-  else zero::fail(zero::ErrorKind::invalid_argument, "--backend " + o.backend + " is not available in this build");
+  else
+    zero::fail(zero::ErrorKind::invalid_argument,
+               "--backend " + o.backend + " is not available in this build");
 
   const std::vector<std::size_t> sizes = o.sizes();
   std::vector<Row> rows;
@@ -217,19 +236,21 @@ int run(int argc, char** argv) {
       // Long sweeps: say where we are on a terminal, or every few seconds in a log.
       const auto now = std::chrono::steady_clock::now();
       if (rank == 0 && (tty || now - last_progress > std::chrono::seconds(5))) {
-        std::fprintf(stderr, "%s[progress] %s %zu B: %zu of %zu measurements done%s", tty ? "\r" : "",
-                     zero::to_string(op), row.size_bytes, rows.size(), total, tty ? "   " : "\n");
+        std::fprintf(stderr, "%s[progress] %s %zu B: %zu of %zu measurements done%s",
+                     tty ? "\r" : "", zero::to_string(op), row.size_bytes, rows.size(), total,
+                     tty ? "   " : "\n");
         last_progress = now;
       }
     }
     if (rank == 0) {
       if (tty) std::fprintf(stderr, "\r%60s\r", "");
-      std::printf("# Avg bus bandwidth    : %.3f GB/s (%s)\n", busbw_count ? busbw_sum / busbw_count : 0.0,
-                  zero::to_string(op));
+      std::printf("# Avg bus bandwidth    : %.3f GB/s (%s)\n",
+                  busbw_count ? busbw_sum / busbw_count : 0.0, zero::to_string(op));
     }
   }
   long long wrong = 0;
-  for (const Row& r : rows) wrong += std::max(0LL, r.out_of_place.wrong) + std::max(0LL, r.in_place.wrong);
+  for (const Row& r : rows)
+    wrong += std::max(0LL, r.out_of_place.wrong) + std::max(0LL, r.in_place.wrong);
   if (rank == 0) {
     std::printf("#\n# Wrong elements       : %lld %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
     if (!o.json.empty()) write_json(o.json, o, *backend, ranks, rows);

@@ -66,11 +66,15 @@ inline std::size_t parse_size(std::string_view text) {
   }
   std::string_view suffix = text.substr(end);
   double scale = 1;
-  if (suffix == "K" || suffix == "k") scale = 1024.0;
-  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
+  if (suffix == "K" || suffix == "k")
+    scale = 1024.0;
+  else if (suffix == "M" || suffix == "m")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g")
+    scale = 1024.0 * 1024 * 1024;
   else if (!suffix.empty() && suffix != "B")
-    zero::fail(zero::ErrorKind::invalid_argument, "bad size suffix in '" + std::string(text) + "' (use K, M or G)");
+    zero::fail(zero::ErrorKind::invalid_argument,
+               "bad size suffix in '" + std::string(text) + "' (use K, M or G)");
   zero::require(value >= 0, "sizes must be non-negative");
   return static_cast<std::size_t>(value * scale);
 }
@@ -82,15 +86,16 @@ inline int parse_int(std::string_view flag, std::string_view text, int minimum) 
     if (end == text.size() && v >= minimum) return v;
   } catch (...) {
   }
-  zero::fail(zero::ErrorKind::invalid_argument, std::string(flag) + " expects an integer >= " +
-                                                    std::to_string(minimum) + ", got '" + std::string(text) + "'");
+  zero::fail(zero::ErrorKind::invalid_argument,
+             std::string(flag) + " expects an integer >= " + std::to_string(minimum) + ", got '" +
+                 std::string(text) + "'");
 }
 
 inline std::vector<zero::Collective> parse_ops(std::string_view name) {
   using zero::Collective;
   if (name == "all")
-    return {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather, Collective::broadcast,
-            Collective::reduce};
+    return {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+            Collective::broadcast, Collective::reduce};
   for (Collective c : zero::all_collectives)
     if (c != Collective::barrier && name == zero::to_string(c)) return {c};
   zero::fail(zero::ErrorKind::invalid_argument,
@@ -106,21 +111,37 @@ inline Options parse_options(int argc, char** argv) {
       zero::require(i + 1 < argc, std::string(flag) + " needs a value");
       return argv[++i];
     };
-    if (flag == "-b" || flag == "--minbytes") o.min_bytes = parse_size(value());
-    else if (flag == "-e" || flag == "--maxbytes") o.max_bytes = parse_size(value());
-    else if (flag == "-f" || flag == "--stepfactor") o.factor = std::stod(std::string(value()));
-    else if (flag == "-n" || flag == "--iters") o.iterations = parse_int(flag, value(), 1);
-    else if (flag == "-w" || flag == "--warmup_iters") o.warmup = parse_int(flag, value(), 0);
-    else if (flag == "-c" || flag == "--check") o.check = parse_int(flag, value(), 0) != 0;
-    else if (flag == "-o" || flag == "--op") o.ops = parse_ops(value());
-    else if (flag == "-d" || flag == "--dtype") o.dtype = zero::parse_dtype(value());
-    else if (flag == "-r" || flag == "--redop") o.redop = zero::parse_reduce_op(value());
-    else if (flag == "--root") o.root = parse_int(flag, value(), 0);
-    else if (flag == "--backend") o.backend = std::string(value());
-    else if (flag == "--blocking") o.blocking = true;
-    else if (flag == "--json") o.json = std::string(value());
-    else if (flag == "-h" || flag == "--help") o.help = true;
-    else zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + std::string(flag) + "' (see --help)");
+    if (flag == "-b" || flag == "--minbytes")
+      o.min_bytes = parse_size(value());
+    else if (flag == "-e" || flag == "--maxbytes")
+      o.max_bytes = parse_size(value());
+    else if (flag == "-f" || flag == "--stepfactor")
+      o.factor = std::stod(std::string(value()));
+    else if (flag == "-n" || flag == "--iters")
+      o.iterations = parse_int(flag, value(), 1);
+    else if (flag == "-w" || flag == "--warmup_iters")
+      o.warmup = parse_int(flag, value(), 0);
+    else if (flag == "-c" || flag == "--check")
+      o.check = parse_int(flag, value(), 0) != 0;
+    else if (flag == "-o" || flag == "--op")
+      o.ops = parse_ops(value());
+    else if (flag == "-d" || flag == "--dtype")
+      o.dtype = zero::parse_dtype(value());
+    else if (flag == "-r" || flag == "--redop")
+      o.redop = zero::parse_reduce_op(value());
+    else if (flag == "--root")
+      o.root = parse_int(flag, value(), 0);
+    else if (flag == "--backend")
+      o.backend = std::string(value());
+    else if (flag == "--blocking")
+      o.blocking = true;
+    else if (flag == "--json")
+      o.json = std::string(value());
+    else if (flag == "-h" || flag == "--help")
+      o.help = true;
+    else
+      zero::fail(zero::ErrorKind::invalid_argument,
+                 "unknown option '" + std::string(flag) + "' (see --help)");
   }
   zero::require(o.min_bytes <= o.max_bytes, "-b must not exceed -e");
   zero::require(o.factor >= 1, "-f must be at least 1");

@@ -15,12 +15,15 @@ namespace bench {
 template <class T>
 T pattern_value(int rank, std::size_t i) {
   const long v = static_cast<long>((i * 7 + std::size_t(rank) * 3) % 11);
-  if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<T>(v);
-  else return zero::convert<T>(static_cast<float>(v - 5));
+  if constexpr (std::is_same_v<T, std::uint8_t>)
+    return static_cast<T>(v);
+  else
+    return zero::convert<T>(static_cast<float>(v - 5));
 }
 
 // Elements [first, first + n) of rank's pattern.
-inline void fill_pattern(zero::DType dtype, std::byte* out, std::size_t n, int rank, std::size_t first) {
+inline void fill_pattern(zero::DType dtype, std::byte* out, std::size_t n, int rank,
+                         std::size_t first) {
   zero::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     for (std::size_t i = 0; i < n; ++i) {
@@ -34,17 +37,24 @@ template <class T>
 T expected_value(const zero::CollectiveArgs& a, std::size_t i, int rank, int ranks) {
   using A = zero::accumulate_t<T>;
   switch (a.kind) {
-  case zero::Collective::all_gather: return pattern_value<T>(static_cast<int>(i / a.count), i);
-  case zero::Collective::broadcast: return pattern_value<T>(a.root, i);
-  default: break;
+  case zero::Collective::all_gather:
+    return pattern_value<T>(static_cast<int>(i / a.count), i);
+  case zero::Collective::broadcast:
+    return pattern_value<T>(a.root, i);
+  default:
+    break;
   }
-  const std::size_t index = a.kind == zero::Collective::reduce_scatter ? std::size_t(rank) * a.count + i : i;
+  const std::size_t index =
+      a.kind == zero::Collective::reduce_scatter ? std::size_t(rank) * a.count + i : i;
   A acc = zero::convert<A>(pattern_value<T>(0, index));
   for (int r = 1; r < ranks; ++r) {
     const A v = zero::convert<A>(pattern_value<T>(r, index));
-    if (a.op == zero::ReduceOp::max) acc = v > acc ? v : acc;
-    else if (a.op == zero::ReduceOp::min) acc = v < acc ? v : acc;
-    else acc = static_cast<A>(acc + v);
+    if (a.op == zero::ReduceOp::max)
+      acc = v > acc ? v : acc;
+    else if (a.op == zero::ReduceOp::min)
+      acc = v < acc ? v : acc;
+    else
+      acc = static_cast<A>(acc + v);
   }
   if (a.op == zero::ReduceOp::avg) acc = static_cast<A>(acc / static_cast<A>(ranks));
   return zero::convert<T>(acc);
@@ -53,14 +63,20 @@ T expected_value(const zero::CollectiveArgs& a, std::size_t i, int rank, int ran
 // Relative tolerance per type: NCCL's average pre-multiplies by 1/n, which may differ by an ulp.
 template <class T>
 double tolerance() {
-  if constexpr (std::is_same_v<T, float>) return 1e-6;
-  else if constexpr (std::is_same_v<T, double>) return 1e-12;
-  else if constexpr (std::is_same_v<T, zero::half>) return 1e-3;
-  else if constexpr (std::is_same_v<T, zero::bfloat16>) return 1e-2;
-  else return 0;
+  if constexpr (std::is_same_v<T, float>)
+    return 1e-6;
+  else if constexpr (std::is_same_v<T, double>)
+    return 1e-12;
+  else if constexpr (std::is_same_v<T, zero::half>)
+    return 1e-3;
+  else if constexpr (std::is_same_v<T, zero::bfloat16>)
+    return 1e-2;
+  else
+    return 0;
 }
 
-inline long long count_mismatches(const zero::CollectiveArgs& a, const std::byte* got, int rank, int ranks) {
+inline long long count_mismatches(const zero::CollectiveArgs& a, const std::byte* got, int rank,
+                                  int ranks) {
   return zero::visit_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     long long wrong = 0;

@@ -14,7 +14,14 @@
 
 namespace zero {
 
-enum class Collective : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, barrier };
+enum class Collective : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  reduce,
+  barrier
+};
 
 inline constexpr Collective all_collectives[] = {Collective::all_reduce, Collective::reduce_scatter,
                                                  Collective::all_gather, Collective::broadcast,
@@ -22,12 +29,18 @@ inline constexpr Collective all_collectives[] = {Collective::all_reduce, Collect
 
 constexpr const char* to_string(Collective c) noexcept {
   switch (c) {
-  case Collective::all_reduce: return "all_reduce";
-  case Collective::reduce_scatter: return "reduce_scatter";
-  case Collective::all_gather: return "all_gather";
-  case Collective::broadcast: return "broadcast";
-  case Collective::reduce: return "reduce";
-  case Collective::barrier: return "barrier";
+  case Collective::all_reduce:
+    return "all_reduce";
+  case Collective::reduce_scatter:
+    return "reduce_scatter";
+  case Collective::all_gather:
+    return "all_gather";
+  case Collective::broadcast:
+    return "broadcast";
+  case Collective::reduce:
+    return "reduce";
+  case Collective::barrier:
+    return "barrier";
   }
   return "?";
 }

@@ -1,8 +1,8 @@
 #pragma once
 // The Communicator concept: what zero's sharding, reduction and engine code needs from a group of
 // ranks. Every collective is non-blocking and returns a Work handle. Smaller concepts name the
-// parts a policy may require (e.g. a stage that all-gathers parameters needs GatheringCommunicator),
-// so that a missing operation is a readable compile error.
+// parts a policy may require (e.g. a stage that all-gathers parameters needs
+// GatheringCommunicator), so that a missing operation is a readable compile error.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/reduce_op.hpp"
@@ -23,28 +23,28 @@ concept CommunicatorGroup = requires(const C& cc) {
 };
 
 template <class C>
-concept ReducingCommunicator =
-    CommunicatorGroup<C> && requires(C& c, View<const float, typename C::memory_space> in,
-                                     View<float, typename C::memory_space> out, ReduceOp op) {
-      { c.all_reduce(in, out, op) } -> std::same_as<Work>;
-      { c.all_reduce(out, op) } -> std::same_as<Work>;
-      { c.reduce_scatter(in, out, op) } -> std::same_as<Work>;
-      { c.reduce_scatter(out, op) } -> std::same_as<Work>;
-      { c.reduce(in, out, op, 0) } -> std::same_as<Work>;
-    };
+concept ReducingCommunicator = CommunicatorGroup<C> &&
+    requires(C& c, View<const float, typename C::memory_space> in,
+             View<float, typename C::memory_space> out, ReduceOp op) {
+  { c.all_reduce(in, out, op) } -> std::same_as<Work>;
+  { c.all_reduce(out, op) } -> std::same_as<Work>;
+  { c.reduce_scatter(in, out, op) } -> std::same_as<Work>;
+  { c.reduce_scatter(out, op) } -> std::same_as<Work>;
+  { c.reduce(in, out, op, 0) } -> std::same_as<Work>;
+};
 
 template <class C>
-concept GatheringCommunicator =
-    CommunicatorGroup<C> && requires(C& c, View<const float, typename C::memory_space> in,
-                                     View<float, typename C::memory_space> out) {
-      { c.all_gather(in, out) } -> std::same_as<Work>;
-      { c.all_gather(out) } -> std::same_as<Work>;
-      { c.broadcast(out, 0) } -> std::same_as<Work>;
-    };
+concept GatheringCommunicator = CommunicatorGroup<C> &&
+    requires(C& c, View<const float, typename C::memory_space> in,
+             View<float, typename C::memory_space> out) {
+  { c.all_gather(in, out) } -> std::same_as<Work>;
+  { c.all_gather(out) } -> std::same_as<Work>;
+  { c.broadcast(out, 0) } -> std::same_as<Work>;
+};
 
 template <class C>
 concept Communicator = ReducingCommunicator<C> && GatheringCommunicator<C> && requires(C& c) {
-  { c.barrier() };
+  {c.barrier()};
   { c.split(0, 0) } -> std::same_as<C>;
 };
 

@@ -41,12 +41,14 @@ struct CommStats {
   }
   std::uint64_t total_bytes() const noexcept {
     std::uint64_t total = 0;
-    for (const auto& count : by_op) total += count.bytes;
+    for (const auto& count : by_op)
+      total += count.bytes;
     return total;
   }
   std::uint64_t total_calls() const noexcept {
     std::uint64_t total = 0;
-    for (const auto& count : by_op) total += count.calls;
+    for (const auto& count : by_op)
+      total += count.calls;
     return total;
   }
 
@@ -63,7 +65,7 @@ struct CommStats {
 template <Communicator C>
 class CountingCommunicator
     : public detail::CollectiveApi<CountingCommunicator<C>, typename C::memory_space> {
-public:
+ public:
   using memory_space = typename C::memory_space;
 
   explicit CountingCommunicator(C inner) : inner_(std::move(inner)) {}
@@ -85,14 +87,16 @@ public:
     CollectiveCount& count = stats_[args.kind];
     const std::size_t ranks = static_cast<std::size_t>(inner_.size());
     const std::size_t elements =
-        args.kind == Collective::barrier ? 0 : std::max(args.send_count(int(ranks)), args.recv_count(int(ranks)));
+        args.kind == Collective::barrier
+            ? 0
+            : std::max(args.send_count(int(ranks)), args.recv_count(int(ranks)));
     ++count.calls;
     count.elements += elements;
     count.bytes += elements * args.element_bytes();
     return forward(args);
   }
 
-private:
+ private:
   // Our own communicators take the type-erased call; any other one gets its typed API.
   Work forward(const CollectiveArgs& a) {
     if constexpr (requires { inner_.submit(a); }) {
@@ -108,12 +112,18 @@ private:
         View<const T, memory_space> in(static_cast<const T*>(a.send), a.send_count(n));
         View<T, memory_space> out(static_cast<T*>(a.recv), a.recv_count(n));
         switch (a.kind) {
-        case Collective::all_reduce: return inner_.all_reduce(in, out, a.op);
-        case Collective::reduce_scatter: return inner_.reduce_scatter(in, out, a.op);
-        case Collective::all_gather: return inner_.all_gather(in, out);
-        case Collective::broadcast: return inner_.broadcast(in, out, a.root);
-        case Collective::reduce: return inner_.reduce(in, out, a.op, a.root);
-        case Collective::barrier: break;
+        case Collective::all_reduce:
+          return inner_.all_reduce(in, out, a.op);
+        case Collective::reduce_scatter:
+          return inner_.reduce_scatter(in, out, a.op);
+        case Collective::all_gather:
+          return inner_.all_gather(in, out);
+        case Collective::broadcast:
+          return inner_.broadcast(in, out, a.root);
+        case Collective::reduce:
+          return inner_.reduce(in, out, a.op, a.root);
+        case Collective::barrier:
+          break;
         }
         return Work();
       });

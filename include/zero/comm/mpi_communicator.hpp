@@ -26,7 +26,7 @@
 namespace zero {
 
 class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
-public:
+ public:
   // The world communicator; initialises MPI if needed.
   MpiCommunicator() : MpiCommunicator(nullptr, nullptr) {}
   MpiCommunicator(int& argc, char**& argv) : MpiCommunicator(&argc, &argv) {}
@@ -43,9 +43,7 @@ public:
   int size() const noexcept { return state_->size; }
   const CommOptions& options() const noexcept { return state_->options; }
   // "shm" when the ranks talk through shared memory, "mpi" otherwise.
-  const char* transport() const noexcept {
-    return state_->transport.index() == 0 ? "shm" : "mpi";
-  }
+  const char* transport() const noexcept { return state_->transport.index() == 0 ? "shm" : "mpi"; }
   // The duplicated communicator zero uses, for interoperating with other MPI code.
   boost::mpi::communicator boost_communicator() const {
     return boost::mpi::communicator(state_->comm, boost::mpi::comm_attach);
@@ -57,9 +55,11 @@ public:
     require(color >= 0, "split: color must be non-negative (every rank joins one group)");
     MPI_Comm part = MPI_COMM_NULL;
     // Ordered with this communicator's queued collectives: run it on the progress thread.
-    state_->worker->run_and_wait("split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
-                                 [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
-    MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach), state_->options);
+    state_->worker->run_and_wait(
+        "split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
+        [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
+    MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach),
+                           state_->options);
     MPI_Comm_free(&part);
     return result;
   }
@@ -67,7 +67,7 @@ public:
   // The backend entry point: runs a described collective asynchronously.
   Work submit(const CollectiveArgs& args) { return Work(state_->worker->enqueue(args)); }
 
-private:
+ private:
   MpiCommunicator(int* argc, char*** argv) {
     initialize_mpi(argc, argv);
     state_ = std::make_unique<State>(MPI_COMM_WORLD, CommOptions::from_environment());
@@ -78,7 +78,8 @@ private:
     int rank = 0;
     int size = 1;
     CommOptions options;
-    std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>> transport;
+    std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>>
+        transport;
     std::uint64_t sequence = 0;
     std::unique_ptr<detail::ProgressWorker> worker;
 
@@ -111,7 +112,8 @@ private:
              "ZERO_MPI_TRANSPORT=shm needs all ranks on one node, but only " +
                  std::to_string(node_size) + " of " + std::to_string(size) + " share this one");
       if (one_node && options.transport != Transport::mpi)
-        transport = std::make_unique<detail::ShmTransport>(comm, options.chunk_bytes);
+        transport =
+            std::make_unique<detail::ShmTransport>(comm, options.chunk_bytes, options.native_below_bytes);
       else
         transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
     }

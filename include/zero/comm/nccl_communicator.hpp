@@ -69,23 +69,34 @@ namespace detail {
 
 inline ncclDataType_t nccl_datatype(DType type) {
   switch (type) {
-  case DType::float32: return ncclFloat32;
-  case DType::float64: return ncclFloat64;
-  case DType::int32: return ncclInt32;
-  case DType::int64: return ncclInt64;
-  case DType::uint8: return ncclUint8;
-  case DType::float16: return ncclFloat16;
-  case DType::bfloat16: return ncclBfloat16;
+  case DType::float32:
+    return ncclFloat32;
+  case DType::float64:
+    return ncclFloat64;
+  case DType::int32:
+    return ncclInt32;
+  case DType::int64:
+    return ncclInt64;
+  case DType::uint8:
+    return ncclUint8;
+  case DType::float16:
+    return ncclFloat16;
+  case DType::bfloat16:
+    return ncclBfloat16;
   }
   return ncclFloat32;
 }
 
 inline ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-  case ReduceOp::sum: return ncclSum;
-  case ReduceOp::avg: return ncclAvg;
-  case ReduceOp::max: return ncclMax;
-  case ReduceOp::min: return ncclMin;
+  case ReduceOp::sum:
+    return ncclSum;
+  case ReduceOp::avg:
+    return ncclAvg;
+  case ReduceOp::max:
+    return ncclMax;
+  case ReduceOp::min:
+    return ncclMin;
   }
   return ncclSum;
 }
@@ -116,7 +127,7 @@ struct NcclShared {
 
 // Completion of one stream-ordered operation: an event recorded after it.
 class NcclWork final : public WorkState {
-public:
+ public:
   NcclWork(std::shared_ptr<NcclShared> shared, const CollectiveArgs& args)
       : shared_(std::move(shared)), args_(args) {
     ZERO_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
@@ -152,7 +163,7 @@ public:
   }
   std::string description() const override { return args_.describe(); }
 
-private:
+ private:
   std::shared_ptr<NcclShared> shared_;
   CollectiveArgs args_;
   cudaEvent_t event_ = nullptr;
@@ -161,8 +172,9 @@ private:
 } // namespace detail
 
 class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
-public:
-  // One GPU per rank: rank r of `bootstrap` uses device `device` (default: r modulo the device count).
+ public:
+  // One GPU per rank: rank r of `bootstrap` uses device `device` (default: r modulo the device
+  // count).
   explicit NcclCommunicator(MpiCommunicator& bootstrap, int device = -1,
                             CommOptions options = CommOptions::from_environment())
       : shared_(std::make_shared<detail::NcclShared>()) {
@@ -200,7 +212,8 @@ public:
   Work submit(const CollectiveArgs& a) {
     if (a.kind == Collective::barrier) {
       int* flag = reinterpret_cast<int*>(shared_->scratch_for(1));
-      ZERO_CHECK_NCCL(ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, shared_->comm, shared_->stream));
+      ZERO_CHECK_NCCL(
+          ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, shared_->comm, shared_->stream));
     } else if (is_low_precision(a.dtype) && uses_reduce_op(a.kind)) {
       reduce_in_float(a);
     } else {
@@ -209,23 +222,31 @@ public:
     return Work(std::make_shared<detail::NcclWork>(shared_, a));
   }
 
-private:
-  explicit NcclCommunicator(std::shared_ptr<detail::NcclShared> shared) : shared_(std::move(shared)) {}
+ private:
+  explicit NcclCommunicator(std::shared_ptr<detail::NcclShared> shared)
+      : shared_(std::move(shared)) {}
 
   void launch(const CollectiveArgs& a, const void* send, void* recv, ncclDataType_t type) {
     ncclComm_t c = shared_->comm;
     cudaStream_t s = shared_->stream;
     switch (a.kind) {
-    case Collective::all_reduce: ZERO_CHECK_NCCL(ncclAllReduce(send, recv, a.count, type, detail::nccl_op(a.op), c, s)); break;
+    case Collective::all_reduce:
+      ZERO_CHECK_NCCL(ncclAllReduce(send, recv, a.count, type, detail::nccl_op(a.op), c, s));
+      break;
     case Collective::reduce_scatter:
       ZERO_CHECK_NCCL(ncclReduceScatter(send, recv, a.count, type, detail::nccl_op(a.op), c, s));
       break;
-    case Collective::all_gather: ZERO_CHECK_NCCL(ncclAllGather(send, recv, a.count, type, c, s)); break;
-    case Collective::broadcast: ZERO_CHECK_NCCL(ncclBroadcast(send, recv, a.count, type, a.root, c, s)); break;
+    case Collective::all_gather:
+      ZERO_CHECK_NCCL(ncclAllGather(send, recv, a.count, type, c, s));
+      break;
+    case Collective::broadcast:
+      ZERO_CHECK_NCCL(ncclBroadcast(send, recv, a.count, type, a.root, c, s));
+      break;
     case Collective::reduce:
       ZERO_CHECK_NCCL(ncclReduce(send, recv, a.count, type, detail::nccl_op(a.op), a.root, c, s));
       break;
-    case Collective::barrier: break;
+    case Collective::barrier:
+      break;
     }
   }
 

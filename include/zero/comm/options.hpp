@@ -5,6 +5,9 @@
 //   ZERO_TIMEOUT_S=300     abort the job, naming the op, when a collective runs longer than this.
 //   ZERO_MPI_TRANSPORT=auto|shm|mpi   shared-memory windows (all ranks on one node) or chunked MPI.
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of both transports (shared memory uses two per rank).
+//   ZERO_NATIVE_BELOW_BYTES=4194304   on one node, all_gather and broadcast below this size (and
+//                          2-rank all_reduce of non-half types) use Open MPI's own algorithms,
+//                          faster there; 0 keeps everything on the shared-memory pipeline.
 
 #include "zero/core/environment.hpp"
 #include "zero/core/error.hpp"
@@ -18,9 +21,12 @@ enum class Transport { automatic, shared_memory, mpi };
 
 constexpr const char* to_string(Transport t) noexcept {
   switch (t) {
-  case Transport::automatic: return "auto";
-  case Transport::shared_memory: return "shm";
-  case Transport::mpi: return "mpi";
+  case Transport::automatic:
+    return "auto";
+  case Transport::shared_memory:
+    return "shm";
+  case Transport::mpi:
+    return "mpi";
   }
   return "?";
 }
@@ -34,19 +40,26 @@ struct CommOptions {
   double timeout_seconds = 300;
   Transport transport = Transport::automatic;
   std::size_t chunk_bytes = std::size_t{1} << 20;
+  std::size_t native_below_bytes = std::size_t{4} << 20;
 
   // The defaults above, overridden by whichever ZERO_* variables are set.
-  static CommOptions from_environment() { return from_environment(CommOptions()); }
+  static CommOptions from_environment() {
+    return from_environment(CommOptions());
+  }
   // `defaults` overridden by whichever ZERO_* variables are set.
   static CommOptions from_environment(CommOptions defaults) {
     CommOptions o = defaults;
     if (auto v = detail::env_flag("ZERO_VALIDATE")) o.validate = *v;
     if (auto v = detail::env_number("ZERO_TIMEOUT_S")) o.timeout_seconds = *v;
-    if (auto v = detail::env_number("ZERO_CHUNK_BYTES")) o.chunk_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_number("ZERO_CHUNK_BYTES"))
+      o.chunk_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_value("ZERO_MPI_TRANSPORT")) {
-      if (*v == "auto") o.transport = Transport::automatic;
-      else if (*v == "shm") o.transport = Transport::shared_memory;
-      else if (*v == "mpi") o.transport = Transport::mpi;
+      if (*v == "auto")
+        o.transport = Transport::automatic;
+      else if (*v == "shm")
+        o.transport = Transport::shared_memory;
+      else if (*v == "mpi")
+        o.transport = Transport::mpi;
       else
         fail(ErrorKind::invalid_argument,
              "ZERO_MPI_TRANSPORT=" + std::string(*v) + ": expected auto, shm or mpi");

@@ -14,10 +14,14 @@ enum class ReduceOp : std::uint8_t { sum, avg, max, min };
 
 constexpr const char* to_string(ReduceOp op) noexcept {
   switch (op) {
-  case ReduceOp::sum: return "sum";
-  case ReduceOp::avg: return "avg";
-  case ReduceOp::max: return "max";
-  case ReduceOp::min: return "min";
+  case ReduceOp::sum:
+    return "sum";
+  case ReduceOp::avg:
+    return "avg";
+  case ReduceOp::max:
+    return "max";
+  case ReduceOp::min:
+    return "min";
   }
   return "?";
 }

@@ -11,7 +11,7 @@
 namespace zero {
 
 class SelfCommunicator : public detail::CollectiveApi<SelfCommunicator, host> {
-public:
+ public:
   int rank() const noexcept { return 0; }
   int size() const noexcept { return 1; }
   SelfCommunicator split(int /*color*/, int /*key*/) const noexcept { return {}; }

@@ -19,16 +19,16 @@ namespace zero {
 namespace detail {
 // What a backend implements: completion of one operation.
 class WorkState {
-public:
+ public:
   virtual ~WorkState() = default;
-  virtual void wait() = 0;                   // blocks until complete; rethrows its error
-  virtual bool test() = 0;                   // true once complete; rethrows its error then
+  virtual void wait() = 0;                     // blocks until complete; rethrows its error
+  virtual bool test() = 0;                     // true once complete; rethrows its error then
   virtual std::string description() const = 0; // e.g. "all_reduce(1024 x float, sum)"
 };
 } // namespace detail
 
 class [[nodiscard]] Work {
-public:
+ public:
   Work() noexcept = default; // an empty handle: nothing in flight
   explicit Work(std::shared_ptr<detail::WorkState> state) noexcept : state_(std::move(state)) {}
 
@@ -62,7 +62,7 @@ public:
   // Whether the handle still refers to an operation whose completion was not observed.
   bool pending() const noexcept { return state_ != nullptr; }
 
-private:
+ private:
   void drop() noexcept {
     if (!state_) return;
     auto state = std::exchange(state_, nullptr);

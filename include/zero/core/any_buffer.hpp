@@ -13,7 +13,7 @@
 namespace zero {
 
 class AnyBuffer {
-public:
+ public:
   AnyBuffer() = default;
   AnyBuffer(DType dtype, std::size_t size)
       : dtype_(dtype), size_(size), bytes_(size * size_of(dtype)) {}
@@ -36,12 +36,12 @@ public:
     return {reinterpret_cast<const T*>(bytes_.data()), size_};
   }
 
-private:
+ private:
   template <class T>
   void check() const {
     if (dtype_of<T> != dtype_)
-      fail(ErrorKind::invalid_argument, std::string("AnyBuffer holds ") + to_string(dtype_) +
-                                            ", not " + to_string(dtype_of<T>));
+      fail(ErrorKind::invalid_argument,
+           std::string("AnyBuffer holds ") + to_string(dtype_) + ", not " + to_string(dtype_of<T>));
   }
 
   DType dtype_ = DType::float32;

@@ -5,8 +5,8 @@
 
 namespace zero::detail {
 template <class To, class From>
-  requires(sizeof(To) == sizeof(From))
-ZERO_HOST_DEVICE constexpr To bit_cast(const From& from) noexcept {
+requires(sizeof(To) == sizeof(From)) ZERO_HOST_DEVICE constexpr To
+    bit_cast(const From& from) noexcept {
   return __builtin_bit_cast(To, from);
 }
 } // namespace zero::detail

@@ -24,7 +24,7 @@ class Buffer {
   static_assert(std::is_trivially_copyable_v<T>, "zero::Buffer holds trivially copyable elements");
   static_assert(!std::is_const_v<T>, "zero::Buffer owns mutable elements; use View<const T>");
 
-public:
+ public:
   using value_type = T;
   using element_type = T;
   using memory_space = Space;
@@ -36,8 +36,7 @@ public:
   Buffer(std::size_t size, uninitialized_t)
       : data_(static_cast<T*>(Space::allocate(size * sizeof(T)))), size_(size) {}
   explicit Buffer(std::size_t size) : Buffer(size, uninitialized) { fill_zero(); }
-  Buffer(std::size_t size, const T& value)
-    requires(Space::host_accessible)
+  Buffer(std::size_t size, const T& value) requires(Space::host_accessible)
       : Buffer(size, uninitialized) {
     std::fill(begin(), end(), value);
   }
@@ -57,9 +56,7 @@ public:
   ~Buffer() { release_storage(); }
 
   // An explicit deep copy.
-  Buffer clone() const
-    requires(Space::host_accessible)
-  {
+  Buffer clone() const requires(Space::host_accessible) {
     Buffer copy(size_, uninitialized);
     if (size_ != 0) std::memcpy(copy.data_, data_, size_ * sizeof(T));
     return copy;
@@ -76,14 +73,8 @@ public:
   const T* begin() const noexcept { return data_; }
   const T* end() const noexcept { return data_ + size_; }
 
-  T& operator[](std::size_t i) noexcept
-    requires(Space::host_accessible)
-  {
-    return data_[i];
-  }
-  const T& operator[](std::size_t i) const noexcept
-    requires(Space::host_accessible)
-  {
+  T& operator[](std::size_t i) noexcept requires(Space::host_accessible) { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept requires(Space::host_accessible) {
     return data_[i];
   }
 
@@ -92,7 +83,7 @@ public:
   operator View<T, Space>() noexcept { return view(); }
   operator View<const T, Space>() const noexcept { return view(); }
 
-private:
+ private:
   void fill_zero() {
     if (size_ == 0) return;
     if constexpr (Space::host_accessible) {

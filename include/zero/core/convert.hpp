@@ -25,14 +25,15 @@ inline void half_to_float_n(const half* src, float* dst, std::size_t n) noexcept
   std::size_t i = 0;
 #if defined(__AVX512F__)
   for (const std::size_t end = n - n % 16; i < end; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(
+        dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__F16C__)
   for (const std::size_t end = n - n % 8; i < end; i += 8)
     _mm256_storeu_ps(dst + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
 #endif
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  for (; i < n; ++i)
+    dst[i] = static_cast<float>(src[i]);
 }
 
 inline void float_to_half_n(const float* src, half* dst, std::size_t n) noexcept {
@@ -46,7 +47,8 @@ inline void float_to_half_n(const float* src, half* dst, std::size_t n) noexcept
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-  for (; i < n; ++i) dst[i] = half(src[i]);
+  for (; i < n; ++i)
+    dst[i] = half(src[i]);
 }
 
 inline void float_to_bfloat16_n(const float* src, bfloat16* dst, std::size_t n) noexcept {
@@ -79,7 +81,8 @@ inline void bfloat16_to_float_n(const bfloat16* src, float* dst, std::size_t n) 
   std::size_t i = 0;
 #if defined(__AVX512F__)
   for (const std::size_t end = n - n % 16; i < end; i += 16) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
     _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
   }
 #endif
@@ -106,7 +109,8 @@ void convert_n(const From* src, To* dst, std::size_t n) noexcept {
   } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) {
     detail::float_to_bfloat16_n(src, dst, n);
   } else {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] = convert<To>(src[i]);
   }
 }
 

@@ -36,14 +36,16 @@ struct dtype_traits<bfloat16> : std::integral_constant<DType, DType::bfloat16> {
 } // namespace detail
 
 template <class T>
-concept Element = requires { detail::dtype_traits<std::remove_cv_t<T>>::value; };
+concept Element = requires {
+  detail::dtype_traits<std::remove_cv_t<T>>::value;
+};
 
 template <Element T>
 inline constexpr DType dtype_of = detail::dtype_traits<std::remove_cv_t<T>>::value;
 
 template <class T>
-concept LowPrecision = std::same_as<std::remove_cv_t<T>, half> ||
-                       std::same_as<std::remove_cv_t<T>, bfloat16>;
+concept LowPrecision =
+    std::same_as<std::remove_cv_t<T>, half> || std::same_as<std::remove_cv_t<T>, bfloat16>;
 
 template <class T>
 concept FloatingElement = LowPrecision<T> || std::floating_point<std::remove_cv_t<T>>;
@@ -69,12 +71,16 @@ ZERO_HOST_DEVICE constexpr To convert(From value) noexcept {
 constexpr std::size_t size_of(DType type) noexcept {
   switch (type) {
   case DType::float64:
-  case DType::int64: return 8;
+  case DType::int64:
+    return 8;
   case DType::float32:
-  case DType::int32: return 4;
+  case DType::int32:
+    return 4;
   case DType::float16:
-  case DType::bfloat16: return 2;
-  case DType::uint8: return 1;
+  case DType::bfloat16:
+    return 2;
+  case DType::uint8:
+    return 1;
   }
   return 0;
 }
@@ -85,13 +91,20 @@ constexpr bool is_low_precision(DType type) noexcept {
 
 constexpr const char* to_string(DType type) noexcept {
   switch (type) {
-  case DType::float32: return "float";
-  case DType::float64: return "double";
-  case DType::int32: return "int32";
-  case DType::int64: return "int64";
-  case DType::uint8: return "uint8";
-  case DType::float16: return "half";
-  case DType::bfloat16: return "bfloat16";
+  case DType::float32:
+    return "float";
+  case DType::float64:
+    return "double";
+  case DType::int32:
+    return "int32";
+  case DType::int64:
+    return "int64";
+  case DType::uint8:
+    return "uint8";
+  case DType::float16:
+    return "half";
+  case DType::bfloat16:
+    return "bfloat16";
   }
   return "?";
 }
@@ -103,11 +116,11 @@ inline DType parse_dtype(std::string_view name) {
     DType type;
   };
   constexpr Alias aliases[] = {
-      {"float", DType::float32},   {"float32", DType::float32}, {"fp32", DType::float32},
-      {"double", DType::float64},  {"float64", DType::float64}, {"fp64", DType::float64},
-      {"int32", DType::int32},     {"int", DType::int32},       {"int64", DType::int64},
-      {"uint8", DType::uint8},     {"half", DType::float16},    {"float16", DType::float16},
-      {"fp16", DType::float16},    {"bfloat16", DType::bfloat16}, {"bf16", DType::bfloat16}};
+      {"float", DType::float32},  {"float32", DType::float32},   {"fp32", DType::float32},
+      {"double", DType::float64}, {"float64", DType::float64},   {"fp64", DType::float64},
+      {"int32", DType::int32},    {"int", DType::int32},         {"int64", DType::int64},
+      {"uint8", DType::uint8},    {"half", DType::float16},      {"float16", DType::float16},
+      {"fp16", DType::float16},   {"bfloat16", DType::bfloat16}, {"bf16", DType::bfloat16}};
   for (const Alias& alias : aliases)
     if (alias.name == name) return alias.type;
   fail(ErrorKind::invalid_argument,
@@ -120,13 +133,20 @@ inline DType parse_dtype(std::string_view name) {
 template <class F>
 decltype(auto) visit_dtype(DType type, F&& f) {
   switch (type) {
-  case DType::float32: return f(float{});
-  case DType::float64: return f(double{});
-  case DType::int32: return f(std::int32_t{});
-  case DType::int64: return f(std::int64_t{});
-  case DType::uint8: return f(std::uint8_t{});
-  case DType::float16: return f(half{});
-  case DType::bfloat16: return f(bfloat16{});
+  case DType::float32:
+    return f(float{});
+  case DType::float64:
+    return f(double{});
+  case DType::int32:
+    return f(std::int32_t{});
+  case DType::int64:
+    return f(std::int64_t{});
+  case DType::uint8:
+    return f(std::uint8_t{});
+  case DType::float16:
+    return f(half{});
+  case DType::bfloat16:
+    return f(bfloat16{});
   }
   fail(ErrorKind::invalid_argument, "invalid DType value");
 }

@@ -11,34 +11,55 @@
 namespace zero {
 
 // Which subsystem failed; lets callers tell a bad argument from a failed MPI or CUDA call.
-enum class ErrorKind { invalid_argument, mismatch, numerical, mpi, cuda, nccl, io, unsupported, timeout };
+enum class ErrorKind {
+  invalid_argument,
+  mismatch,
+  numerical,
+  mpi,
+  cuda,
+  nccl,
+  io,
+  unsupported,
+  timeout
+};
 
 inline const char* to_string(ErrorKind kind) noexcept {
   switch (kind) {
-  case ErrorKind::invalid_argument: return "invalid argument";
-  case ErrorKind::mismatch: return "mismatch between ranks";
-  case ErrorKind::numerical: return "numerical error";
-  case ErrorKind::mpi: return "MPI error";
-  case ErrorKind::cuda: return "CUDA error";
-  case ErrorKind::nccl: return "NCCL error";
-  case ErrorKind::io: return "I/O error";
-  case ErrorKind::unsupported: return "unsupported";
-  case ErrorKind::timeout: return "timeout";
+  case ErrorKind::invalid_argument:
+    return "invalid argument";
+  case ErrorKind::mismatch:
+    return "mismatch between ranks";
+  case ErrorKind::numerical:
+    return "numerical error";
+  case ErrorKind::mpi:
+    return "MPI error";
+  case ErrorKind::cuda:
+    return "CUDA error";
+  case ErrorKind::nccl:
+    return "NCCL error";
+  case ErrorKind::io:
+    return "I/O error";
+  case ErrorKind::unsupported:
+    return "unsupported";
+  case ErrorKind::timeout:
+    return "timeout";
   }
   return "error";
 }
 
 class Error : public std::runtime_error {
-public:
+ public:
   Error(ErrorKind kind, const std::string& message)
       : std::runtime_error("zero: " + message), kind_(kind) {}
   ErrorKind kind() const noexcept { return kind_; }
 
-private:
+ private:
   ErrorKind kind_;
 };
 
-[[noreturn]] inline void fail(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
+[[noreturn]] inline void fail(ErrorKind kind, const std::string& message) {
+  throw Error(kind, message);
+}
 
 // Throws Error(invalid_argument) naming the broken requirement unless `condition` holds.
 inline void require(bool condition, std::string_view message,

@@ -24,7 +24,7 @@ ZERO_HOST_DEVICE constexpr std::uint16_t float_to_half_bits(float value) noexcep
     return static_cast<std::uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
   }
   if (magnitude >= 0x477ff000u) return sign | 0x7c00u; // >= 65520 rounds (to even) past 65504
-  if (magnitude < 0x38800000u) {                        // below 2^-14: a half subnormal or zero
+  if (magnitude < 0x38800000u) {                       // below 2^-14: a half subnormal or zero
     const std::uint32_t exponent = magnitude >> 23;
     if (exponent < 102) return sign; // below 2^-25: rounds to zero
     const std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
@@ -73,7 +73,7 @@ struct half {
     return h;
   }
 
-private:
+ private:
   ZERO_HOST_DEVICE static constexpr std::uint16_t to_bits(float value) noexcept {
 #if ZERO_DEVICE_CODE
     return __half_as_ushort(__float2half_rn(value));

@@ -90,7 +90,8 @@ concept MemorySpace = requires(void* p, std::size_t bytes) {
   requires std::same_as<typename S::memory_space, S>;
   { S::host_accessible } -> std::convertible_to<bool>;
   { S::allocate(bytes) } -> std::same_as<void*>;
-  { S::deallocate(p, bytes) } noexcept;
+  { S::deallocate(p, bytes) }
+  noexcept;
 };
 
 template <class S>
@@ -104,7 +105,9 @@ struct memory_space_of {
   using type = host;
 };
 template <class R>
-  requires requires { typename R::memory_space; }
+requires requires {
+  typename R::memory_space;
+}
 struct memory_space_of<R> {
   using type = typename R::memory_space;
 };

@@ -15,7 +15,7 @@ namespace zero {
 
 template <class T, MemorySpace Space = host>
 class View {
-public:
+ public:
   using element_type = T;
   using value_type = std::remove_cv_t<T>;
   using memory_space = Space;
@@ -28,17 +28,17 @@ public:
 
   // A View of mutable elements is also a View of const elements.
   template <class U>
-    requires(!std::is_same_v<U, T> && std::is_convertible_v<U (*)[], T (*)[]>)
-  constexpr View(View<U, Space> other) noexcept : data_(other.data()), size_(other.size()) {}
+  requires(!std::is_same_v<U, T> &&
+           std::is_convertible_v<U (*)[], T (*)[]>) constexpr View(View<U, Space> other) noexcept
+      : data_(other.data()), size_(other.size()) {}
 
   // Host memory: vectors, arrays, spans and Buffers are views of themselves.
   template <std::ranges::contiguous_range R>
-    requires(Space::host_accessible && !std::is_same_v<std::remove_cvref_t<R>, View> &&
-             std::ranges::sized_range<R> &&
-             std::is_convertible_v<std::remove_reference_t<std::ranges::range_reference_t<R>> (*)[],
-                                   T (*)[]> &&
-             std::is_same_v<memory_space_of<R>, Space>)
-  constexpr View(R&& range) noexcept
+  requires(Space::host_accessible && !std::is_same_v<std::remove_cvref_t<R>, View> &&
+           std::ranges::sized_range<R> &&
+           std::is_convertible_v<std::remove_reference_t<std::ranges::range_reference_t<R>> (*)[],
+                                 T (*)[]> &&
+           std::is_same_v<memory_space_of<R>, Space>) constexpr View(R&& range) noexcept
       : data_(std::ranges::data(range)), size_(std::ranges::size(range)) {}
 
   constexpr T* data() const noexcept { return data_; }
@@ -48,9 +48,7 @@ public:
   constexpr T* begin() const noexcept { return data_; }
   constexpr T* end() const noexcept { return data_ + size_; }
 
-  constexpr T& operator[](std::size_t i) const noexcept
-    requires(Space::host_accessible)
-  {
+  constexpr T& operator[](std::size_t i) const noexcept requires(Space::host_accessible) {
     return data_[i];
   }
 
@@ -58,19 +56,15 @@ public:
   constexpr View subview(std::size_t offset, std::size_t count) const {
     if (offset > size_ || count > size_ - offset)
       fail(ErrorKind::invalid_argument, "subview [" + std::to_string(offset) + ", " +
-                                            std::to_string(offset + count) +
-                                            ") out of a view of " + std::to_string(size_));
+                                            std::to_string(offset + count) + ") out of a view of " +
+                                            std::to_string(size_));
     return View(data_ + offset, count);
   }
   constexpr View first(std::size_t count) const { return subview(0, count); }
 
-  std::span<T> span() const noexcept
-    requires(Space::host_accessible)
-  {
-    return {data_, size_};
-  }
+  std::span<T> span() const noexcept requires(Space::host_accessible) { return {data_, size_}; }
 
-private:
+ private:
   T* data_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -49,24 +49,28 @@ template <ShardingPlanType Plan, ReducingCommunicator Comm, MemorySpace Space, O
           LossScaler Scaler>
 class Engine {
   static_assert(check_plan<Plan>());
-  static_assert(GatheringCommunicator<Comm>,
-                "zero: the engine all-gathers parameters (stage 3 before each layer's compute, stages "
-                "1/2 after the step) and broadcasts the initial weights: its communicator needs "
-                "all_gather and broadcast");
-  static_assert(Communicator<Comm>,
-                "zero: the engine gives itself its own groups with split(color, key) and needs barrier()");
-  static_assert(HostAccessibleSpace<Space>,
-                "zero: the engine keeps model states in host memory (zero::host or zero::pinned_host); "
-                "a device-memory engine is not built yet");
+  static_assert(
+      GatheringCommunicator<Comm>,
+      "zero: the engine all-gathers parameters (stage 3 before each layer's compute, stages "
+      "1/2 after the step) and broadcasts the initial weights: its communicator needs "
+      "all_gather and broadcast");
+  static_assert(
+      Communicator<Comm>,
+      "zero: the engine gives itself its own groups with split(color, key) and needs barrier()");
+  static_assert(
+      HostAccessibleSpace<Space>,
+      "zero: the engine keeps model states in host memory (zero::host or zero::pinned_host); "
+      "a device-memory engine is not built yet");
   static_assert(HostAccessibleSpace<typename Comm::memory_space>,
                 "zero: the engine reduces host buffers; use a host communicator (MpiCommunicator, "
                 "SelfCommunicator)");
 
   using Counted = CountingCommunicator<Comm>;
-  using Strategy = std::conditional_t<Plan::optimizer_states, ReduceScatterGradients, AllReduceGradients>;
+  using Strategy =
+      std::conditional_t<Plan::optimizer_states, ReduceScatterGradients, AllReduceGradients>;
   static constexpr std::size_t states = Opt::state_tensors;
 
-public:
+ public:
   using plan_type = Plan;
   using optimizer_type = Opt;
   using scaler_type = Scaler;
@@ -76,30 +80,34 @@ public:
       : options_(checked(options)), optimizer_(std::move(optimizer)), scaler_(std::move(scaler)),
         world_(comm.split(0, comm.rank())), shard_(make_shard_group(comm)),
         replica_(make_replica_group(comm)),
-        layout_(make_layout_checked(shard(), with_dtype(std::move(parameters), options_.compute_dtype))),
+        layout_(make_layout_checked(shard(),
+                                    with_dtype(std::move(parameters), options_.compute_dtype))),
         rank_(shard().rank()) {
     const std::size_t layers = layout_.group_count();
-    for (std::size_t g = 0; g < layers; ++g) total_flat_ += layout_.group(g).flat_numel;
+    for (std::size_t g = 0; g < layers; ++g)
+      total_flat_ += layout_.group(g).flat_numel;
     shard_numel_ = layout_.shard_numel(rank_);
     const DType compute = options_.compute_dtype;
 
     if constexpr (Plan::parameters) {
       params_ = AnyBuffer(compute, shard_numel_);
       gather_.emplace(shard(), layout_, compute,
-                      typename detail::GatherCache<Counted>::Limits{
-                          options_.persistence_threshold, options_.prefetch_elements, options_.max_live_elements});
+                      typename detail::GatherCache<Counted>::Limits{options_.persistence_threshold,
+                                                                    options_.prefetch_elements,
+                                                                    options_.max_live_elements});
     } else {
       params_ = AnyBuffer(compute, total_flat_);
     }
     const std::size_t owned = Plan::optimizer_states ? shard_numel_ : total_flat_;
     master_ = Buffer<float>(owned);
-    for (auto& s : state_) s = Buffer<float>(owned);
+    for (auto& s : state_)
+      s = Buffer<float>(owned);
     if constexpr (!Plan::gradients) grads_ = AnyBuffer(compute, total_flat_);
     plan_gradient_flow();
     reducer_ = std::make_unique<BucketedReducer<Counted, Strategy>>(
         shard(), layout_,
-        typename BucketedReducer<Counted, Strategy>::Options{options_.reduce_bucket_elements, bucket_dtype_,
-                                                             ReduceOp::avg});
+        typename BucketedReducer<Counted, Strategy>::Options{options_.reduce_bucket_elements,
+                                                             bucket_dtype_, ReduceOp::avg});
     for (std::size_t g = 0; g < layers; ++g)
       if (layout_.group(g).numel > 0) ++layers_with_gradients_;
     arrived_.assign(layers, false);
@@ -130,14 +138,16 @@ public:
     world_.broadcast(flat, 0).wait();
     const std::size_t block = info.block_numel;
     if constexpr (Plan::optimizer_states) {
-      std::copy_n(flat.data() + std::size_t(rank_) * block, block, master_.data() + layout_.block(g, rank_).begin);
+      std::copy_n(flat.data() + std::size_t(rank_) * block, block,
+                  master_.data() + layout_.block(g, rank_).begin);
     } else {
       std::copy(flat.begin(), flat.end(), master_.data() + info.flat_base);
     }
     visit_compute([&](auto tag) {
       using T = decltype(tag);
       if constexpr (Plan::parameters) {
-        convert_n(flat.data() + std::size_t(rank_) * block, params_.as<T>().data() + layout_.block(g, rank_).begin, block);
+        convert_n(flat.data() + std::size_t(rank_) * block,
+                  params_.as<T>().data() + layout_.block(g, rank_).begin, block);
       } else {
         convert_n(flat.data(), params_.as<T>().data() + info.flat_base, info.flat_numel);
       }
@@ -168,7 +178,8 @@ public:
     check_layer(g);
     if constexpr (Plan::parameters) {
       const AnyBuffer& full = gather_->acquire(params_, g);
-      return LayerParameters(layout_, g, full, 0, [this](std::size_t layer) { gather_->release(layer); });
+      return LayerParameters(layout_, g, full, 0,
+                             [this](std::size_t layer) { gather_->release(layer); });
     } else {
       return LayerParameters(layout_, g, params_, layout_.group(g).flat_base, nullptr);
     }
@@ -179,9 +190,9 @@ public:
   template <Element T>
   View<T> gradients(std::size_t g) {
     check_layer(g);
-    require(dtype_of<T> == options_.compute_dtype,
-            std::string("gradients: the compute type is ") + to_string(options_.compute_dtype) + ", not " +
-                to_string(dtype_of<T>));
+    require(dtype_of<T> == options_.compute_dtype, std::string("gradients: the compute type is ") +
+                                                       to_string(options_.compute_dtype) +
+                                                       ", not " + to_string(dtype_of<T>));
     const std::size_t numel = layout_.group(g).numel;
     if constexpr (!Plan::gradients) {
       return grads_.as<T>().subview(layout_.group(g).flat_base, numel);
@@ -193,7 +204,8 @@ public:
   // Layer g's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void grads_ready(std::size_t g) {
     check_layer(g);
-    require(!arrived_[g], "grads_ready: layer " + std::to_string(g) + " was handed over twice in one micro-step");
+    require(!arrived_[g],
+            "grads_ready: layer " + std::to_string(g) + " was handed over twice in one micro-step");
     require(micro_ < options_.gradient_accumulation_steps,
             "grads_ready: all " + std::to_string(options_.gradient_accumulation_steps) +
                 " micro-steps of this step are done; call step()");
@@ -224,10 +236,11 @@ public:
   // Finishes the reductions, checks for overflow on every rank, clips by the global norm, updates
   // this rank's shard and shares the new weights. Skipped on every rank after an overflow.
   StepResult step() {
-    require(micro_ == options_.gradient_accumulation_steps,
-            "step() after " + std::to_string(micro_) + " of " +
-                std::to_string(options_.gradient_accumulation_steps) +
-                " micro-steps (gradient_accumulation_steps); hand over every layer's gradient first");
+    require(
+        micro_ == options_.gradient_accumulation_steps,
+        "step() after " + std::to_string(micro_) + " of " +
+            std::to_string(options_.gradient_accumulation_steps) +
+            " micro-steps (gradient_accumulation_steps); hand over every layer's gradient first");
     StepResult result;
     finish_reduction();
     result.reduction = reducer_->stats();
@@ -247,14 +260,16 @@ public:
       scaler_.update(true);
       result.applied = false;
     } else {
-      result.clip_coefficient = options_.gradient_clipping > 0 ? clip_coefficient(norm, options_.gradient_clipping) : 1.0;
+      result.clip_coefficient =
+          options_.gradient_clipping > 0 ? clip_coefficient(norm, options_.gradient_clipping) : 1.0;
       update(static_cast<float>(result.clip_coefficient * unscale));
       scaler_.update(false);
       result.applied = true;
     }
     clear_accumulators();
     micro_ = 0;
-    if constexpr (Plan::parameters) result.gather_exposed_seconds = gather_->exposed_seconds() - gather_exposed_before_;
+    if constexpr (Plan::parameters)
+      result.gather_exposed_seconds = gather_->exposed_seconds() - gather_exposed_before_;
     if constexpr (Plan::parameters) gather_exposed_before_ = gather_->exposed_seconds();
     result.communication = communication_since_last_step();
     return result;
@@ -273,9 +288,11 @@ public:
     m.parameters = params_.size_bytes();
     m.gradients = grads_.size_bytes() + reduced_.size_bytes() + local_accumulator_.size_bytes();
     m.master_weights = master_.size_bytes();
-    for (const auto& s : state_) m.optimizer_states += s.size_bytes();
+    for (const auto& s : state_)
+      m.optimizer_states += s.size_bytes();
     m.buffers = reducer_->buffer_bytes();
-    for (const auto& s : scratch_) m.buffers += s.size_bytes();
+    for (const auto& s : scratch_)
+      m.buffers += s.size_bytes();
     if constexpr (Plan::parameters) {
       m.parameters += gather_->persistent_bytes();
       m.buffers += gather_->pool_bytes();
@@ -299,14 +316,15 @@ public:
     return total;
   }
 
-private:
+ private:
   // --- construction -----------------------------------------------------------------------------
   static EngineOptions checked(EngineOptions o) {
     o.validate();
     return o;
   }
   static std::vector<ParameterSpec> with_dtype(std::vector<ParameterSpec> params, DType dtype) {
-    for (auto& p : params) p.dtype = dtype;
+    for (auto& p : params)
+      p.dtype = dtype;
     return params;
   }
   std::optional<Counted> make_shard_group(Comm& comm) {
@@ -314,8 +332,9 @@ private:
       return std::nullopt; // the world is the shard group
     } else {
       require(comm.size() % Plan::group_ranks == 0,
-              "engine: shard_within<" + std::to_string(Plan::group_ranks) + "> needs a multiple of " +
-                  std::to_string(Plan::group_ranks) + " ranks, not " + std::to_string(comm.size()));
+              "engine: shard_within<" + std::to_string(Plan::group_ranks) +
+                  "> needs a multiple of " + std::to_string(Plan::group_ranks) + " ranks, not " +
+                  std::to_string(comm.size()));
       return Counted(comm.split(comm.rank() / Plan::group_ranks, comm.rank()));
     }
   }
@@ -348,7 +367,8 @@ private:
       local_accumulator_ = Buffer<float>(total_flat_);
       bucket_dtype_ = DType::float32;
       if constexpr (Plan::optimizer_states) reduced_ = AnyBuffer(DType::float32, target_size);
-      target_ = {Plan::optimizer_states ? reduced_.data() : static_cast<void*>(local_accumulator_.data()),
+      target_ = {Plan::optimizer_states ? reduced_.data()
+                                        : static_cast<void*>(local_accumulator_.data()),
                  DType::float32, target_size, Delivery::assign};
       return;
     }
@@ -375,7 +395,8 @@ private:
   void average_over_replicas() {
     visit_dtype(target_.dtype, [&](auto tag) {
       using T = decltype(tag);
-      replica_->all_reduce(View<T>(static_cast<T*>(target_.data), target_.size), ReduceOp::avg).wait();
+      replica_->all_reduce(View<T>(static_cast<T*>(target_.data), target_.size), ReduceOp::avg)
+          .wait();
     });
   }
 
@@ -401,13 +422,16 @@ private:
     for (std::size_t i = 0; i < values.size(); i += tile) {
       const std::size_t m = std::min(tile, values.size() - i);
       convert_n(values.data() + i, widened, m);
-      for (std::size_t j = 0; j < m; ++j) acc[i + j] += widened[j];
+      for (std::size_t j = 0; j < m; ++j)
+        acc[i + j] += widened[j];
     }
   }
 
   void clear_accumulators() {
-    if (!local_accumulator_.empty()) std::memset(local_accumulator_.data(), 0, local_accumulator_.size_bytes());
-    if (target_.mode == Delivery::accumulate) std::memset(target_.data, 0, target_.size * size_of(target_.dtype));
+    if (!local_accumulator_.empty())
+      std::memset(local_accumulator_.data(), 0, local_accumulator_.size_bytes());
+    if (target_.mode == Delivery::accumulate)
+      std::memset(target_.data, 0, target_.size * size_of(target_.dtype));
   }
 
   AnyBuffer& scratch_for(std::size_t g) {
@@ -416,7 +440,8 @@ private:
     if (slot < 0) {
       if (free_scratch_.empty()) {
         std::size_t largest = 0;
-        for (std::size_t l = 0; l < layers(); ++l) largest = std::max(largest, layout_.group(l).numel);
+        for (std::size_t l = 0; l < layers(); ++l)
+          largest = std::max(largest, layout_.group(l).numel);
         scratch_.emplace_back(options_.compute_dtype, largest);
         free_scratch_.push_back(static_cast<int>(scratch_.size()) - 1);
       }
@@ -443,8 +468,9 @@ private:
         const G* base = static_cast<const G*>(src.data);
         for (std::size_t g = 0; g < layers(); ++g) {
           const GroupInfo& info = layout_.group(g);
-          const std::size_t at = Plan::optimizer_states ? layout_.block(g, rank_).begin
-                                                        : info.flat_base + std::size_t(rank_) * info.block_numel;
+          const std::size_t at = Plan::optimizer_states
+                                     ? layout_.block(g, rank_).begin
+                                     : info.flat_base + std::size_t(rank_) * info.block_numel;
           f(View<const G>(base + at, info.block_numel));
         }
       }
@@ -464,7 +490,8 @@ private:
       using T = decltype(compute_tag);
       visit_dtype(grad_source().dtype, [&](auto grad_tag) {
         using G = decltype(grad_tag);
-        if constexpr (GradientElement<G>) update_layers<T, G>(optimizer_update, grad_multiplier, gathers);
+        if constexpr (GradientElement<G>)
+          update_layers<T, G>(optimizer_update, grad_multiplier, gathers);
       });
     });
     wait_all(gathers);
@@ -474,7 +501,8 @@ private:
   // One fused pass per layer over what this rank updates: stage 0 every element (all replicas do
   // the same), stages 1-3 their blocks; the new compute copy is written in the same pass.
   template <class T, class G, class Update>
-  void update_layers(const Update& optimizer_update, float grad_multiplier, std::vector<Work>& gathers) {
+  void update_layers(const Update& optimizer_update, float grad_multiplier,
+                     std::vector<Work>& gathers) {
     const auto* grad_base = static_cast<const G*>(grad_source().data);
     for (std::size_t g = 0; g < layers(); ++g) {
       const GroupInfo& info = layout_.group(g);
@@ -486,7 +514,8 @@ private:
       }
       View<float> master(master_.data() + owned_at, length);
       std::array<View<float>, states> state;
-      for (std::size_t k = 0; k < states; ++k) state[k] = View<float>(state_[k].data() + owned_at, length);
+      for (std::size_t k = 0; k < states; ++k)
+        state[k] = View<float>(state_[k].data() + owned_at, length);
       View<const G> grads(grad_base + owned_at, length);
       T* out = params_.as<T>().data() + param_at;
       if constexpr (LowPrecision<T>) {
@@ -498,7 +527,8 @@ private:
       // Stages 1/2: every rank updated its block; an in-place all-gather restores the layer's full
       // compute copy everywhere.
       if constexpr (Plan::optimizer_states && !Plan::parameters)
-        gathers.push_back(shard().all_gather(params_.as<T>().subview(info.flat_base, info.flat_numel)));
+        gathers.push_back(
+            shard().all_gather(params_.as<T>().subview(info.flat_base, info.flat_numel)));
     }
   }
 
@@ -506,13 +536,17 @@ private:
   template <class F>
   decltype(auto) visit_compute(F&& f) {
     switch (options_.compute_dtype) {
-    case DType::float16: return f(half{});
-    case DType::bfloat16: return f(bfloat16{});
-    default: return f(float{});
+    case DType::float16:
+      return f(half{});
+    case DType::bfloat16:
+      return f(bfloat16{});
+    default:
+      return f(float{});
     }
   }
   void check_layer(std::size_t g) const {
-    require(g < layout_.group_count(), "engine: no layer " + std::to_string(g) + " (the model has " +
+    require(g < layout_.group_count(), "engine: no layer " + std::to_string(g) +
+                                           " (the model has " +
                                            std::to_string(layout_.group_count()) + ")");
   }
   static void add_stats(CommStats& total, const CommStats& more) {
@@ -538,16 +572,16 @@ private:
   int rank_;
   std::size_t total_flat_ = 0, shard_numel_ = 0;
 
-  AnyBuffer params_;                   // stage 0-2: all layers; stage 3: this rank's shard
+  AnyBuffer params_; // stage 0-2: all layers; stage 3: this rank's shard
   std::optional<detail::GatherCache<Counted>> gather_;
   Buffer<float> master_;
   std::array<Buffer<float>, states> state_;
-  AnyBuffer grads_;                    // stage 0/1: full gradient, written by backward
-  std::vector<AnyBuffer> scratch_;     // stage 2/3: one layer's gradient while backward writes it
+  AnyBuffer grads_;                // stage 0/1: full gradient, written by backward
+  std::vector<AnyBuffer> scratch_; // stage 2/3: one layer's gradient while backward writes it
   std::vector<int> scratch_of_layer_;
   std::vector<int> free_scratch_;
-  AnyBuffer reduced_;                  // reduced gradients, when not reduced in place
-  Buffer<float> local_accumulator_;    // stage 0/1 with gradient accumulation
+  AnyBuffer reduced_;               // reduced gradients, when not reduced in place
+  Buffer<float> local_accumulator_; // stage 0/1 with gradient accumulation
   DType bucket_dtype_ = DType::float32;
   ReduceTarget target_;
   bool accumulate_locally_ = false;

@@ -13,14 +13,14 @@
 namespace zero {
 
 class LayerParameters {
-public:
+ public:
   LayerParameters(const ShardLayout& layout, std::size_t layer, const AnyBuffer& storage,
                   std::size_t offset, std::function<void(std::size_t)> on_release)
       : layout_(&layout), layer_(layer), storage_(&storage), offset_(offset),
         on_release_(std::move(on_release)) {}
   LayerParameters(LayerParameters&& other) noexcept
-      : layout_(other.layout_), layer_(other.layer_), storage_(other.storage_), offset_(other.offset_),
-        on_release_(std::exchange(other.on_release_, nullptr)) {}
+      : layout_(other.layout_), layer_(other.layer_), storage_(other.storage_),
+        offset_(other.offset_), on_release_(std::exchange(other.on_release_, nullptr)) {}
   LayerParameters& operator=(LayerParameters&&) = delete;
   LayerParameters(const LayerParameters&) = delete;
   ~LayerParameters() {
@@ -44,10 +44,11 @@ public:
                                     std::to_string(members.size()) + " parameters, not " +
                                     std::to_string(i + 1));
     const std::size_t p = members[i];
-    return storage_->as<T>().subview(offset_ + *layout_->group_offset(p), layout_->parameter(p).numel);
+    return storage_->as<T>().subview(offset_ + *layout_->group_offset(p),
+                                     layout_->parameter(p).numel);
   }
 
-private:
+ private:
   const ShardLayout* layout_;
   std::size_t layer_;
   const AnyBuffer* storage_;

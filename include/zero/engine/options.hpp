@@ -42,7 +42,8 @@ struct EngineOptions {
                 to_string(compute_dtype));
     require(reduction_dtype() == compute_dtype || reduction_dtype() == DType::float32,
             "engine: reduce_dtype must be the compute type or float32");
-    require(gradient_accumulation_steps >= 1, "engine: gradient_accumulation_steps must be at least 1");
+    require(gradient_accumulation_steps >= 1,
+            "engine: gradient_accumulation_steps must be at least 1");
     require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
   }
@@ -51,11 +52,15 @@ struct EngineOptions {
   // knobs. (Stage, optimizer and loss scaler are chosen by the caller from the same config.)
   static EngineOptions from_config(const config::Config& c) {
     EngineOptions o;
-    o.compute_dtype = c.fp16.enabled ? DType::float16 : c.bf16.enabled ? DType::bfloat16 : DType::float32;
+    o.compute_dtype = c.fp16.enabled   ? DType::float16
+                      : c.bf16.enabled ? DType::bfloat16
+                                       : DType::float32;
     o.reduce_bucket_elements = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
-    if (c.gradient_accumulation_steps) o.gradient_accumulation_steps = static_cast<int>(*c.gradient_accumulation_steps);
+    if (c.gradient_accumulation_steps)
+      o.gradient_accumulation_steps = static_cast<int>(*c.gradient_accumulation_steps);
     o.gradient_clipping = c.gradient_clipping;
-    o.persistence_threshold = static_cast<std::size_t>(c.zero_optimization.stage3_param_persistence_threshold);
+    o.persistence_threshold =
+        static_cast<std::size_t>(c.zero_optimization.stage3_param_persistence_threshold);
     o.prefetch_elements = static_cast<std::size_t>(c.zero_optimization.stage3_prefetch_bucket_size);
     o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
     return o;

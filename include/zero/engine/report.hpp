@@ -29,22 +29,28 @@ struct MemoryReport {
 // bytes per element P (2 for fp16), K bytes of optimizer state per element (12 for mixed-precision
 // Adam: fp32 master, momentum and variance):
 //   stage 0: (2P + K)Ψ   stage 1: 2PΨ + KΨ/N   stage 2: PΨ + (P + K)Ψ/N   stage 3: (2P + K)Ψ/N
-inline double paper_model_state_bytes(int stage, double psi, double ranks, double p_bytes, double k_bytes) {
+inline double paper_model_state_bytes(int stage, double psi, double ranks, double p_bytes,
+                                      double k_bytes) {
   switch (stage) {
-  case 0: return (2 * p_bytes + k_bytes) * psi;
-  case 1: return 2 * p_bytes * psi + k_bytes * psi / ranks;
-  case 2: return p_bytes * psi + (p_bytes + k_bytes) * psi / ranks;
-  default: return (2 * p_bytes + k_bytes) * psi / ranks;
+  case 0:
+    return (2 * p_bytes + k_bytes) * psi;
+  case 1:
+    return 2 * p_bytes * psi + k_bytes * psi / ranks;
+  case 2:
+    return p_bytes * psi + (p_bytes + k_bytes) * psi / ranks;
+  default:
+    return (2 * p_bytes + k_bytes) * psi / ranks;
   }
 }
 
 struct StepResult {
-  bool applied = false;     // false: an overflow on some rank skipped the step on every rank
-  double loss_scale = 1.0;  // the scale the gradients carried
-  double grad_norm = 0.0;   // global L2 norm of the unscaled, averaged gradients (NaN/Inf on overflow)
+  bool applied = false;    // false: an overflow on some rank skipped the step on every rank
+  double loss_scale = 1.0; // the scale the gradients carried
+  double grad_norm =
+      0.0; // global L2 norm of the unscaled, averaged gradients (NaN/Inf on overflow)
   double clip_coefficient = 1.0;
-  ReducerStats reduction;   // the gradient buckets of the last micro-step
-  CommStats communication;  // every collective of this step, forward and backward included
+  ReducerStats reduction;            // the gradient buckets of the last micro-step
+  CommStats communication;           // every collective of this step, forward and backward included
   double gather_exposed_seconds = 0; // stage 3: time acquire() waited for gathers this step
 };
 

@@ -36,7 +36,7 @@ struct Bucket {
 };
 
 class BucketPlan {
-public:
+ public:
   BucketPlan(const ShardLayout& layout, std::size_t bucket_elements)
       : ranks_(layout.world_size()), buckets_of_group_(layout.group_count()) {
     layout.require_equal_slices("bucketed gradient reduction");
@@ -83,7 +83,7 @@ public:
     return buckets_of_group_.at(group);
   }
 
-private:
+ private:
   int ranks_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<std::size_t>> buckets_of_group_;

@@ -45,28 +45,30 @@ struct ReduceTarget {
 };
 
 struct ReducerStats {
-  std::size_t buckets = 0;            // reduced this step
-  std::size_t elements = 0;           // reduced this step (all ranks' blocks)
-  double exposed_seconds = 0;         // the caller waited for communication
-  double communication_seconds = 0;   // the collectives ran (estimated from completion times)
+  std::size_t buckets = 0;          // reduced this step
+  std::size_t elements = 0;         // reduced this step (all ranks' blocks)
+  double exposed_seconds = 0;       // the caller waited for communication
+  double communication_seconds = 0; // the collectives ran (estimated from completion times)
   // The fraction of communication that overlapped with the caller's work (backward).
   double hidden_fraction() const noexcept {
-    return communication_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / communication_seconds) : 0.0;
+    return communication_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / communication_seconds)
+                                     : 0.0;
   }
 };
 
 template <Communicator Comm, ReduceStrategy Strategy>
 class BucketedReducer {
-public:
+ public:
   struct Options {
     std::size_t bucket_elements = 500'000'000; // DeepSpeed's reduce_bucket_size default
-    DType bucket_dtype = DType::float32;        // the reduction's element type
+    DType bucket_dtype = DType::float32;       // the reduction's element type
     ReduceOp op = ReduceOp::avg;
   };
 
   BucketedReducer(Comm& comm, const ShardLayout& layout, Options options)
       : comm_(comm), layout_(layout), options_(options),
-        plan_(layout, std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
+        plan_(layout,
+              std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
         state_(plan_.size()), arrived_(layout.group_count(), false) {
     for (std::size_t g = 0; g < layout.group_count(); ++g)
       buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(g).size() + 1);
@@ -79,26 +81,30 @@ public:
   BucketedReducer(const BucketedReducer&) = delete;
   BucketedReducer& operator=(const BucketedReducer&) = delete;
   ~BucketedReducer() {
-    for (std::size_t b : in_flight_) state_[b].work.wait(); // never leave collectives on freed buffers
+    for (std::size_t b : in_flight_)
+      state_[b].work.wait(); // never leave collectives on freed buffers
   }
 
   const BucketPlan& plan() const noexcept { return plan_; }
   // Memory held for buckets (constant in the model's size).
   std::size_t buffer_bytes() const noexcept {
     std::size_t total = 0;
-    for (const auto& buffer : pool_) total += buffer.size_bytes();
+    for (const auto& buffer : pool_)
+      total += buffer.size_bytes();
     return total;
   }
   const ReducerStats& stats() const noexcept { return stats_; }
 
   // Starts a reduction (one micro-step): reduced gradients go to `target`.
   void begin(ReduceTarget target) {
-    require(in_flight_.empty() && !active_, "BucketedReducer::begin: the previous reduction was not finished");
+    require(in_flight_.empty() && !active_,
+            "BucketedReducer::begin: the previous reduction was not finished");
     const std::size_t expected = Strategy::collective == Collective::all_reduce
                                      ? total_flat(layout_)
                                      : layout_.shard_numel(comm_.rank());
-    require(target.size >= expected, "BucketedReducer: the target holds " + std::to_string(target.size) +
-                                         " elements but " + std::to_string(expected) + " are needed");
+    require(target.size >= expected, "BucketedReducer: the target holds " +
+                                         std::to_string(target.size) + " elements but " +
+                                         std::to_string(expected) + " are needed");
     require(target.mode == Delivery::assign || target.dtype == DType::float32,
             "BucketedReducer: accumulating targets must be float");
     target_ = target;
@@ -135,17 +141,19 @@ public:
     require(active_, "BucketedReducer::finish before begin()");
     std::string missing;
     for (std::size_t g = 0; g < arrived_.size(); ++g)
-      if (!arrived_[g] && layout_.group(g).block_numel > 0) missing += (missing.empty() ? "" : ", ") + std::to_string(g);
+      if (!arrived_[g] && layout_.group(g).block_numel > 0)
+        missing += (missing.empty() ? "" : ", ") + std::to_string(g);
     if (!missing.empty()) {
       drain();
       active_ = false;
-      fail(ErrorKind::invalid_argument, "BucketedReducer::finish: no gradient was handed over for layer(s) " + missing);
+      fail(ErrorKind::invalid_argument,
+           "BucketedReducer::finish: no gradient was handed over for layer(s) " + missing);
     }
     drain();
     active_ = false;
   }
 
-private:
+ private:
   struct BucketState {
     std::size_t pending_groups = 0;
     std::optional<std::size_t> buffer; // index into pool_
@@ -156,19 +164,22 @@ private:
 
   static std::size_t total_flat(const ShardLayout& layout) {
     std::size_t total = 0;
-    for (std::size_t g = 0; g < layout.group_count(); ++g) total += layout.group(g).flat_numel;
+    for (std::size_t g = 0; g < layout.group_count(); ++g)
+      total += layout.group(g).flat_numel;
     return total;
   }
 
   void reset_counts() {
-    for (std::size_t b = 0; b < plan_.size(); ++b) state_[b].pending_groups = plan_[b].groups.size();
+    for (std::size_t b = 0; b < plan_.size(); ++b)
+      state_[b].pending_groups = plan_[b].groups.size();
   }
 
   std::size_t acquire_buffer() {
     if (free_.empty() && pool_.size() >= buffer_limit_ && !in_flight_.empty())
       complete_oldest(); // wait for a bucket to come back
     if (free_.empty()) {
-      pool_.emplace_back(plan_.largest_bucket_elements() * size_of(options_.bucket_dtype), uninitialized);
+      pool_.emplace_back(plan_.largest_bucket_elements() * size_of(options_.bucket_dtype),
+                         uninitialized);
       free_.push_back(pool_.size() - 1);
     }
     const std::size_t index = free_.back();
@@ -195,9 +206,11 @@ private:
           for (int r = 0; r < comm_.size(); ++r) {
             T* dst = base + std::size_t(r) * bucket.block_elements + offset;
             const std::size_t first = std::size_t(r) * block + s.lo;
-            const std::size_t real = first < grads.size() ? std::min(s.size(), grads.size() - first) : 0;
+            const std::size_t real =
+                first < grads.size() ? std::min(s.size(), grads.size() - first) : 0;
             if (real > 0) convert_n(grads.data() + first, dst, real);
-            if (real < s.size()) std::memset(static_cast<void*>(dst + real), 0, (s.size() - real) * sizeof(T));
+            if (real < s.size())
+              std::memset(static_cast<void*>(dst + real), 0, (s.size() - real) * sizeof(T));
           }
         offset += s.size();
       }
@@ -218,8 +231,8 @@ private:
       if constexpr (Strategy::collective == Collective::all_reduce) {
         s.work = comm_.all_reduce(all, options_.op);
       } else if (direct_delivery()) {
-        View<T, typename Comm::memory_space> out(static_cast<T*>(target_.data) + bucket.shard_offset,
-                                                 bucket.block_elements);
+        View<T, typename Comm::memory_space> out(
+            static_cast<T*>(target_.data) + bucket.shard_offset, bucket.block_elements);
         s.work = comm_.reduce_scatter(all, out, options_.op);
       } else {
         s.work = comm_.reduce_scatter(all, options_.op);
@@ -233,7 +246,8 @@ private:
 
   // Delivers buckets that completed meanwhile, without blocking.
   void poll() {
-    while (!in_flight_.empty() && state_[in_flight_.front()].work.test()) finished(in_flight_.front(), Clock::now());
+    while (!in_flight_.empty() && state_[in_flight_.front()].work.test())
+      finished(in_flight_.front(), Clock::now());
   }
 
   void complete_oldest() {
@@ -246,7 +260,8 @@ private:
   }
 
   void drain() {
-    while (!in_flight_.empty()) complete_oldest();
+    while (!in_flight_.empty())
+      complete_oldest();
   }
 
   void finished(std::size_t b, Clock::time_point done) {
@@ -254,7 +269,8 @@ private:
     // Collectives run one after another: this one started when it was launched or when the
     // previous one ended, whichever was later.
     const auto start = std::max(state_[b].launched, last_done_);
-    stats_.communication_seconds += std::max(0.0, std::chrono::duration<double>(done - start).count());
+    stats_.communication_seconds +=
+        std::max(0.0, std::chrono::duration<double>(done - start).count());
     last_done_ = done;
     deliver(b);
     free_.push_back(*state_[b].buffer);
@@ -294,7 +310,8 @@ private:
       for (std::size_t i = 0; i < n; i += tile) {
         const std::size_t m = std::min(tile, n - i);
         convert_n(values + i, widened, m);
-        for (std::size_t j = 0; j < m; ++j) dst[i + j] += widened[j];
+        for (std::size_t j = 0; j < m; ++j)
+          dst[i + j] += widened[j];
       }
       return;
     }

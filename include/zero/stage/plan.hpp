@@ -57,7 +57,8 @@ inline constexpr bool is_plan_piece =
 template <class... Pieces>
 constexpr int shard_group_ranks() {
   int ranks = 0; // 0: the whole communicator
-  ((ranks = shard_within_ranks<Pieces>::value >= 0 ? shard_within_ranks<Pieces>::value : ranks), ...);
+  ((ranks = shard_within_ranks<Pieces>::value >= 0 ? shard_within_ranks<Pieces>::value : ranks),
+   ...);
   return ranks;
 }
 
@@ -112,8 +113,7 @@ struct stage_plan<3> {
 } // namespace detail
 
 template <int N>
-  requires(N >= 0 && N <= 3)
-using Stage = typename detail::stage_plan<N>::type;
+requires(N >= 0 && N <= 3) using Stage = typename detail::stage_plan<N>::type;
 
 // Anything with the members of ShardingPlan is a plan (users may write their own struct).
 template <class P>
@@ -136,10 +136,11 @@ constexpr bool check_plan() {
   static_assert(!P::parameters || P::gradients,
                 "zero: this plan shards parameters but not gradients; a rank holding 1/N of the "
                 "parameters cannot keep all gradients (ZeRO stage 3 shards all three)");
-  static_assert(EqualSlices<typename P::partitioner>,
-                "zero: the engine reduce-scatters and all-gathers one flat buffer per layer, so the "
-                "plan's partitioner must give equal slices (FlatContiguous or PerParameter, not "
-                "WholeParameterGreedy)");
+  static_assert(
+      EqualSlices<typename P::partitioner>,
+      "zero: the engine reduce-scatters and all-gathers one flat buffer per layer, so the "
+      "plan's partitioner must give equal slices (FlatContiguous or PerParameter, not "
+      "WholeParameterGreedy)");
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 int main() {
   zero::SelfCommunicator comm;
-  zero::Engine<zero::Stage<2>, zero::SelfCommunicator, zero::cuda, zero::Adam, zero::StaticLossScaler> engine(
-      comm, {}, zero::Adam{}, zero::StaticLossScaler{});
+  zero::Engine<zero::Stage<2>, zero::SelfCommunicator, zero::cuda, zero::Adam,
+               zero::StaticLossScaler>
+      engine(comm, {}, zero::Adam{}, zero::StaticLossScaler{});
 }

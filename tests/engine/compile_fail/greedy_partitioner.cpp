@@ -6,7 +6,8 @@
 #include <zero/shard/whole_parameter_greedy.hpp>
 
 int main() {
-  using Plan = zero::ShardingPlan<zero::shard_optimizer_states, zero::partition_with<zero::WholeParameterGreedy>>;
+  using Plan = zero::ShardingPlan<zero::shard_optimizer_states,
+                                  zero::partition_with<zero::WholeParameterGreedy>>;
   zero::SelfCommunicator comm;
   zero::Engine<Plan, zero::SelfCommunicator, zero::host, zero::Adam, zero::StaticLossScaler> engine(
       comm, {}, zero::Adam{}, zero::StaticLossScaler{});

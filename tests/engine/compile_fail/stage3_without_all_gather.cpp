@@ -10,11 +10,17 @@ struct ReduceOnly {
   int rank() const { return 0; }
   int size() const { return 1; }
   template <class... A>
-  zero::Work all_reduce(A&&... a) { return self.all_reduce(std::forward<A>(a)...); }
+  zero::Work all_reduce(A&&... a) {
+    return self.all_reduce(std::forward<A>(a)...);
+  }
   template <class... A>
-  zero::Work reduce_scatter(A&&... a) { return self.reduce_scatter(std::forward<A>(a)...); }
+  zero::Work reduce_scatter(A&&... a) {
+    return self.reduce_scatter(std::forward<A>(a)...);
+  }
   template <class... A>
-  zero::Work reduce(A&&... a) { return self.reduce(std::forward<A>(a)...); }
+  zero::Work reduce(A&&... a) {
+    return self.reduce(std::forward<A>(a)...);
+  }
   void barrier() {}
   ReduceOnly split(int, int) { return {}; }
 };

@@ -25,12 +25,10 @@ inline constexpr bool accepts_space =
 
 template <class R, class Space>
 concept CommInput = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                    Element<std::ranges::range_value_t<R>> &&
-                    accepts_space<Space, memory_space_of<R>>;
+    Element<std::ranges::range_value_t<R>> && accepts_space<Space, memory_space_of<R>>;
 
 template <class R, class Space>
-concept CommOutput =
-    CommInput<R, Space> &&
+concept CommOutput = CommInput<R, Space> &&
     !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
 
 template <class R>
@@ -40,7 +38,7 @@ namespace detail {
 
 template <class Derived, MemorySpace Space>
 class CollectiveApi {
-public:
+ public:
   using memory_space = Space;
 
   template <CommInput<Space> In, CommOutput<Space> Out>
@@ -87,8 +85,8 @@ public:
                  "output has " + std::to_string(std::ranges::size(out)) + " elements, not " +
                      std::to_string(ranks()) + " ranks x " + std::to_string(block) +
                      " (the input's size)");
-    return submit_args(Collective::all_gather, std::ranges::data(in), std::ranges::data(out),
-                       block, dtype_of<comm_element_t<In>>, ReduceOp::sum);
+    return submit_args(Collective::all_gather, std::ranges::data(in), std::ranges::data(out), block,
+                       dtype_of<comm_element_t<In>>, ReduceOp::sum);
   }
   // In place: this rank's contribution is already in block rank() of `data`.
   template <CommOutput<Space> Buf>
@@ -142,7 +140,7 @@ public:
     self().submit(args).wait();
   }
 
-private:
+ private:
   Derived& self() { return static_cast<Derived&>(*this); }
   std::size_t ranks() { return static_cast<std::size_t>(self().size()); }
   std::size_t rank_index() { return static_cast<std::size_t>(self().rank()); }

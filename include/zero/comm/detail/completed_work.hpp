@@ -11,13 +11,13 @@
 namespace zero::detail {
 
 class CompletedWork final : public WorkState {
-public:
+ public:
   explicit CompletedWork(const CollectiveArgs& args) : args_(args) {}
   void wait() override {}
   bool test() override { return true; }
   std::string description() const override { return args_.describe(); }
 
-private:
+ private:
   CollectiveArgs args_;
 };
 

@@ -44,15 +44,18 @@ void reduce_sources_impl(T* dst, std::span<const T* const> sources, std::size_t 
     for (std::size_t s = 1; s < sources.size(); ++s) {
       if constexpr (std::is_same_v<A, T>) {
         const T* src = sources[s] + base;
-        for (std::size_t i = 0; i < m; ++i) acc[i] = combine<Op>(acc[i], src[i]);
+        for (std::size_t i = 0; i < m; ++i)
+          acc[i] = combine<Op>(acc[i], src[i]);
       } else {
         convert_n(sources[s] + base, next, m);
-        for (std::size_t i = 0; i < m; ++i) acc[i] = combine<Op>(acc[i], next[i]);
+        for (std::size_t i = 0; i < m; ++i)
+          acc[i] = combine<Op>(acc[i], next[i]);
       }
     }
     if constexpr (Op == ReduceOp::avg) {
       const A divisor = static_cast<A>(ranks);
-      for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / divisor);
+      for (std::size_t i = 0; i < m; ++i)
+        acc[i] = static_cast<A>(acc[i] / divisor);
     }
     convert_n(acc, dst + base, m);
   }
@@ -63,10 +66,14 @@ template <Element T>
 void reduce_sources(T* dst, std::span<const T* const> sources, std::size_t count, ReduceOp op,
                     int ranks) noexcept {
   switch (op) {
-  case ReduceOp::sum: return reduce_sources_impl<ReduceOp::sum>(dst, sources, count, ranks);
-  case ReduceOp::avg: return reduce_sources_impl<ReduceOp::avg>(dst, sources, count, ranks);
-  case ReduceOp::max: return reduce_sources_impl<ReduceOp::max>(dst, sources, count, ranks);
-  case ReduceOp::min: return reduce_sources_impl<ReduceOp::min>(dst, sources, count, ranks);
+  case ReduceOp::sum:
+    return reduce_sources_impl<ReduceOp::sum>(dst, sources, count, ranks);
+  case ReduceOp::avg:
+    return reduce_sources_impl<ReduceOp::avg>(dst, sources, count, ranks);
+  case ReduceOp::max:
+    return reduce_sources_impl<ReduceOp::max>(dst, sources, count, ranks);
+  case ReduceOp::min:
+    return reduce_sources_impl<ReduceOp::min>(dst, sources, count, ranks);
   }
 }
 

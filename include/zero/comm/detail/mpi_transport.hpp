@@ -4,14 +4,15 @@
 // instead of the temporary-buffer churn of its large-message algorithms.
 //
 // Reductions never use MPI's reduction operators: a reduce-scatter is an all-to-all of blocks
-// followed by a local sum in rank order (as many bytes on the wire as a ring), an all-reduce is that
-// plus an all-gather, a reduce that plus a gather. So every element is summed in the same fixed
-// order as in the shared-memory transport, whatever MPI's algorithm, and half and bfloat16
+// followed by a local sum in rank order (as many bytes on the wire as a ring), an all-reduce is
+// that plus an all-gather, a reduce that plus a gather. So every element is summed in the same
+// fixed order as in the shared-memory transport, whatever MPI's algorithm, and half and bfloat16
 // accumulate in float although MPI has no such types.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 
@@ -29,26 +30,35 @@ namespace zero::detail {
 
 template <class T>
 MPI_Datatype mpi_datatype() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
-  else static_assert(dependent_false<T>, "no MPI datatype for this element type");
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return MPI_UINT8_T;
+  else
+    static_assert(dependent_false<T>, "no MPI datatype for this element type");
 }
 
 inline MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
   case ReduceOp::sum:
-  case ReduceOp::avg: return MPI_SUM;
-  case ReduceOp::max: return MPI_MAX;
-  case ReduceOp::min: return MPI_MIN;
+  case ReduceOp::avg:
+    return MPI_SUM;
+  case ReduceOp::max:
+    return MPI_MAX;
+  case ReduceOp::min:
+    return MPI_MIN;
   }
   return MPI_SUM;
 }
 
 class MpiTransport {
-public:
+ public:
   MpiTransport(MPI_Comm comm, std::size_t chunk_bytes) : comm_(comm), chunk_bytes_(chunk_bytes) {
     ZERO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
@@ -59,22 +69,12 @@ public:
       ZERO_CHECK_MPI(MPI_Barrier(comm_));
       return;
     }
-    visit_dtype(a.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      const auto* send = static_cast<const T*>(a.send);
-      auto* recv = static_cast<T*>(a.recv);
-      switch (a.kind) {
-      case Collective::all_reduce: reduce(send, recv, a.count, a.op, -1); break;
-      case Collective::reduce: reduce(send, recv, a.count, a.op, a.root); break;
-      case Collective::reduce_scatter: reduce_scatter(send, recv, a.count, a.op); break;
-      case Collective::all_gather: all_gather(send, recv, a.count); break;
-      case Collective::broadcast: broadcast(send, recv, a.count, a.root); break;
-      case Collective::barrier: break;
-      }
-    });
+    run_typed(*this, a);
   }
 
-private:
+ private:
+  template <class Transport>
+  friend void run_typed(Transport&, const CollectiveArgs&);
   template <class A>
   A* scratch(std::size_t which, std::size_t n) {
     auto& s = scratch_[which];
@@ -110,7 +110,8 @@ private:
 
   template <class T>
   void reduce_scatter(const T* in, T* out, std::size_t block, ReduceOp op) {
-    const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / std::size_t(size_));
+    const std::size_t piece =
+        std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / std::size_t(size_));
     for (std::size_t offset = 0; offset < block; offset += piece) {
       const std::size_t p = std::min(piece, block - offset);
       // The pieces are read before the result is written, so in place (out inside in) is safe.
@@ -125,12 +126,14 @@ private:
   void reduce_scatter_piece(const T* in, std::size_t stride, std::size_t p, T* out, ReduceOp op) {
     const std::size_t ranks = static_cast<std::size_t>(size_);
     T* packed = scratch<T>(0, p * ranks);
-    for (std::size_t r = 0; r < ranks; ++r) std::memcpy(packed + r * p, in + r * stride, p * sizeof(T));
+    for (std::size_t r = 0; r < ranks; ++r)
+      std::memcpy(packed + r * p, in + r * stride, p * sizeof(T));
     T* received = scratch<T>(1, p * ranks);
     const int bytes = static_cast<int>(p * sizeof(T));
     ZERO_CHECK_MPI(MPI_Alltoall(packed, bytes, MPI_BYTE, received, bytes, MPI_BYTE, comm_));
     std::vector<const T*> sources(ranks);
-    for (std::size_t r = 0; r < ranks; ++r) sources[r] = received + r * p;
+    for (std::size_t r = 0; r < ranks; ++r)
+      sources[r] = received + r * p;
     reduce_sources<T>(out, sources, p, op, size_);
   }
 
@@ -143,7 +146,8 @@ private:
       const std::size_t p = std::min(piece, block - offset);
       T* gathered = scratch<T>(0, p * ranks);
       const T* mine = in + offset;
-      if (static_cast<const void*>(mine) == static_cast<const void*>(out + rank_ * block + offset)) {
+      if (static_cast<const void*>(mine) ==
+          static_cast<const void*>(out + rank_ * block + offset)) {
         // in place: copy first, the unpacking below writes over it
         T* own = scratch<T>(1, p);
         std::memcpy(own, mine, p * sizeof(T));
@@ -163,7 +167,8 @@ private:
     const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T));
     for (std::size_t offset = 0; offset < count; offset += piece) {
       const std::size_t p = std::min(piece, count - offset);
-      ZERO_CHECK_MPI(MPI_Bcast(out + offset, static_cast<int>(p * sizeof(T)), MPI_BYTE, root, comm_));
+      ZERO_CHECK_MPI(
+          MPI_Bcast(out + offset, static_cast<int>(p * sizeof(T)), MPI_BYTE, root, comm_));
     }
   }
 

@@ -22,7 +22,7 @@
 namespace zero::detail {
 
 class ProgressWorker {
-public:
+ public:
   using Execute = std::function<void(const CollectiveArgs&)>;
   using OnTimeout = std::function<void(const std::string& what, double seconds)>;
 
@@ -61,7 +61,7 @@ public:
     push(std::make_shared<ThreadWork>(std::move(label), std::move(task)))->wait();
   }
 
-private:
+ private:
   std::shared_ptr<ThreadWork> push(std::shared_ptr<ThreadWork> work) {
     {
       std::lock_guard lock(mutex_);
@@ -79,8 +79,10 @@ private:
       set_running(work);
       std::exception_ptr error;
       try {
-        if (work->task()) work->task()();
-        else execute_(work->args());
+        if (work->task())
+          work->task()();
+        else
+          execute_(work->args());
       } catch (...) {
         error = std::current_exception();
       }
@@ -103,7 +105,8 @@ private:
   }
 
   void watch() {
-    const auto period = std::min<std::chrono::duration<double>>(timeout_ / 4, std::chrono::seconds(1));
+    const auto period =
+        std::min<std::chrono::duration<double>>(timeout_ / 4, std::chrono::seconds(1));
     std::unique_lock lock(watch_mutex_);
     while (!watch_cv_.wait_for(lock, period, [&] { return watch_stop_; })) {
       std::shared_ptr<ThreadWork> running;

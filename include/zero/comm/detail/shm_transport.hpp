@@ -2,10 +2,11 @@
 // Collectives among ranks of one node through an MPI-3 shared-memory window.
 //
 // Each rank owns a staging area of two chunk buffers (double buffering) and, on its own cache line,
-// a phase counter and the signature of the call it is in (kind, type, count, reduction, root). A collective is cut into chunks; every chunk is "publish into my buffer,
-// signal, wait for all, read the others' buffers". Reading chunk g's buffers finishes before a rank
-// signals in chunk g + 1, and nobody writes chunk g + 2 (the same buffer) before everybody's signal
-// in chunk g + 1 arrived, so two buffers suffice without any extra synchronisation.
+// a phase counter and the signature of the call it is in (kind, type, count, reduction, root). A
+// collective is cut into chunks; every chunk is "publish into my buffer, signal, wait for all, read
+// the others' buffers". Reading chunk g's buffers finishes before a rank signals in chunk g + 1,
+// and nobody writes chunk g + 2 (the same buffer) before everybody's signal in chunk g + 1 arrived,
+// so two buffers suffice without any extra synchronisation.
 //
 // Every phase compares the signatures, so ranks that called different collectives throw the same
 // mismatch error on every rank at their first phase, even without validation mode, instead of
@@ -22,6 +23,8 @@
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/native_collectives.hpp"
+#include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/thread_work.hpp"
 #include "zero/comm/detail/validation.hpp"
 #include "zero/core/dtype.hpp"
@@ -41,9 +44,12 @@
 namespace zero::detail {
 
 class ShmTransport {
-public:
+ public:
   // Collective over `comm`, whose ranks must share one node.
-  ShmTransport(MPI_Comm comm, std::size_t chunk_bytes) : comm_(comm) {
+  // Collectives below `native_below_bytes` that Open MPI does faster on one node (see
+  // prefers_native) are handed to it, after the usual signature check.
+  ShmTransport(MPI_Comm comm, std::size_t chunk_bytes, std::size_t native_below_bytes = 0)
+      : comm_(comm), native_below_bytes_(native_below_bytes) {
     ZERO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     // A chunk holds whole 64-byte lines for every rank's sub-range.
@@ -53,8 +59,8 @@ public:
     ZERO_CHECK_MPI(MPI_Info_create(&info));
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
-    const int status = MPI_Win_allocate_shared(static_cast<MPI_Aint>(segment), 1, info, comm_,
-                                               &base, &window_);
+    const int status =
+        MPI_Win_allocate_shared(static_cast<MPI_Aint>(segment), 1, info, comm_, &base, &window_);
     MPI_Info_free(&info);
     ZERO_CHECK_MPI(status);
     new (base) Header();
@@ -75,6 +81,16 @@ public:
 
   std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
 
+  // Measured on 2-core nodes: Open MPI's single-copy gathers and broadcasts, and its 2-rank
+  // all-reduce, beat the staged pipeline below a few MB. A 2-rank sum is a0 + a1 in any algorithm,
+  // so the results stay bit-identical and rank-ordered; with 3 or more ranks the order of MPI's
+  // sums is unknown, so reductions stay here.
+  bool prefers_native(const CollectiveArgs& a) const {
+    if (a.payload_bytes(size_) >= native_below_bytes_ || !native_supports(a, size_)) return false;
+    if (a.kind == Collective::all_gather || a.kind == Collective::broadcast) return true;
+    return a.kind == Collective::all_reduce && size_ == 2;
+  }
+
   void run(const CollectiveArgs& a) {
     signature_ = CallSignature::of(a, 0);
     // Calls that move nothing still meet once, so that their signatures are compared.
@@ -82,23 +98,18 @@ public:
       signal_and_wait();
       return;
     }
+    if (prefers_native(a)) {
+      signal_and_wait(); // mismatched calls are still caught here, before any data moves
+      run_native(comm_, a);
+      return;
+    }
     set_streaming(a.recv_count(size_) * a.element_bytes());
-    visit_dtype(a.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      const auto* send = static_cast<const T*>(a.send);
-      auto* recv = static_cast<T*>(a.recv);
-      switch (a.kind) {
-      case Collective::all_reduce: reduce_chunks(send, recv, a.count, a.op, -1); break;
-      case Collective::reduce: reduce_chunks(send, recv, a.count, a.op, a.root); break;
-      case Collective::reduce_scatter: reduce_scatter(send, recv, a.count, a.op); break;
-      case Collective::all_gather: all_gather(send, recv, a.count); break;
-      case Collective::broadcast: broadcast(send, recv, a.count, a.root); break;
-      case Collective::barrier: break;
-      }
-    });
+    run_typed(*this, a);
   }
 
-private:
+ private:
+  template <class Transport>
+  friend void run_typed(Transport&, const CollectiveArgs&);
   // One cache line per rank (no false sharing between ranks' counters); MPI only promises the
   // window's base 8-byte alignment, which is all the atomics need.
   struct Header {
@@ -141,22 +152,27 @@ private:
     for (int r = 0; r < size_; ++r) {
       Header& other = header(r);
       for (unsigned spin = 0; other.phase.load(std::memory_order_acquire) < phase_; ++spin) {
-        if (spin < 256) cpu_relax();
-        else sched_yield(); // more ranks than cores: let the rank we wait for run
+        if (spin < 256)
+          cpu_relax();
+        else
+          sched_yield(); // more ranks than cores: let the rank we wait for run
       }
-      agree = agree && other.signature[slot][0].load(std::memory_order_relaxed) == signature_.count &&
+      agree = agree &&
+              other.signature[slot][0].load(std::memory_order_relaxed) == signature_.count &&
               other.signature[slot][1].load(std::memory_order_relaxed) == packed(signature_);
     }
     if (!agree) report_mismatch(slot);
   }
 
   [[noreturn]] void report_mismatch(std::size_t slot) {
-    std::string message = "collective mismatch on a communicator of " + std::to_string(size_) + " ranks:";
+    std::string message =
+        "collective mismatch on a communicator of " + std::to_string(size_) + " ranks:";
     for (int r = 0; r < size_; ++r) {
       Header& other = header(r);
       const CallSignature s = unpacked(other.signature[slot][0].load(std::memory_order_relaxed),
                                        other.signature[slot][1].load(std::memory_order_relaxed));
-      message += " rank " + std::to_string(r) + " called " + s.args().describe() + (r + 1 < size_ ? ";" : "");
+      message += " rank " + std::to_string(r) + " called " + s.args().describe() +
+                 (r + 1 < size_ ? ";" : "");
     }
     // Every rank stops at this same phase, after all reads of earlier chunks: the buffers are free,
     // so all restart buffer parity together.
@@ -190,7 +206,7 @@ private:
 
   // all_reduce (root < 0) or reduce to `root`.
   template <class T>
-  void reduce_chunks(const T* in, T* out, std::size_t count, ReduceOp op, int root) {
+  void reduce(const T* in, T* out, std::size_t count, ReduceOp op, int root) {
     const std::size_t per_chunk = chunk_bytes_ / sizeof(T);
     std::vector<const T*> sources(static_cast<std::size_t>(size_));
     for (std::size_t base = 0; base < count; base += per_chunk) {
@@ -224,7 +240,8 @@ private:
       const int b = next_buffer();
       T* mine = buffer<T>(rank_, b);
       for (int r = 0; r < size_; ++r)
-        if (r != rank_) copy(in + std::size_t(r) * block + offset, mine + std::size_t(r) * piece, p);
+        if (r != rank_)
+          copy(in + std::size_t(r) * block + offset, mine + std::size_t(r) * piece, p);
       signal_and_wait();
       for (int r = 0; r < size_; ++r)
         sources[std::size_t(r)] = r == rank_ ? in + std::size_t(rank_) * block + offset
@@ -264,6 +281,7 @@ private:
   }
 
   MPI_Comm comm_;
+  std::size_t native_below_bytes_ = 0;
   MPI_Win window_ = MPI_WIN_NULL;
   int rank_ = 0;
   int size_ = 1;

@@ -25,7 +25,7 @@ inline void cpu_relax() noexcept {
 }
 
 class ThreadWork final : public WorkState {
-public:
+ public:
   explicit ThreadWork(const CollectiveArgs& args) : args_(args) {}
   // A task other than a collective (e.g. MPI_Comm_split), ordered with the collectives.
   ThreadWork(std::string label, std::function<void()> task)
@@ -42,7 +42,8 @@ public:
   }
 
   void wait() override {
-    for (int spin = 0; spin < 64 && !done_.load(std::memory_order_acquire); ++spin) cpu_relax();
+    for (int spin = 0; spin < 64 && !done_.load(std::memory_order_acquire); ++spin)
+      cpu_relax();
     if (!done_.load(std::memory_order_acquire)) {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
@@ -58,7 +59,7 @@ public:
   const CollectiveArgs& args() const noexcept { return args_; }
   const std::function<void()>& task() const noexcept { return task_; }
 
-private:
+ private:
   void rethrow() {
     std::lock_guard lock(mutex_);
     if (error_) std::rethrow_exception(error_);

@@ -24,8 +24,12 @@ struct CallSignature {
   static CallSignature of(const CollectiveArgs& a, std::uint64_t sequence) {
     const bool rooted = uses_root(a.kind);
     const bool reducing = uses_reduce_op(a.kind);
-    return {sequence, a.count, rooted ? a.root : 0, static_cast<std::uint8_t>(a.kind),
-            static_cast<std::uint8_t>(a.dtype), static_cast<std::uint8_t>(reducing ? a.op : ReduceOp::sum)};
+    return {sequence,
+            a.count,
+            rooted ? a.root : 0,
+            static_cast<std::uint8_t>(a.kind),
+            static_cast<std::uint8_t>(a.dtype),
+            static_cast<std::uint8_t>(reducing ? a.op : ReduceOp::sum)};
   }
   CollectiveArgs args() const {
     CollectiveArgs a;
@@ -44,9 +48,11 @@ inline void validate_call(MPI_Comm comm, const CollectiveArgs& args, std::uint64
   ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
   const CallSignature mine = CallSignature::of(args, sequence);
   std::vector<CallSignature> all(static_cast<std::size_t>(size));
-  ZERO_CHECK_MPI(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
+  ZERO_CHECK_MPI(
+      MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
   bool agree = true;
-  for (const CallSignature& s : all) agree = agree && s == all.front();
+  for (const CallSignature& s : all)
+    agree = agree && s == all.front();
   if (agree) return;
   std::string message = "collective mismatch at call #" + std::to_string(all.front().sequence) +
                         " on a communicator of " + std::to_string(size) + " ranks:";

@@ -21,7 +21,7 @@ namespace zero::detail {
 
 template <Communicator Comm>
 class GatherCache {
-public:
+ public:
   struct Limits {
     std::size_t persistence_threshold = 0; // layers with fewer elements stay gathered
     std::size_t prefetch_elements = 0;     // gathered ahead at most
@@ -47,7 +47,8 @@ public:
     if (s.work.pending()) {
       const auto start = std::chrono::steady_clock::now();
       s.work.wait();
-      exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      exposed_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       prefetched_ -= layout_.group(g).flat_numel;
     }
     ++s.holders;
@@ -58,7 +59,8 @@ public:
   void release(std::size_t g) {
     Slot& s = slots_.at(g);
     if (s.persistent) return;
-    require(s.holders > 0, "engine: layer " + std::to_string(g) + " released more often than acquired");
+    require(s.holders > 0,
+            "engine: layer " + std::to_string(g) + " released more often than acquired");
     if (--s.holders == 0) drop(g);
   }
 
@@ -91,7 +93,8 @@ public:
   std::size_t peak_live_elements() const noexcept { return peak_live_; }
   std::size_t pool_bytes() const noexcept {
     std::size_t total = 0;
-    for (const auto& b : pool_) total += b.size_bytes();
+    for (const auto& b : pool_)
+      total += b.size_bytes();
     return total;
   }
   std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
@@ -99,7 +102,7 @@ public:
   // Time acquire() waited for a gather that was already in flight.
   double exposed_seconds() const noexcept { return exposed_seconds_; }
 
-private:
+ private:
   struct Slot {
     std::optional<AnyBuffer> persistent;
     std::optional<std::size_t> buffer; // into pool_, while gathered or in flight
@@ -123,8 +126,10 @@ private:
     live_ += layout_.group(g).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
     s.work = launch(shard, g, pool_[*s.buffer]);
-    if (prefetch) prefetched_ += layout_.group(g).flat_numel;
-    else s.work.wait();
+    if (prefetch)
+      prefetched_ += layout_.group(g).flat_numel;
+    else
+      s.work.wait();
   }
 
   void drop(std::size_t g) {
@@ -150,14 +155,18 @@ private:
   // Forward walks layers up, backward down; after the last layer forward comes backward's turn,
   // and nothing is gathered past layer 0 going down (the step changes the weights first).
   void predict_and_prefetch(const AnyBuffer& shard, std::size_t g) {
-    if (!last_ || g > *last_) forward_ = true;
-    else if (g < *last_) forward_ = false;
+    if (!last_ || g > *last_)
+      forward_ = true;
+    else if (g < *last_)
+      forward_ = false;
     last_ = g;
     const std::size_t layers = slots_.size();
     std::optional<std::size_t> next;
     if (forward_) {
-      if (g + 1 < layers) next = g + 1;
-      else if (g > 0) next = g - 1;
+      if (g + 1 < layers)
+        next = g + 1;
+      else if (g > 0)
+        next = g - 1;
     } else if (g > 0) {
       next = g - 1;
     }
@@ -165,7 +174,8 @@ private:
     Slot& s = slots_[*next];
     const std::size_t size = layout_.group(*next).flat_numel;
     if (s.persistent || s.buffer || s.holders > 0) return;
-    if (prefetched_ + size > limits_.prefetch_elements || live_ + size > limits_.max_live_elements) return;
+    if (prefetched_ + size > limits_.prefetch_elements || live_ + size > limits_.max_live_elements)
+      return;
     gather(shard, *next, /*prefetch=*/true);
   }
 

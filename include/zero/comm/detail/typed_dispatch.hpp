@@ -1,0 +1,43 @@
+#pragma once
+// From a described collective to a transport's typed implementation: the one place where the
+// run-time element type and kind become template arguments and member calls. A transport provides
+//   reduce(send, recv, count, op, root)          root < 0: all-reduce
+//   reduce_scatter(send, recv, block, op)
+//   all_gather(send, recv, block)
+//   broadcast(send, recv, count, root)
+// and handles barriers itself.
+
+#include "zero/comm/collective.hpp"
+#include "zero/core/dtype.hpp"
+
+namespace zero::detail {
+
+template <class Transport>
+void run_typed(Transport& transport, const CollectiveArgs& a) {
+  visit_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* send = static_cast<const T*>(a.send);
+    auto* recv = static_cast<T*>(a.recv);
+    switch (a.kind) {
+    case Collective::all_reduce:
+      transport.reduce(send, recv, a.count, a.op, -1);
+      break;
+    case Collective::reduce:
+      transport.reduce(send, recv, a.count, a.op, a.root);
+      break;
+    case Collective::reduce_scatter:
+      transport.reduce_scatter(send, recv, a.count, a.op);
+      break;
+    case Collective::all_gather:
+      transport.all_gather(send, recv, a.count);
+      break;
+    case Collective::broadcast:
+      transport.broadcast(send, recv, a.count, a.root);
+      break;
+    case Collective::barrier:
+      break;
+    }
+  });
+}
+
+} // namespace zero::detail
