@@ -10,6 +10,7 @@
 #include "zero/core/error.hpp"
 
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -83,17 +84,23 @@ class [[nodiscard]] Work {
   std::shared_ptr<detail::WorkState> state_;
 };
 
-// Waits for every handle in a range; the first error is rethrown after all have completed.
+// Waits for every handle in a range; the first error is rethrown after all have completed. The
+// last handle is waited for first: a communicator completes its operations in order, so the caller
+// sleeps once instead of being woken for every operation (on a busy core, each wake-up takes time
+// from the thread doing the communication).
 template <class Range>
 void wait_all(Range& works) {
   std::exception_ptr first;
-  for (Work& w : works) {
+  auto wait_one = [&](Work& w) {
     try {
       w.wait();
     } catch (...) {
       if (!first) first = std::current_exception();
     }
-  }
+  };
+  auto last = std::end(works);
+  if (last != std::begin(works)) wait_one(*std::prev(last));
+  for (Work& w : works) wait_one(w);
   if (first) std::rethrow_exception(first);
 }
 
