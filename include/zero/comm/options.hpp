@@ -5,9 +5,11 @@
 //   ZERO_TIMEOUT_S=300     abort the job, naming the op, when a collective runs longer than this.
 //   ZERO_MPI_TRANSPORT=auto|shm|mpi   shared-memory windows (all ranks on one node) or chunked MPI.
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of both transports (shared memory uses two per rank).
-//   ZERO_NATIVE_BELOW_BYTES=4194304   on one node, all_gather and broadcast below this size (and
-//                          2-rank all_reduce of non-half types) use Open MPI's own algorithms,
-//                          faster there; 0 keeps everything on the shared-memory pipeline.
+//   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast use Open MPI's own calls, whose
+//                          single-copy transfers beat staging through shared memory (no arithmetic,
+//                          so nothing about determinism changes); 0 keeps them on the pipeline.
+//   ZERO_NATIVE_BELOW_BYTES=4194304   2-rank all_reduce of non-half types below this size uses
+//                          Open MPI's own call (bit-identical for 2 ranks); 0 never.
 
 #include "zero/core/environment.hpp"
 #include "zero/core/error.hpp"
@@ -40,6 +42,7 @@ struct CommOptions {
   double timeout_seconds = 300;
   Transport transport = Transport::automatic;
   std::size_t chunk_bytes = std::size_t{1} << 20;
+  bool native_gathers = true;
   std::size_t native_below_bytes = std::size_t{4} << 20;
 
   // The defaults above, overridden by whichever ZERO_* variables are set.

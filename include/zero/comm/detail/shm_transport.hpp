@@ -46,10 +46,11 @@ namespace zero::detail {
 class ShmTransport {
  public:
   // Collective over `comm`, whose ranks must share one node.
-  // Collectives below `native_below_bytes` that Open MPI does faster on one node (see
-  // prefers_native) are handed to it, after the usual signature check.
-  ShmTransport(MPI_Comm comm, std::size_t chunk_bytes, std::size_t native_below_bytes = 0)
-      : comm_(comm), native_below_bytes_(native_below_bytes) {
+  // Collectives that Open MPI does faster on one node (see prefers_native) are handed to it,
+  // after the usual signature check.
+  ShmTransport(MPI_Comm comm, std::size_t chunk_bytes, bool native_gathers = false,
+               std::size_t native_below_bytes = 0)
+      : comm_(comm), native_gathers_(native_gathers), native_below_bytes_(native_below_bytes) {
     ZERO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     // A chunk holds whole 64-byte lines for every rank's sub-range.
@@ -81,14 +82,15 @@ class ShmTransport {
 
   std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
 
-  // Measured on 2-core nodes: Open MPI's single-copy gathers and broadcasts, and its 2-rank
-  // all-reduce, beat the staged pipeline below a few MB. A 2-rank sum is a0 + a1 in any algorithm,
-  // so the results stay bit-identical and rank-ordered; with 3 or more ranks the order of MPI's
-  // sums is unknown, so reductions stay here.
+  // Measured on 2-core nodes (docs/collective-benchmark.md): Open MPI's single-copy gathers and
+  // broadcasts beat the two copies of staging at every size, and its 2-rank all-reduce beats the
+  // pipeline below a few MB. A gather does no arithmetic, and a 2-rank sum is a0 + a1 in any
+  // algorithm, so results stay bit-identical and rank-ordered; with 3 or more ranks the order of
+  // MPI's sums is unknown, so those reductions, and every reduce-scatter, stay here.
   bool prefers_native(const CollectiveArgs& a) const {
-    if (a.payload_bytes(size_) >= native_below_bytes_ || !native_supports(a, size_)) return false;
-    if (a.kind == Collective::all_gather || a.kind == Collective::broadcast) return true;
-    return a.kind == Collective::all_reduce && size_ == 2;
+    if (!native_supports(a, size_)) return false;
+    if (a.kind == Collective::all_gather || a.kind == Collective::broadcast) return native_gathers_;
+    return a.kind == Collective::all_reduce && size_ == 2 && a.payload_bytes(size_) < native_below_bytes_;
   }
 
   void run(const CollectiveArgs& a) {
@@ -281,6 +283,7 @@ class ShmTransport {
   }
 
   MPI_Comm comm_;
+  bool native_gathers_ = false;
   std::size_t native_below_bytes_ = 0;
   MPI_Win window_ = MPI_WIN_NULL;
   int rank_ = 0;
