@@ -90,7 +90,8 @@ class RawMpiBackend final : public HostBuffers {
   }
 
   void run(const CollectiveArgs& a, int iterations) override {
-    for (int i = 0; i < iterations; ++i) zero::detail::run_native(comm_, a);
+    for (int i = 0; i < iterations; ++i)
+      zero::detail::run_native(comm_, a);
   }
 
  private:

@@ -112,9 +112,8 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
              "ZERO_MPI_TRANSPORT=shm needs all ranks on one node, but only " +
                  std::to_string(node_size) + " of " + std::to_string(size) + " share this one");
       if (one_node && options.transport != Transport::mpi)
-        transport =
-            std::make_unique<detail::ShmTransport>(comm, options.chunk_bytes, options.native_gathers,
-                                                options.native_below_bytes);
+        transport = std::make_unique<detail::ShmTransport>(
+            comm, options.chunk_bytes, options.native_gathers, options.native_below_bytes);
       else
         transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
     }

@@ -100,7 +100,8 @@ void wait_all(Range& works) {
   };
   auto last = std::end(works);
   if (last != std::begin(works)) wait_one(*std::prev(last));
-  for (Work& w : works) wait_one(w);
+  for (Work& w : works)
+    wait_one(w);
   if (first) std::rethrow_exception(first);
 }
 

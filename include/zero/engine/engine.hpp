@@ -22,6 +22,7 @@
 #include "zero/core/any_buffer.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/engine/detail/gather_cache.hpp"
+#include "zero/engine/detail/layer_scratch.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/report.hpp"
@@ -82,7 +83,8 @@ class Engine {
         replica_(make_replica_group(comm)),
         layout_(make_layout_checked(shard(),
                                     with_dtype(std::move(parameters), options_.compute_dtype))),
-        rank_(shard().rank()) {
+        rank_(shard().rank()),
+        scratch_(options_.compute_dtype, layout_.group_count(), largest_layer(layout_)) {
     const std::size_t layers = layout_.group_count();
     for (std::size_t g = 0; g < layers; ++g)
       total_flat_ += layout_.group(g).flat_numel;
@@ -197,7 +199,7 @@ class Engine {
     if constexpr (!Plan::gradients) {
       return grads_.as<T>().subview(layout_.group(g).flat_base, numel);
     } else {
-      return scratch_for(g).template as<T>().first(numel);
+      return scratch_[g].template as<T>().first(numel);
     }
   }
 
@@ -222,7 +224,7 @@ class Engine {
         reducer_->add(g, grads);
       }
     });
-    if constexpr (Plan::gradients) release_scratch(g);
+    if constexpr (Plan::gradients) scratch_.release(g);
     arrived_[g] = true;
     if (layout_.group(g).numel > 0) ++arrived_count_;
     if (arrived_count_ == layers_with_gradients_) {
@@ -291,8 +293,7 @@ class Engine {
     for (const auto& s : state_)
       m.optimizer_states += s.size_bytes();
     m.buffers = reducer_->buffer_bytes();
-    for (const auto& s : scratch_)
-      m.buffers += s.size_bytes();
+    m.buffers += scratch_.bytes();
     if constexpr (Plan::parameters) {
       m.parameters += gather_->persistent_bytes();
       m.buffers += gather_->pool_bytes();
@@ -321,6 +322,12 @@ class Engine {
   static EngineOptions checked(EngineOptions o) {
     o.validate();
     return o;
+  }
+  static std::size_t largest_layer(const ShardLayout& layout) {
+    std::size_t largest = 0;
+    for (std::size_t g = 0; g < layout.group_count(); ++g)
+      largest = std::max(largest, layout.group(g).numel);
+    return largest;
   }
   static std::vector<ParameterSpec> with_dtype(std::vector<ParameterSpec> params, DType dtype) {
     for (auto& p : params)
@@ -432,28 +439,6 @@ class Engine {
       std::memset(local_accumulator_.data(), 0, local_accumulator_.size_bytes());
     if (target_.mode == Delivery::accumulate)
       std::memset(target_.data, 0, target_.size * size_of(target_.dtype));
-  }
-
-  AnyBuffer& scratch_for(std::size_t g) {
-    if (scratch_of_layer_.size() < layers()) scratch_of_layer_.assign(layers(), -1);
-    int& slot = scratch_of_layer_[g];
-    if (slot < 0) {
-      if (free_scratch_.empty()) {
-        std::size_t largest = 0;
-        for (std::size_t l = 0; l < layers(); ++l)
-          largest = std::max(largest, layout_.group(l).numel);
-        scratch_.emplace_back(options_.compute_dtype, largest);
-        free_scratch_.push_back(static_cast<int>(scratch_.size()) - 1);
-      }
-      slot = free_scratch_.back();
-      free_scratch_.pop_back();
-    }
-    return scratch_[static_cast<std::size_t>(slot)];
-  }
-  void release_scratch(std::size_t g) {
-    int& slot = scratch_of_layer_[g];
-    if (slot >= 0) free_scratch_.push_back(slot);
-    slot = -1;
   }
 
   // --- the update ------------------------------------------------------------------------------
@@ -576,10 +561,8 @@ class Engine {
   std::optional<detail::GatherCache<Counted>> gather_;
   Buffer<float> master_;
   std::array<Buffer<float>, states> state_;
-  AnyBuffer grads_;                // stage 0/1: full gradient, written by backward
-  std::vector<AnyBuffer> scratch_; // stage 2/3: one layer's gradient while backward writes it
-  std::vector<int> scratch_of_layer_;
-  std::vector<int> free_scratch_;
+  AnyBuffer grads_;                 // stage 0/1: full gradient, written by backward
+  detail::LayerScratch scratch_;    // stage 2/3: one layer's gradient while backward writes it
   AnyBuffer reduced_;               // reduced gradients, when not reduced in place
   Buffer<float> local_accumulator_; // stage 0/1 with gradient accumulation
   DType bucket_dtype_ = DType::float32;

@@ -1,8 +1,9 @@
 #pragma once
-// A described collective as one plain MPI call (Open MPI's own algorithms): what zero's shared-memory
-// transport hands over to where Open MPI is faster on this node (small gathers, 2-rank sums), and
-// the baseline of the collective benchmark. Averages are sums divided by the rank count afterwards
-// (MPI has no average); half and bfloat16 reductions are not possible (MPI has no such types).
+// A described collective as one plain MPI call (Open MPI's own algorithms): what zero's
+// shared-memory transport hands over to where Open MPI is faster on this node (small gathers,
+// 2-rank sums), and the baseline of the collective benchmark. Averages are sums divided by the rank
+// count afterwards (MPI has no average); half and bfloat16 reductions are not possible (MPI has no
+// such types).
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
@@ -35,13 +36,15 @@ inline void run_native(MPI_Comm comm, const CollectiveArgs& a) {
     return;
   }
   if (a.kind == Collective::all_gather) {
-    const auto* mine = static_cast<const std::byte*>(a.recv) + std::size_t(rank) * std::size_t(bytes);
+    const auto* mine =
+        static_cast<const std::byte*>(a.recv) + std::size_t(rank) * std::size_t(bytes);
     const void* send = mine == a.send ? MPI_IN_PLACE : a.send;
     ZERO_CHECK_MPI(MPI_Allgather(send, bytes, MPI_BYTE, a.recv, bytes, MPI_BYTE, comm));
     return;
   }
   if (a.kind == Collective::broadcast) {
-    if (rank == a.root && a.send != a.recv && bytes > 0) std::memcpy(a.recv, a.send, std::size_t(bytes));
+    if (rank == a.root && a.send != a.recv && bytes > 0)
+      std::memcpy(a.recv, a.send, std::size_t(bytes));
     ZERO_CHECK_MPI(MPI_Bcast(a.recv, bytes, MPI_BYTE, a.root, comm));
     return;
   }
@@ -54,21 +57,25 @@ inline void run_native(MPI_Comm comm, const CollectiveArgs& a) {
       auto* out = static_cast<T*>(a.recv);
       std::size_t received = a.count;
       if (a.kind == Collective::all_reduce) {
-        ZERO_CHECK_MPI(MPI_Allreduce(a.send == a.recv ? MPI_IN_PLACE : a.send, a.recv, n, type, op, comm));
+        ZERO_CHECK_MPI(
+            MPI_Allreduce(a.send == a.recv ? MPI_IN_PLACE : a.send, a.recv, n, type, op, comm));
       } else if (a.kind == Collective::reduce) {
         const bool in_place = rank == a.root && a.send == a.recv;
-        ZERO_CHECK_MPI(MPI_Reduce(in_place ? MPI_IN_PLACE : a.send, a.recv, n, type, op, a.root, comm));
+        ZERO_CHECK_MPI(
+            MPI_Reduce(in_place ? MPI_IN_PLACE : a.send, a.recv, n, type, op, a.root, comm));
         if (rank != a.root) received = 0;
       } else { // reduce_scatter: in place when recv is this rank's block of send
-        const auto* block = static_cast<const std::byte*>(a.send) + std::size_t(rank) * std::size_t(bytes);
+        const auto* block =
+            static_cast<const std::byte*>(a.send) + std::size_t(rank) * std::size_t(bytes);
         const bool in_place = block == a.recv;
         ZERO_CHECK_MPI(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : a.send,
-                                                in_place ? const_cast<void*>(a.send) : a.recv, n, type, op,
-                                                comm));
+                                                in_place ? const_cast<void*>(a.send) : a.recv, n,
+                                                type, op, comm));
         if (in_place && bytes > 0) std::memmove(a.recv, a.send, std::size_t(bytes));
       }
       if (a.op == ReduceOp::avg)
-        for (std::size_t i = 0; i < received; ++i) out[i] = static_cast<T>(out[i] / static_cast<T>(ranks));
+        for (std::size_t i = 0; i < received; ++i)
+          out[i] = static_cast<T>(out[i] / static_cast<T>(ranks));
     }
   });
 }

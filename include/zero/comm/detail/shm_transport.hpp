@@ -24,8 +24,8 @@
 #include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/native_collectives.hpp"
-#include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/thread_work.hpp"
+#include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/validation.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/stream_copy.hpp"
@@ -90,7 +90,8 @@ class ShmTransport {
   bool prefers_native(const CollectiveArgs& a) const {
     if (!native_supports(a, size_)) return false;
     if (a.kind == Collective::all_gather || a.kind == Collective::broadcast) return native_gathers_;
-    return a.kind == Collective::all_reduce && size_ == 2 && a.payload_bytes(size_) < native_below_bytes_;
+    return a.kind == Collective::all_reduce && size_ == 2 &&
+           a.payload_bytes(size_) < native_below_bytes_;
   }
 
   void run(const CollectiveArgs& a) {
