@@ -145,6 +145,16 @@ void expect_same_weights(const Outcome& a, const Outcome& b, bool bitwise,
     }
 }
 
+template <class Call>
+void expect_error_contains(Call&& call, const std::string& needle) {
+  try {
+    call();
+    FAIL() << "expected: " << needle;
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 template <class Scaler = zero::StaticLossScaler>
 void expect_all_stages_agree(const Scenario& run, const std::string& what,
                              Scaler scaler = Scaler{}) {
@@ -267,6 +277,32 @@ TEST(Engine, CommunicationPerStepIs2PsiOr3Psi) {
       EXPECT_EQ(c[zero::Collective::all_gather].elements, 2 * s[3].padded);
     }
   }
+}
+
+TEST(Engine, Stage3HandlesStayValidWhileOthersAreGathered) {
+  // Hold every layer at once (the gather pool grows while handles are alive), then check each
+  // handle still shows its own layer's weights.
+  auto& world = zero::testing::world();
+  zero::Engine<zero::Stage<3>, zero::MpiCommunicator, zero::host, zero::Adam,
+               zero::StaticLossScaler>
+      engine(world, model(), zero::Adam{}, zero::StaticLossScaler{}, {});
+  for (std::size_t l = 0; l < engine.layers(); ++l) {
+    std::vector<float> init(engine.layout().group(l).numel);
+    for (std::size_t i = 0; i < init.size(); ++i)
+      init[i] = initial_value(l, i);
+    engine.set_layer(l, init);
+  }
+  std::vector<zero::LayerParameters> held;
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    held.push_back(engine.acquire(l));
+  for (std::size_t l = 0; l < engine.layers(); ++l) {
+    const auto values = held[l].values<float>();
+    ASSERT_EQ(values.size(), engine.layout().group(l).numel);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      ASSERT_EQ(values[i], initial_value(l, i)) << l << " " << i;
+  }
+  held.clear();
+  expect_error_contains([&] { (void)engine.step(); }, "step() after 0 of 1 micro-steps");
 }
 
 TEST(Engine, MisuseIsNamed) {

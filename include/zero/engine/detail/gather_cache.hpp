@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -184,7 +185,8 @@ class GatherCache {
   DType dtype_;
   Limits limits_;
   std::vector<Slot> slots_;
-  std::vector<AnyBuffer> pool_;
+  // A deque: handed-out LayerParameters point at its elements, which must not move when it grows.
+  std::deque<AnyBuffer> pool_;
   std::vector<std::size_t> free_;
   std::optional<std::size_t> last_;
   bool forward_ = true;
