@@ -263,8 +263,17 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zero-bench-collectives: %s\n", e.what());
+  } catch (const zero::Error& e) {
+    // Every rank parses the same flags and sizes: a bad one fails everywhere alike, so the job can
+    // end normally, with the message printed once.
+    int rank = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (e.kind() == zero::ErrorKind::invalid_argument) {
+      if (rank == 0) std::fprintf(stderr, "zero-bench-collectives: %s\n", e.what());
+      return 2;
+    }
+    std::fprintf(stderr, "zero-bench-collectives: rank %d: %s\n", rank, e.what());
     MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
   }
