@@ -30,7 +30,6 @@
 #include "zero/optim/optimizer.hpp"
 #include "zero/precision/grad_norm.hpp"
 #include "zero/precision/loss_scaler.hpp"
-#include "zero/precision/overflow.hpp"
 #include "zero/reduce/bucketed_reducer.hpp"
 #include "zero/shard/verify.hpp"
 #include "zero/stage/plan.hpp"
