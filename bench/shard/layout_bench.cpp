@@ -53,11 +53,11 @@ void build(benchmark::State& state, P partitioner) {
 void BM_FlatContiguous(benchmark::State& state) {
   build(state, zero::FlatContiguous{});
 }
-void BM_FlatContiguousOneGroup(benchmark::State& state) {
-  // Stage 1/2: all parameters in one group, one flat buffer.
+void BM_FlatContiguousOneLayer(benchmark::State& state) {
+  // Stage 1/2: all parameters in one layer, one flat buffer.
   auto params = parameters();
   for (auto& p : params)
-    p.group = 0;
+    p.layer = 0;
   const int world = static_cast<int>(state.range(0));
   for (auto _ : state)
     benchmark::DoNotOptimize(zero::FlatContiguous{}.partition(params, world).hash());
@@ -84,7 +84,7 @@ void BM_LocateElement(benchmark::State& state) {
 }
 
 BENCHMARK(BM_FlatContiguous)->Arg(8)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_FlatContiguousOneGroup)->Arg(8)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlatContiguousOneLayer)->Arg(8)->Arg(512)->Unit(benchmark::kMillisecond);
 // W segments per parameter: memory grows with the world size, so only small worlds here.
 BENCHMARK(BM_PerParameter)->Arg(8)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_WholeParameterGreedy)->Arg(8)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);

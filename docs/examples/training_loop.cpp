@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   // example-begin setup
   zero::MpiCommunicator comm(argc, argv);
 
-  // Register the parameters layer by layer: `group` is the layer, the unit of gathering.
+  // Register the parameters layer by layer: `layer` is the layer, the unit of gathering.
   const std::vector<zero::ParameterSpec> parameters = {
       {"fc0.weight", hidden * inputs, zero::DType::float32, 0},
       {"fc0.bias", hidden, zero::DType::float32, 0},
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
 
   // example-begin init
   for (std::size_t layer = 0; layer < engine.layers(); ++layer) {
-    std::vector<float> values(engine.layout().group(layer).numel);
+    std::vector<float> values(engine.layout().layer(layer).numel);
     for (std::size_t i = 0; i < values.size(); ++i)
       values[i] = 0.3f * std::sin(float(i + 7 * layer));
     engine.set_layer(layer, values); // rank 0's values reach every rank's shard

@@ -26,9 +26,9 @@ struct KeepSmallWhole {
     zero::LayoutBuilder b(params, world_size, {.policy = describe(), .equal_slices = false});
     const auto ranks = static_cast<std::size_t>(world_size);
     std::vector<std::size_t> load(ranks, 0);
-    for (std::size_t g = 0; g < b.group_count(); ++g) {
-      b.begin_group(g);
-      for (std::size_t p : b.group_parameters(g)) {
+    for (std::size_t g = 0; g < b.layer_count(); ++g) {
+      b.begin_layer(g);
+      for (std::size_t p : b.layer_parameters(g)) {
         const std::size_t numel = b.parameter(p).numel;
         if (numel < threshold) {
           const auto least =

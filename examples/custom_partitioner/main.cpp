@@ -17,7 +17,7 @@
 
 namespace {
 
-// A two-layer transformer block's parameters, one group per layer.
+// A two-layer transformer block's parameters, one layer per layer.
 std::vector<zero::ParameterSpec> model_parameters() {
   std::vector<zero::ParameterSpec> params;
   params.push_back({"embedding", 32000 * 64, zero::DType::float32, 0});

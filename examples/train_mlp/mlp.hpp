@@ -32,14 +32,14 @@ struct Shape {
       total += out(l) * in(l) + out(l);
     return total;
   }
-  // What the engine registers: layer l is group l, weight then bias.
+  // What the engine registers: layer l is layer l, weight then bias.
   std::vector<zero::ParameterSpec> specs() const {
     std::vector<zero::ParameterSpec> specs;
     for (std::size_t l = 0; l < layers(); ++l) {
-      const int group = static_cast<int>(l);
+      const int layer = static_cast<int>(l);
       specs.push_back(
-          {"layer" + std::to_string(l) + ".weight", out(l) * in(l), zero::DType::float32, group});
-      specs.push_back({"layer" + std::to_string(l) + ".bias", out(l), zero::DType::float32, group});
+          {"layer" + std::to_string(l) + ".weight", out(l) * in(l), zero::DType::float32, layer});
+      specs.push_back({"layer" + std::to_string(l) + ".bias", out(l), zero::DType::float32, layer});
     }
     return specs;
   }

@@ -167,7 +167,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
   h.paper_bytes = engine.paper_model_state_bytes();
   h.psi = engine.layout().numel();
   for (std::size_t l = 0; l < engine.layers(); ++l)
-    h.padded += engine.layout().group(l).flat_numel;
+    h.padded += engine.layout().layer(l).flat_numel;
   h.shard_ranks = engine.shard_ranks();
   for (std::size_t l = 0; l < engine.layers(); ++l)
     h.final_weights.push_back(engine.get_layer(l));

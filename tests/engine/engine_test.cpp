@@ -96,7 +96,7 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}) {
   zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, Scaler> engine(
       world, model(), optimizer, scaler, options);
   for (std::size_t l = 0; l < engine.layers(); ++l) {
-    std::vector<float> init(engine.layout().group(l).numel);
+    std::vector<float> init(engine.layout().layer(l).numel);
     for (std::size_t i = 0; i < init.size(); ++i)
       init[i] = initial_value(l, i);
     engine.set_layer(l, init);
@@ -126,7 +126,7 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}) {
   outcome.paper_bytes = engine.paper_model_state_bytes();
   outcome.psi = engine.layout().numel();
   for (std::size_t l = 0; l < engine.layers(); ++l)
-    outcome.padded += engine.layout().group(l).flat_numel;
+    outcome.padded += engine.layout().layer(l).flat_numel;
   return outcome;
 }
 
@@ -287,7 +287,7 @@ TEST(Engine, Stage3HandlesStayValidWhileOthersAreGathered) {
                zero::StaticLossScaler>
       engine(world, model(), zero::Adam{}, zero::StaticLossScaler{}, {});
   for (std::size_t l = 0; l < engine.layers(); ++l) {
-    std::vector<float> init(engine.layout().group(l).numel);
+    std::vector<float> init(engine.layout().layer(l).numel);
     for (std::size_t i = 0; i < init.size(); ++i)
       init[i] = initial_value(l, i);
     engine.set_layer(l, init);
@@ -297,7 +297,7 @@ TEST(Engine, Stage3HandlesStayValidWhileOthersAreGathered) {
     held.push_back(engine.acquire(l));
   for (std::size_t l = 0; l < engine.layers(); ++l) {
     const auto values = held[l].values<float>();
-    ASSERT_EQ(values.size(), engine.layout().group(l).numel);
+    ASSERT_EQ(values.size(), engine.layout().layer(l).numel);
     for (std::size_t i = 0; i < values.size(); ++i)
       ASSERT_EQ(values[i], initial_value(l, i)) << l << " " << i;
   }

@@ -82,8 +82,8 @@ void run_case(const Case& c) {
   constexpr bool scatter = Strategy::collective == zero::Collective::reduce_scatter;
   std::size_t target_size = scatter ? layout.shard_numel(rank) : 0;
   if (!scatter)
-    for (std::size_t g = 0; g < layout.group_count(); ++g)
-      target_size += layout.group(g).flat_numel;
+    for (std::size_t g = 0; g < layout.layer_count(); ++g)
+      target_size += layout.layer(g).flat_numel;
   const float initial = c.accumulate ? 0.5f : 0.0f;
   std::vector<float> target(target_size, initial);
   std::vector<zero::half> half_target(target_size);
@@ -92,12 +92,12 @@ void run_case(const Case& c) {
                  half_out ? DType::float16 : DType::float32, target_size,
                  c.accumulate ? zero::Delivery::accumulate : zero::Delivery::assign});
 
-  std::vector<std::size_t> order(layout.group_count());
+  std::vector<std::size_t> order(layout.layer_count());
   std::iota(order.begin(), order.end(), 0);
   if (c.order == 0) std::reverse(order.begin(), order.end());
   if (c.order == 2) std::shuffle(order.begin(), order.end(), std::mt19937(42)); // same on all ranks
   for (std::size_t g : order) {
-    const auto grads = layer_grads<G>(rank, g, layout.group(g).numel);
+    const auto grads = layer_grads<G>(rank, g, layout.layer(g).numel);
     reducer.add(g, zero::View<const G>(grads));
   }
   reducer.finish();
@@ -110,8 +110,8 @@ void run_case(const Case& c) {
                            " order " + std::to_string(c.order) +
                            (c.accumulate ? " accumulate" : "");
   std::size_t checked = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g) {
-    const zero::GroupInfo& info = layout.group(g);
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+    const zero::LayerInfo& info = layout.layer(g);
     for (std::size_t f = 0; f < info.flat_numel; ++f) {
       const int owner = static_cast<int>(f / info.block_numel);
       if (scatter && owner != rank) continue;
@@ -132,12 +132,12 @@ void run_case(const Case& c) {
   const auto& stats = counting.stats();
   const auto op = scatter ? zero::Collective::reduce_scatter : zero::Collective::all_reduce;
   std::size_t padded = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g)
-    padded += layout.group(g).flat_numel;
+  for (std::size_t g = 0; g < layout.layer_count(); ++g)
+    padded += layout.layer(g).flat_numel;
   EXPECT_EQ(stats[op].elements, padded) << what;
   EXPECT_EQ(stats[op].calls, reducer.plan().size()) << what;
   std::size_t widest = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g)
+  for (std::size_t g = 0; g < layout.layer_count(); ++g)
     widest = std::max(widest, reducer.plan().buckets_of(g).size());
   EXPECT_LE(reducer.buffer_bytes(), (c.order == 0 ? widest + 1 : reducer.plan().size()) *
                                         reducer.plan().largest_bucket_elements() *
@@ -172,15 +172,15 @@ TEST(BucketedReducer, BackwardOrderNeedsTheLargestLayersBucketsPlusOne) {
   std::vector<float> shard(layout.shard_numel(world.rank()));
   for (int step = 0; step < 3; ++step) {
     reducer.begin({shard.data(), DType::float32, shard.size(), zero::Delivery::assign});
-    for (std::size_t g = layout.group_count(); g-- > 0;) {
-      const auto grads = layer_grads<float>(world.rank(), g, layout.group(g).numel);
+    for (std::size_t g = layout.layer_count(); g-- > 0;) {
+      const auto grads = layer_grads<float>(world.rank(), g, layout.layer(g).numel);
       reducer.add(g, zero::View<const float>(grads));
     }
     reducer.finish();
   }
   EXPECT_GT(reducer.plan().size(), 10u);
   std::size_t widest = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g)
+  for (std::size_t g = 0; g < layout.layer_count(); ++g)
     widest = std::max(widest, reducer.plan().buckets_of(g).size());
   EXPECT_LE(reducer.buffer_bytes(),
             (widest + 1) * reducer.plan().largest_bucket_elements() * sizeof(float));
@@ -193,8 +193,8 @@ TEST(BucketedReducer, MistakesAreNamed) {
   zero::BucketedReducer<zero::MpiCommunicator, zero::AllReduceGradients> reducer(
       world, layout, {.bucket_elements = 1 << 20, .bucket_dtype = DType::float32});
   std::size_t flat = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g)
-    flat += layout.group(g).flat_numel;
+  for (std::size_t g = 0; g < layout.layer_count(); ++g)
+    flat += layout.layer(g).flat_numel;
   std::vector<float> out(flat);
   std::vector<float> small(2);
   EXPECT_THROW(reducer.add(0, zero::View<const float>(small)), zero::Error) << "before begin";
@@ -207,7 +207,7 @@ TEST(BucketedReducer, MistakesAreNamed) {
               std::string::npos)
         << e.what();
   }
-  const auto g5 = layer_grads<float>(world.rank(), 5, layout.group(5).numel);
+  const auto g5 = layer_grads<float>(world.rank(), 5, layout.layer(5).numel);
   reducer.add(5, zero::View<const float>(g5));
   EXPECT_THROW(reducer.add(5, zero::View<const float>(g5)), zero::Error) << "twice";
   try {

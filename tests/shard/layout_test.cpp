@@ -40,10 +40,10 @@ static_assert(!zero::StoragePolicy<zero::FlatContiguous>);
 
 // --- parameter lists -----------------------------------------------------------------------------
 
-std::vector<ParameterSpec> numbered(const std::vector<std::size_t>& sizes, int group = 0) {
+std::vector<ParameterSpec> numbered(const std::vector<std::size_t>& sizes, int layer = 0) {
   std::vector<ParameterSpec> params;
   for (std::size_t i = 0; i < sizes.size(); ++i)
-    params.push_back({"p" + std::to_string(i), sizes[i], DType::float32, group});
+    params.push_back({"p" + std::to_string(i), sizes[i], DType::float32, layer});
   return params;
 }
 
@@ -52,7 +52,7 @@ std::vector<ParameterSpec> edge_sizes() {
   return numbered({0, 1, 2, 3, 5, 7, 0, 13, 31, 101, 1031, 1, 0});
 }
 
-// Groups registered out of order, with negative and sparse ids, of several element types.
+// Layers registered out of order, with negative and sparse ids, of several element types.
 std::vector<ParameterSpec> grouped() {
   return {{"a", 5, DType::float32, 2},   {"b", 0, DType::float32, 0},  {"c", 17, DType::float32, 2},
           {"d", 3, DType::float16, -1},  {"e", 64, DType::float32, 0}, {"f", 1, DType::bfloat16, 7},
@@ -103,21 +103,21 @@ std::size_t round_up(std::size_t n, std::size_t m) {
 
 void check_flat_contiguous(const ShardLayout& layout, std::size_t alignment) {
   const auto ranks = static_cast<std::size_t>(layout.world_size());
-  for (std::size_t g = 0; g < layout.group_count(); ++g) {
-    const auto& info = layout.group(g);
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+    const auto& info = layout.layer(g);
     const std::size_t slice = round_up(info.numel, alignment * ranks) / ranks;
-    EXPECT_EQ(info.block_numel, slice) << "group " << info.id;
+    EXPECT_EQ(info.block_numel, slice) << "layer " << info.id;
     EXPECT_EQ(info.flat_numel % (alignment * ranks), 0u);
     for (int r = 0; r < layout.world_size(); ++r) {
       EXPECT_EQ(layout.block(g, r).size(), slice);
-      EXPECT_EQ(layout.block(g, r).begin % alignment, 0u) << "block of group " << info.id;
+      EXPECT_EQ(layout.block(g, r).begin % alignment, 0u) << "block of layer " << info.id;
     }
     // Parameters in registration order, end to end from offset 0 of the flat buffer.
     std::size_t offset = 0;
-    for (std::size_t p : layout.group_parameters(g)) {
-      ASSERT_TRUE(layout.group_offset(p).has_value());
+    for (std::size_t p : layout.layer_parameters(g)) {
+      ASSERT_TRUE(layout.layer_offset(p).has_value());
       if (layout.parameter(p).numel != 0) {
-        EXPECT_EQ(*layout.group_offset(p), offset);
+        EXPECT_EQ(*layout.layer_offset(p), offset);
       }
       for (const Segment& s : layout.segments(p))
         EXPECT_EQ(static_cast<std::size_t>(s.rank), (offset + s.parameter_offset) / slice);
@@ -128,9 +128,9 @@ void check_flat_contiguous(const ShardLayout& layout, std::size_t alignment) {
 
 void check_per_parameter(const ShardLayout& layout, std::size_t alignment) {
   const auto ranks = static_cast<std::size_t>(layout.world_size());
-  for (std::size_t g = 0; g < layout.group_count(); ++g) {
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
     std::size_t block_offset = 0; // of the parameter's chunk, the same on every rank
-    for (std::size_t p : layout.group_parameters(g)) {
+    for (std::size_t p : layout.layer_parameters(g)) {
       const std::size_t numel = layout.parameter(p).numel;
       const std::size_t chunk = round_up((numel + ranks - 1) / ranks, alignment);
       for (const Segment& s : layout.segments(p)) {
@@ -140,7 +140,7 @@ void check_per_parameter(const ShardLayout& layout, std::size_t alignment) {
       }
       block_offset += chunk;
     }
-    EXPECT_EQ(layout.group(g).block_numel, block_offset);
+    EXPECT_EQ(layout.layer(g).block_numel, block_offset);
   }
 }
 
@@ -148,8 +148,8 @@ void check_per_parameter(const ShardLayout& layout, std::size_t alignment) {
 std::vector<int> reference_greedy_owners(const ShardLayout& layout) {
   std::vector<std::size_t> sizes(static_cast<std::size_t>(layout.world_size()), 0);
   std::vector<int> owner(layout.parameter_count(), -1);
-  for (std::size_t g = 0; g < layout.group_count(); ++g) {
-    const auto members = layout.group_parameters(g);
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+    const auto members = layout.layer_parameters(g);
     std::vector<std::size_t> sorted(members.begin(), members.end());
     std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
       return layout.parameter(a).numel > layout.parameter(b).numel;
@@ -175,7 +175,7 @@ void check_greedy(const ShardLayout& layout) {
     }
     ASSERT_EQ(pieces.size(), 1u) << "greedy split " << layout.parameter(p).name;
     EXPECT_EQ(pieces[0].rank, owners[p]) << layout.parameter(p).name;
-    EXPECT_TRUE(layout.group_offset(p).has_value());
+    EXPECT_TRUE(layout.layer_offset(p).has_value());
   }
   std::size_t low = SIZE_MAX, high = 0;
   for (int r = 0; r < layout.world_size(); ++r) {
@@ -273,7 +273,7 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
       EXPECT_GE(s.shard_offset, previous_end) << "rank segments out of order";
       previous_end = s.shard_offset + s.length;
       ASSERT_LE(previous_end, layout.shard_numel(r));
-      const auto block = layout.block(layout.group_of(s.parameter), r);
+      const auto block = layout.block(layout.layer_of(s.parameter), r);
       EXPECT_TRUE(block.begin <= s.shard_offset && previous_end <= block.end);
       for (std::size_t k = 0; k < s.length; ++k)
         EXPECT_EQ(used[s.shard_offset + k]++, 0);
@@ -292,17 +292,17 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
   }
   EXPECT_EQ(total_owned, numel);
 
-  // Groups: blocks tile every shard in group order; flat buffers are the blocks rank by rank.
+  // Layers: blocks tile every shard in layer order; flat buffers are the blocks rank by rank.
   std::vector<std::size_t> bytes(ranks, 0);
   std::size_t flat_base = 0;
-  for (std::size_t g = 0; g < layout.group_count(); ++g) {
-    const auto& info = layout.group(g);
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+    const auto& info = layout.layer(g);
     if (g > 0) {
-      EXPECT_LT(layout.group(g - 1).id, info.id);
+      EXPECT_LT(layout.layer(g - 1).id, info.id);
     }
     EXPECT_EQ(info.flat_base, flat_base);
     flat_base += info.flat_numel;
-    std::size_t flat = 0, group_numel = 0;
+    std::size_t flat = 0, layer_numel = 0;
     for (int r = 0; r < world; ++r) {
       const auto block = layout.block(g, r);
       EXPECT_EQ(block.begin, g == 0 ? 0 : layout.block(g - 1, r).end);
@@ -314,17 +314,17 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
       }
     }
     EXPECT_EQ(info.flat_numel, flat);
-    for (std::size_t p : layout.group_parameters(g)) {
-      EXPECT_EQ(layout.group_of(p), g);
-      EXPECT_EQ(layout.parameter(p).group, info.id);
-      group_numel += layout.parameter(p).numel;
+    for (std::size_t p : layout.layer_parameters(g)) {
+      EXPECT_EQ(layout.layer_of(p), g);
+      EXPECT_EQ(layout.parameter(p).layer, info.id);
+      layer_numel += layout.parameter(p).numel;
     }
-    EXPECT_EQ(info.numel, group_numel);
-    EXPECT_EQ(layout.find_group(info.id), g);
+    EXPECT_EQ(info.numel, layer_numel);
+    EXPECT_EQ(layout.find_layer(info.id), g);
   }
   for (int r = 0; r < world; ++r) {
-    if (layout.group_count() > 0) {
-      EXPECT_EQ(layout.block(layout.group_count() - 1, r).end, layout.shard_numel(r));
+    if (layout.layer_count() > 0) {
+      EXPECT_EQ(layout.block(layout.layer_count() - 1, r).end, layout.shard_numel(r));
     }
     EXPECT_EQ(layout.bytes(r), bytes[static_cast<std::size_t>(r)]);
   }
@@ -333,8 +333,8 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
   // runs over millions of elements in all).
   for (std::size_t p = 0; p < params.size(); ++p) {
     const auto range = layout.element_range(p);
-    const std::size_t g = layout.group_of(p);
-    const auto group_offset = layout.group_offset(p);
+    const std::size_t g = layout.layer_of(p);
+    const auto layer_offset = layout.layer_offset(p);
     for (const Segment& s : layout.segments(p))
       for (std::size_t k = 0; k < s.length; ++k) {
         const std::size_t offset = s.parameter_offset + k;
@@ -349,12 +349,12 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
           broken = "owner_of";
         else if (layout.element_at(s.rank, s.shard_offset + k) != zero::ElementRef{p, offset})
           broken = "element_at";
-        else if (flat >= layout.group(g).flat_numel || !layout.flat_range(g, s.rank).contains(flat))
+        else if (flat >= layout.layer(g).flat_numel || !layout.flat_range(g, s.rank).contains(flat))
           broken = "flat_offset";
         else if (layout.locate_flat(g, flat) != where)
           broken = "locate_flat";
-        else if (group_offset && *group_offset + offset != flat)
-          broken = "group_offset";
+        else if (layer_offset && *layer_offset + offset != flat)
+          broken = "layer_offset";
         if (broken != nullptr) {
           ADD_FAILURE() << broken << " disagrees with the segments at element " << offset << " of "
                         << layout.parameter(p).name;
@@ -379,8 +379,8 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
       EXPECT_EQ(next, r.end);
     }
   }
-  for (std::size_t g = 0; g < layout.group_count(); ++g) {
-    const std::size_t f = layout.group(g).flat_numel;
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+    const std::size_t f = layout.layer(g).flat_numel;
     for (zero::Range r : {zero::Range{0, f}, zero::Range{f / 4, std::min(f, 3 * f / 4 + 1)},
                           zero::Range{f / 2, f / 2}}) {
       std::size_t carried = 0;
@@ -399,7 +399,7 @@ void check_invariants(const ShardLayout& layout, const std::vector<ParameterSpec
         previous_end = at + s.length;
         covered += s.length;
       }
-      EXPECT_EQ(covered, carried) << "flat_segments of group " << layout.group(g).id;
+      EXPECT_EQ(covered, carried) << "flat_segments of layer " << layout.layer(g).id;
     }
   }
 }
@@ -436,7 +436,7 @@ TEST(Layouts, FlatContiguousStraddlesRanks) {
   EXPECT_EQ(layout.owner(10, 635), 2);
   EXPECT_EQ(layout.owner_of(398), 0);
   EXPECT_EQ(layout.owner_of(399), 1);
-  EXPECT_EQ(layout.group_offset(10), 163u);
+  EXPECT_EQ(layout.layer_offset(10), 163u);
 }
 
 TEST(Layouts, BytesPerRankAreNumelOverWorldPlusPadding) {
@@ -457,14 +457,14 @@ TEST(Layouts, PerParameterPadsTheTailOfEachParameter) {
   const auto params = numbered({10, 1, 0});
   const auto layout = zero::make_layout(zero::PerParameter{}, params, 4);
   // chunks of 3 and 1 elements: p0 is [0,3) [3,6) [6,9) [9,10)+2 padding, p1 is on rank 0 only.
-  EXPECT_EQ(layout.group(0).block_numel, 4u);
+  EXPECT_EQ(layout.layer(0).block_numel, 4u);
   EXPECT_EQ(layout.segments(0)[3], (Segment{0, 3, 9, 0, 1}));
   EXPECT_EQ(layout.segments(1).size(), 1u);
   EXPECT_EQ(layout.locate(1, 0), (zero::Location{0, 3}));
   EXPECT_EQ(layout.padding(0), 0u);
   EXPECT_EQ(layout.padding(3), 3u);
   EXPECT_FALSE(layout.element_at(3, 1).has_value());
-  EXPECT_FALSE(layout.group_offset(0).has_value()); // its chunks are 1 element apart
+  EXPECT_FALSE(layout.layer_offset(0).has_value()); // its chunks are 1 element apart
   EXPECT_EQ(layout.flat_offset(layout.segments(0)[1]), 4u);
 }
 
@@ -550,13 +550,13 @@ TEST(LayoutErrors, BadArguments) {
   mixed[1].dtype = DType::float16;
   expect_error(
       [&] { (void)zero::make_layout(zero::FlatContiguous{}, mixed, 2); },
-      "group 0 mixes element types: 'p0' (1 x float, group 0) and 'p1' (2 x half, group 0)");
+      "layer 0 mixes element types: 'p0' (1 x float, layer 0) and 'p1' (2 x half, layer 0)");
   const auto layout = zero::make_layout(zero::FlatContiguous{}, params, 2);
   expect_error([&] { (void)layout.locate(1, 1); }, "element 1 is outside parameter 'p1'");
   expect_error([&] { (void)layout.locate(99, 0); }, "parameter #99 does not exist");
   expect_error([&] { (void)layout.shard_numel(2); }, "rank 2 is not in a world of 2");
   expect_error([&] { (void)layout.owner_of(layout.numel()); }, "outside a tensor of 1195");
-  expect_error([&] { (void)layout.locate_flat(0, layout.group(0).flat_numel); }, "flat offset");
+  expect_error([&] { (void)layout.locate_flat(0, layout.layer(0).flat_numel); }, "flat offset");
   expect_error(
       [&] {
         (void)layout.segments_in(1, {0, 2});
@@ -584,51 +584,51 @@ TEST(LayoutErrors, UserPartitionersThatBreakTheRules) {
   };
   expect_error(
       run([](auto& b) {
-        b.begin_group(0);
+        b.begin_layer(0);
         b.place(0, 0, 0, 3);
         b.place(1, 1, 0, 3);
       }),
-      "partitioner faulty left elements [3, 4) of 'p0' (4 x float, group 0) without an owner");
+      "partitioner faulty left elements [3, 4) of 'p0' (4 x float, layer 0) without an owner");
   expect_error(run([](auto& b) {
-                 b.begin_group(0);
+                 b.begin_layer(0);
                  b.place(0, 0, 0, 4);
                  b.place(0, 1, 2, 2);
                  b.place(1, 1, 0, 3);
                }),
-               "placed element 2 of 'p0' (4 x float, group 0) more than once");
+               "placed element 2 of 'p0' (4 x float, layer 0) more than once");
   expect_error(
       run(
           [](auto& b) {
-            b.begin_group(0);
+            b.begin_layer(0);
             b.place(0, 0, 0, 4);
             b.place(1, 1, 0, 3);
           },
           true),
-      "promises equal slices, but in group 0 rank 0's block has 4 elements and rank 1's has 3");
-  expect_error(run([](auto&) {}), "laid out 0 of 1 groups; group 0 was never begun");
-  expect_error(run([](auto& b) { b.place(0, 0, 0, 4); }), "before beginning a group");
+      "promises equal slices, but in layer 0 rank 0's block has 4 elements and rank 1's has 3");
+  expect_error(run([](auto&) {}), "laid out 0 of 1 layers; layer 0 was never begun");
+  expect_error(run([](auto& b) { b.place(0, 0, 0, 4); }), "before beginning a layer");
   expect_error(run([](auto& b) {
-                 b.begin_group(0);
+                 b.begin_layer(0);
                  b.place(0, 2, 0, 4);
                }),
                "used rank 2 in a world of 2");
   expect_error(run([](auto& b) {
-                 b.begin_group(0);
+                 b.begin_layer(0);
                  b.place(0, 0, 2, 3);
                }),
                "placed elements [2, 5) of 'p0'");
-  expect_error(run([](auto& b) { b.begin_group(1); }),
-               "began group index 1 but group index 0 is next");
+  expect_error(run([](auto& b) { b.begin_layer(1); }),
+               "began layer index 1 but layer index 0 is next");
 }
 
-TEST(LayoutErrors, ParametersPlacedOutsideTheirGroup) {
+TEST(LayoutErrors, ParametersPlacedOutsideTheirLayer) {
   std::vector<ParameterSpec> params{{"x", 2, DType::float32, 0}, {"y", 2, DType::float32, 1}};
   Faulty faulty{[](zero::LayoutBuilder& b) {
-    b.begin_group(0);
+    b.begin_layer(0);
     b.place(1, 0, 0, 2);
   }};
   expect_error([&] { (void)faulty.partition(params, 1); },
-               "placed 'y' (2 x float, group 1) while laying out group 0");
+               "placed 'y' (2 x float, layer 1) while laying out layer 0");
 }
 
 // --- verification on one rank and with a communicator that only reduces -------------------------

@@ -86,11 +86,11 @@ struct ParameterSet {
   std::vector<ParameterSpec> params;
 };
 
-// One group (sizes 0, 1, below the world size, primes, one that straddles every rank); groups
+// One layer (sizes 0, 1, below the world size, primes, one that straddles every rank); layers
 // registered out of order; nothing at all.
 std::vector<ParameterSet> parameter_sets() {
-  return {{"one_group", numbered({0, 1, 2, 3, 5, 7, 13, 31, 101, 1031, 1, 0})},
-          {"groups",
+  return {{"one_layer", numbered({0, 1, 2, 3, 5, 7, 13, 31, 101, 1031, 1, 0})},
+          {"layers",
            {{"a", 5, DType::float32, 2},
             {"b", 0, DType::float32, 0},
             {"c", 170, DType::float32, 2},
@@ -342,8 +342,8 @@ TEST(LayoutMismatch, DifferentParametersAreNamedOnEveryRank) {
   if (world().rank() == 1) params[1] = {"p1_on_rank_1", 6};
   expect_error_on_every_rank(
       [&] { zero::ShardedTensor<float> t(world(), params); }, zero::ErrorKind::mismatch,
-      {"ranks registered different parameters: parameter #1 is rank 0: 'p1' (4 x float, group 0); "
-       "rank 1: 'p1_on_rank_1' (6 x float, group 0)"});
+      {"ranks registered different parameters: parameter #1 is rank 0: 'p1' (4 x float, layer 0); "
+       "rank 1: 'p1_on_rank_1' (6 x float, layer 0)"});
 }
 
 TEST(LayoutMismatch, AnExtraParameterIsNamed) {
@@ -357,7 +357,7 @@ TEST(LayoutMismatch, AnExtraParameterIsNamed) {
       [&] { (void)zero::make_layout(world(), zero::PerParameter{}, params); },
       zero::ErrorKind::mismatch,
       {"parameter #3 is rank 0: no parameter",
-       "rank " + std::to_string(last) + ": 'extra' (9 x float, group 3)",
+       "rank " + std::to_string(last) + ": 'extra' (9 x float, layer 3)",
        "(parameter counts: " + counts + ")"});
 }
 
@@ -385,7 +385,7 @@ TEST(LayoutMismatch, ALocallyBuiltLayoutIsCheckedWhenATensorUsesIt) {
       zero::make_layout(zero::FlatContiguous{}, params, world().size()));
   expect_error_on_every_rank(
       [&] { zero::ShardedTensor<float> t(world(), layout); }, zero::ErrorKind::mismatch,
-      {"parameter #0 is rank 0: 'p0' (5 x float, group 0); rank 1: 'p0' (4 x float, group 0)"});
+      {"parameter #0 is rank 0: 'p0' (5 x float, layer 0); rank 1: 'p0' (4 x float, layer 0)"});
 }
 
 TEST(LayoutMismatch, ABuildErrorOnOneRankReachesEveryRank) {

@@ -83,10 +83,10 @@ class Engine {
         layout_(make_layout_checked(shard(),
                                     with_dtype(std::move(parameters), options_.compute_dtype))),
         rank_(shard().rank()),
-        scratch_(options_.compute_dtype, layout_.group_count(), largest_layer(layout_)) {
-    const std::size_t layers = layout_.group_count();
+        scratch_(options_.compute_dtype, layout_.layer_count(), largest_layer(layout_)) {
+    const std::size_t layers = layout_.layer_count();
     for (std::size_t g = 0; g < layers; ++g)
-      total_flat_ += layout_.group(g).flat_numel;
+      total_flat_ += layout_.layer(g).flat_numel;
     shard_numel_ = layout_.shard_numel(rank_);
     const DType compute = options_.compute_dtype;
 
@@ -110,7 +110,7 @@ class Engine {
         typename BucketedReducer<Counted, Strategy>::Options{options_.reduce_bucket_elements,
                                                              bucket_dtype_, ReduceOp::avg});
     for (std::size_t g = 0; g < layers; ++g)
-      if (layout_.group(g).numel > 0) ++layers_with_gradients_;
+      if (layout_.layer(g).numel > 0) ++layers_with_gradients_;
     arrived_.assign(layers, false);
   }
 
@@ -119,7 +119,7 @@ class Engine {
 
   // --- model ------------------------------------------------------------------------------------
   const ShardLayout& layout() const noexcept { return layout_; }
-  std::size_t layers() const noexcept { return layout_.group_count(); }
+  std::size_t layers() const noexcept { return layout_.layer_count(); }
   const EngineOptions& options() const noexcept { return options_; }
   Opt& optimizer() noexcept { return optimizer_; }
   Scaler& scaler() noexcept { return scaler_; }
@@ -130,7 +130,7 @@ class Engine {
   // broadcast, so every rank starts from the same weights whatever it passed.
   void set_layer(std::size_t g, View<const float> values) {
     check_layer(g);
-    const GroupInfo& info = layout_.group(g);
+    const LayerInfo& info = layout_.layer(g);
     require(values.size() == info.numel, "set_layer: layer " + std::to_string(g) + " has " +
                                              std::to_string(info.numel) + " elements, got " +
                                              std::to_string(values.size()));
@@ -160,7 +160,7 @@ class Engine {
   // Layer g's fp32 master weights, all of them. Collective (gathers the shards).
   std::vector<float> get_layer(std::size_t g) {
     check_layer(g);
-    const GroupInfo& info = layout_.group(g);
+    const LayerInfo& info = layout_.layer(g);
     std::vector<float> flat(info.flat_numel);
     if constexpr (Plan::optimizer_states) {
       View<const float> mine(master_.data() + layout_.block(g, rank_).begin, info.block_numel);
@@ -182,7 +182,7 @@ class Engine {
       return LayerParameters(layout_, g, full, 0,
                              [this](std::size_t layer) { gather_->release(layer); });
     } else {
-      return LayerParameters(layout_, g, params_, layout_.group(g).flat_base, nullptr);
+      return LayerParameters(layout_, g, params_, layout_.layer(g).flat_base, nullptr);
     }
   }
 
@@ -194,9 +194,9 @@ class Engine {
     require(dtype_of<T> == options_.compute_dtype, std::string("gradients: the compute type is ") +
                                                        to_string(options_.compute_dtype) +
                                                        ", not " + to_string(dtype_of<T>));
-    const std::size_t numel = layout_.group(g).numel;
+    const std::size_t numel = layout_.layer(g).numel;
     if constexpr (!Plan::gradients) {
-      return grads_.as<T>().subview(layout_.group(g).flat_base, numel);
+      return grads_.as<T>().subview(layout_.layer(g).flat_base, numel);
     } else {
       return scratch_[g].template as<T>().first(numel);
     }
@@ -216,7 +216,7 @@ class Engine {
       using T = decltype(tag);
       View<const T> grads = gradients<T>(g);
       if (accumulate_locally_) {
-        float* acc = local_accumulator_.data() + layout_.group(g).flat_base;
+        float* acc = local_accumulator_.data() + layout_.layer(g).flat_base;
         add_into(acc, grads);
         if (boundary) reducer_->add(g, View<const float>(acc, grads.size()));
       } else {
@@ -225,7 +225,7 @@ class Engine {
     });
     if constexpr (Plan::gradients) scratch_.release(g);
     arrived_[g] = true;
-    if (layout_.group(g).numel > 0) ++arrived_count_;
+    if (layout_.layer(g).numel > 0) ++arrived_count_;
     if (arrived_count_ == layers_with_gradients_) {
       ++micro_;
       arrived_count_ = 0;
@@ -324,8 +324,8 @@ class Engine {
   }
   static std::size_t largest_layer(const ShardLayout& layout) {
     std::size_t largest = 0;
-    for (std::size_t g = 0; g < layout.group_count(); ++g)
-      largest = std::max(largest, layout.group(g).numel);
+    for (std::size_t g = 0; g < layout.layer_count(); ++g)
+      largest = std::max(largest, layout.layer(g).numel);
     return largest;
   }
   static std::vector<ParameterSpec> with_dtype(std::vector<ParameterSpec> params, DType dtype) {
@@ -354,7 +354,7 @@ class Engine {
   }
   static ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params) {
     for (std::size_t i = 1; i < params.size(); ++i)
-      require(params[i].group >= params[i - 1].group,
+      require(params[i].layer >= params[i - 1].layer,
               "engine: parameters must be registered layer by layer (group ids ascending)");
     return make_layout(comm, typename Plan::partitioner{}, std::span<const ParameterSpec>(params));
   }
@@ -451,7 +451,7 @@ class Engine {
       if constexpr (GradientElement<G>) {
         const G* base = static_cast<const G*>(src.data);
         for (std::size_t g = 0; g < layers(); ++g) {
-          const GroupInfo& info = layout_.group(g);
+          const LayerInfo& info = layout_.layer(g);
           const std::size_t at = Plan::optimizer_states
                                      ? layout_.block(g, rank_).begin
                                      : info.flat_base + std::size_t(rank_) * info.block_numel;
@@ -489,7 +489,7 @@ class Engine {
                      std::vector<Work>& gathers) {
     const auto* grad_base = static_cast<const G*>(grad_source().data);
     for (std::size_t g = 0; g < layers(); ++g) {
-      const GroupInfo& info = layout_.group(g);
+      const LayerInfo& info = layout_.layer(g);
       std::size_t owned_at = info.flat_base, length = info.flat_numel, param_at = info.flat_base;
       if constexpr (Plan::optimizer_states) {
         owned_at = layout_.block(g, rank_).begin;
@@ -529,9 +529,9 @@ class Engine {
     }
   }
   void check_layer(std::size_t g) const {
-    require(g < layout_.group_count(), "engine: no layer " + std::to_string(g) +
+    require(g < layout_.layer_count(), "engine: no layer " + std::to_string(g) +
                                            " (the model has " +
-                                           std::to_string(layout_.group_count()) + ")");
+                                           std::to_string(layout_.layer_count()) + ")");
   }
   static void add_stats(CommStats& total, const CommStats& more) {
     for (std::size_t i = 0; i < total.by_op.size(); ++i) {

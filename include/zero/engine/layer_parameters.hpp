@@ -29,7 +29,7 @@ class LayerParameters {
 
   std::size_t layer() const noexcept { return layer_; }
   DType dtype() const noexcept { return storage_->dtype(); }
-  std::size_t numel() const { return layout_->group(layer_).numel; }
+  std::size_t numel() const { return layout_->layer(layer_).numel; }
 
   // The layer's parameters end to end, in registration order.
   template <Element T>
@@ -39,12 +39,12 @@ class LayerParameters {
   // The i-th parameter of the layer (in registration order).
   template <Element T>
   View<const T> parameter(std::size_t i) const {
-    const auto members = layout_->group_parameters(layer_);
+    const auto members = layout_->layer_parameters(layer_);
     require(i < members.size(), "LayerParameters: layer " + std::to_string(layer_) + " has " +
                                     std::to_string(members.size()) + " parameters, not " +
                                     std::to_string(i + 1));
     const std::size_t p = members[i];
-    return storage_->as<T>().subview(offset_ + *layout_->group_offset(p),
+    return storage_->as<T>().subview(offset_ + *layout_->layer_offset(p),
                                      layout_->parameter(p).numel);
   }
 

@@ -5,8 +5,8 @@
 // backward overlaps with it. Strategy AllReduceGradients leaves the full average on every rank
 // (stage 0); ReduceScatterGradients leaves each rank only the part of its shard (stages 1-3).
 //
-// Results go to a ReduceTarget: the model's flat gradient (all-reduce: every group's flat buffer
-// end to end, GroupInfo::flat_base) or this rank's shard (reduce-scatter), written or added in
+// Results go to a ReduceTarget: the model's flat gradient (all-reduce: every layer's flat buffer
+// end to end, LayerInfo::flat_base) or this rank's shard (reduce-scatter), written or added in
 // float (for gradient accumulation).
 //
 // Collectives are launched in the order buckets fill, which is the same on every rank as long as
@@ -69,8 +69,8 @@ class BucketedReducer {
       : comm_(comm), layout_(layout), options_(options),
         plan_(layout,
               std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
-        state_(plan_.size()), arrived_(layout.group_count(), false) {
-    for (std::size_t g = 0; g < layout.group_count(); ++g)
+        state_(plan_.size()), arrived_(layout.layer_count(), false) {
+    for (std::size_t g = 0; g < layout.layer_count(); ++g)
       buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(g).size() + 1);
     require(layout.world_size() == comm.size(),
             "BucketedReducer: the layout is for " + std::to_string(layout.world_size()) +
@@ -114,25 +114,25 @@ class BucketedReducer {
     reset_counts();
   }
 
-  // Layer `group`'s gradient is ready: its parameters' gradients end to end (the group's numel).
+  // Layer `layer`'s gradient is ready: its parameters' gradients end to end (the layer's numel).
   // The caller may reuse `grads` once this returns.
   template <Element G>
-  void add(std::size_t group, View<const G> grads) {
+  void add(std::size_t layer, View<const G> grads) {
     require(active_, "BucketedReducer::add before begin()");
-    require(group < layout_.group_count(), "BucketedReducer: no layer " + std::to_string(group));
-    require(!arrived_[group], "BucketedReducer: the gradient of layer " + std::to_string(group) +
+    require(layer < layout_.layer_count(), "BucketedReducer: no layer " + std::to_string(layer));
+    require(!arrived_[layer], "BucketedReducer: the gradient of layer " + std::to_string(layer) +
                                   " was handed over twice in one step");
-    const std::size_t numel = layout_.group(group).numel;
-    require(grads.size() == numel, "BucketedReducer: layer " + std::to_string(group) + " has " +
+    const std::size_t numel = layout_.layer(layer).numel;
+    require(grads.size() == numel, "BucketedReducer: layer " + std::to_string(layer) + " has " +
                                        std::to_string(numel) + " gradient elements, got " +
                                        std::to_string(grads.size()));
-    arrived_[group] = true;
+    arrived_[layer] = true;
     poll();
-    for (std::size_t b : plan_.buckets_of(group)) {
+    for (std::size_t b : plan_.buckets_of(layer)) {
       BucketState& s = state_[b];
       if (!s.buffer) s.buffer = acquire_buffer();
-      pack(b, group, grads);
-      if (--s.pending_groups == 0) launch(b);
+      pack(b, layer, grads);
+      if (--s.pending_layers == 0) launch(b);
     }
   }
 
@@ -141,7 +141,7 @@ class BucketedReducer {
     require(active_, "BucketedReducer::finish before begin()");
     std::string missing;
     for (std::size_t g = 0; g < arrived_.size(); ++g)
-      if (!arrived_[g] && layout_.group(g).block_numel > 0)
+      if (!arrived_[g] && layout_.layer(g).block_numel > 0)
         missing += (missing.empty() ? "" : ", ") + std::to_string(g);
     if (!missing.empty()) {
       drain();
@@ -155,7 +155,7 @@ class BucketedReducer {
 
  private:
   struct BucketState {
-    std::size_t pending_groups = 0;
+    std::size_t pending_layers = 0;
     std::optional<std::size_t> buffer; // index into pool_
     Work work;
     std::chrono::steady_clock::time_point launched;
@@ -164,14 +164,14 @@ class BucketedReducer {
 
   static std::size_t total_flat(const ShardLayout& layout) {
     std::size_t total = 0;
-    for (std::size_t g = 0; g < layout.group_count(); ++g)
-      total += layout.group(g).flat_numel;
+    for (std::size_t g = 0; g < layout.layer_count(); ++g)
+      total += layout.layer(g).flat_numel;
     return total;
   }
 
   void reset_counts() {
     for (std::size_t b = 0; b < plan_.size(); ++b)
-      state_[b].pending_groups = plan_[b].groups.size();
+      state_[b].pending_layers = plan_[b].layers.size();
   }
 
   std::size_t acquire_buffer() {
@@ -192,17 +192,17 @@ class BucketedReducer {
     return reinterpret_cast<T*>(pool_[*state_[b].buffer].data());
   }
 
-  // Copies group g's slices of bucket b in, rank-major, zero-filling the layout's padding.
+  // Copies layer g's slices of bucket b in, rank-major, zero-filling the layout's padding.
   template <Element G>
-  void pack(std::size_t b, std::size_t group, View<const G> grads) {
+  void pack(std::size_t b, std::size_t layer, View<const G> grads) {
     const Bucket& bucket = plan_[b];
-    const std::size_t block = layout_.group(group).block_numel;
+    const std::size_t block = layout_.layer(layer).block_numel;
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
       T* base = buffer_of<T>(b);
       std::size_t offset = 0;
       for (const BucketSlice& s : bucket.slices) {
-        if (s.group == group)
+        if (s.layer == layer)
           for (int r = 0; r < comm_.size(); ++r) {
             T* dst = base + std::size_t(r) * bucket.block_elements + offset;
             const std::size_t first = std::size_t(r) * block + s.lo;
@@ -290,7 +290,7 @@ class BucketedReducer {
         for (int r = 0; r < comm_.size(); ++r) {
           std::size_t offset = 0;
           for (const BucketSlice& s : bucket.slices) {
-            const GroupInfo& g = layout_.group(s.group);
+            const LayerInfo& g = layout_.layer(s.layer);
             const std::size_t flat = g.flat_base + std::size_t(r) * g.block_numel + s.lo;
             put(base + std::size_t(r) * bucket.block_elements + offset, flat, s.size());
             offset += s.size();

@@ -1,8 +1,8 @@
 #pragma once
 // FlatContiguous: the layout of DeepSpeed's stage 1/2 and Megatron's distributed optimizer. Each
-// group's parameters are concatenated into one flat buffer, padded to a multiple of
+// layer's parameters are concatenated into one flat buffer, padded to a multiple of
 // alignment * world_size elements and cut into equal slices, one per rank; a parameter may
-// straddle two or more ranks. Every rank's slice (and so every group's block in every shard)
+// straddle two or more ranks. Every rank's slice (and so every layer's block in every shard)
 // starts at a multiple of `alignment` elements.
 
 #include "zero/core/error.hpp"
@@ -31,13 +31,13 @@ struct FlatContiguous {
     require(alignment >= 1, "flat_contiguous: alignment must be at least 1 element, got 0");
     LayoutBuilder b(params, world_size, {.policy = describe(), .equal_slices = true});
     const auto ranks = static_cast<std::size_t>(world_size);
-    for (std::size_t g = 0; g < b.group_count(); ++g) {
-      b.begin_group(g);
+    for (std::size_t g = 0; g < b.layer_count(); ++g) {
+      b.begin_layer(g);
       const std::size_t quantum = alignment * ranks;
-      const std::size_t padded = (b.group(g).numel + quantum - 1) / quantum * quantum;
+      const std::size_t padded = (b.layer(g).numel + quantum - 1) / quantum * quantum;
       const std::size_t slice = padded / ranks;
-      std::size_t flat = 0; // where the next parameter starts in the group's flat buffer
-      for (std::size_t p : b.group_parameters(g)) {
+      std::size_t flat = 0; // where the next parameter starts in the layer's flat buffer
+      for (std::size_t p : b.layer_parameters(g)) {
         for (std::size_t done = 0; done < b.parameter(p).numel;) {
           const std::size_t rank = flat / slice;
           const std::size_t length = std::min(b.parameter(p).numel - done, slice - flat % slice);

@@ -1,13 +1,13 @@
 #pragma once
-// LayoutBuilder: how a partitioner writes a ShardLayout. It lays out groups one after the other;
-// within a group it appends parameter pieces and padding to the end of each rank's block, so the
+// LayoutBuilder: how a partitioner writes a ShardLayout. It lays out layers one after the other;
+// within a layer it appends parameter pieces and padding to the end of each rank's block, so the
 // shard offsets follow from the order of the calls. finish() checks what no partitioner may get
 // wrong (every element placed exactly once, equal blocks when claimed) and indexes the result.
 //
 //   LayoutBuilder b(params, world_size, {.policy = "mine", .equal_slices = false});
-//   for (std::size_t g = 0; g < b.group_count(); ++g) {
-//     b.begin_group(g);
-//     for (std::size_t p : b.group_parameters(g)) b.place(p, some_rank, 0, b.parameter(p).numel);
+//   for (std::size_t g = 0; g < b.layer_count(); ++g) {
+//     b.begin_layer(g);
+//     for (std::size_t p : b.layer_parameters(g)) b.place(p, some_rank, 0, b.parameter(p).numel);
 //   }
 //   return std::move(b).finish();
 
@@ -40,25 +40,25 @@ class LayoutBuilder {
     layout_.policy_ = std::move(options.policy);
     layout_.world_size_ = world_size;
     layout_.equal_slices_ = options.equal_slices;
-    layout_.blocks_.resize(group_count() * ranks());
+    layout_.blocks_.resize(layer_count() * ranks());
   }
 
   int world_size() const noexcept { return layout_.world_size_; }
   std::size_t parameter_count() const noexcept { return table().parameters.size(); }
   const ParameterSpec& parameter(std::size_t p) const { return table().parameters.at(p); }
-  std::size_t group_count() const noexcept { return table().group_count(); }
-  const GroupInfo& group(std::size_t g) const { return table().groups.at(g); }
-  std::span<const std::size_t> group_parameters(std::size_t g) const { return table().members(g); }
+  std::size_t layer_count() const noexcept { return table().layer_count(); }
+  const LayerInfo& layer(std::size_t g) const { return table().layers.at(g); }
+  std::span<const std::size_t> layer_parameters(std::size_t g) const { return table().members(g); }
 
-  // Starts group g (groups go in order 0, 1, ...): its blocks begin where each rank's shard ends.
-  void begin_group(std::size_t g) {
-    if (g != next_group_)
-      fail(ErrorKind::invalid_argument, where() + "began group index " + std::to_string(g) +
-                                            " but group index " + std::to_string(next_group_) +
-                                            " is next (groups are laid out in order)");
-    close_group();
-    current_group_ = g;
-    ++next_group_;
+  // Starts layer g (layers go in order 0, 1, ...): its blocks begin where each rank's shard ends.
+  void begin_layer(std::size_t g) {
+    if (g != next_layer_)
+      fail(ErrorKind::invalid_argument, where() + "began layer index " + std::to_string(g) +
+                                            " but layer index " + std::to_string(next_layer_) +
+                                            " is next (layers are laid out in order)");
+    close_layer();
+    current_layer_ = g;
+    ++next_layer_;
     for (std::size_t r = 0; r < ranks(); ++r)
       layout_.blocks_[g * ranks() + r].begin = rank_end_[r];
   }
@@ -70,12 +70,12 @@ class LayoutBuilder {
       fail(ErrorKind::invalid_argument, where() + "placed parameter #" + std::to_string(p) +
                                             " but there are " + std::to_string(parameter_count()));
     const ParameterSpec& spec = table().parameters[p];
-    if (current_group_ == none || table().group_of[p] != current_group_)
+    if (current_layer_ == none || table().layer_of[p] != current_layer_)
       fail(ErrorKind::invalid_argument,
            where() + "placed " + detail::describe_parameter(spec) +
-               (current_group_ == none
-                    ? std::string(" before beginning a group")
-                    : " while laying out group " + std::to_string(group(current_group_).id)));
+               (current_layer_ == none
+                    ? std::string(" before beginning a layer")
+                    : " while laying out layer " + std::to_string(layer(current_layer_).id)));
     if (offset > spec.numel || length > spec.numel - offset)
       fail(ErrorKind::invalid_argument, where() + "placed elements [" + std::to_string(offset) +
                                             ", " + std::to_string(offset + length) + ") of " +
@@ -87,12 +87,12 @@ class LayoutBuilder {
   // Appends `count` padding elements to rank's block.
   void pad(int rank, std::size_t count) {
     const std::size_t r = checked_rank(rank);
-    if (current_group_ == none)
+    if (current_layer_ == none)
       fail(ErrorKind::invalid_argument,
-           where() + "padded rank " + std::to_string(rank) + " before beginning a group");
+           where() + "padded rank " + std::to_string(rank) + " before beginning a layer");
     rank_end_[r] += count;
   }
-  // Pads rank's block of the current group to `size` elements.
+  // Pads rank's block of the current layer to `size` elements.
   void pad_block_to(int rank, std::size_t size) {
     const std::size_t current = block_size(rank);
     if (size < current)
@@ -101,26 +101,26 @@ class LayoutBuilder {
                                             " elements down to " + std::to_string(size));
     pad(rank, size - current);
   }
-  // Elements in rank's block of the current group so far.
+  // Elements in rank's block of the current layer so far.
   std::size_t block_size(int rank) const {
     const std::size_t r = checked_rank(rank);
-    if (current_group_ == none) return 0;
-    return rank_end_[r] - layout_.blocks_[current_group_ * ranks() + r].begin;
+    if (current_layer_ == none) return 0;
+    return rank_end_[r] - layout_.blocks_[current_layer_ * ranks() + r].begin;
   }
 
-  // Checks and indexes the layout. Throws Error naming the first parameter or group at fault.
+  // Checks and indexes the layout. Throws Error naming the first parameter or layer at fault.
   ShardLayout finish() && {
-    close_group();
-    if (next_group_ != group_count())
+    close_layer();
+    if (next_layer_ != layer_count())
       fail(ErrorKind::invalid_argument,
-           where() + "laid out " + std::to_string(next_group_) + " of " +
-               std::to_string(group_count()) + " groups; group " +
-               std::to_string(group(next_group_).id) + " was never begun");
+           where() + "laid out " + std::to_string(next_layer_) + " of " +
+               std::to_string(layer_count()) + " layers; layer " +
+               std::to_string(layer(next_layer_).id) + " was never begun");
     if (layout_.equal_slices_) check_equal_blocks();
     index_flat_buffers();
     index_rank_segments();
     index_parameter_segments();
-    index_group_offsets();
+    index_layer_offsets();
     layout_.hash_ = hash();
     return std::move(layout_);
   }
@@ -147,20 +147,20 @@ class LayoutBuilder {
                                             " in a world of " + std::to_string(world_size()));
     return static_cast<std::size_t>(rank);
   }
-  void close_group() {
-    if (current_group_ == none) return;
+  void close_layer() {
+    if (current_layer_ == none) return;
     for (std::size_t r = 0; r < ranks(); ++r)
-      layout_.blocks_[current_group_ * ranks() + r].end = rank_end_[r];
+      layout_.blocks_[current_layer_ * ranks() + r].end = rank_end_[r];
   }
 
   void check_equal_blocks() const {
-    for (std::size_t g = 0; g < group_count(); ++g)
+    for (std::size_t g = 0; g < layer_count(); ++g)
       for (std::size_t r = 1; r < ranks(); ++r) {
         const Range first = layout_.blocks_[g * ranks()];
         const Range other = layout_.blocks_[g * ranks() + r];
         if (first.size() != other.size())
           fail(ErrorKind::invalid_argument,
-               where() + "promises equal slices, but in group " + std::to_string(group(g).id) +
+               where() + "promises equal slices, but in layer " + std::to_string(layer(g).id) +
                    " rank 0's block has " + std::to_string(first.size()) + " elements and rank " +
                    std::to_string(r) + "'s has " + std::to_string(other.size()));
       }
@@ -169,8 +169,8 @@ class LayoutBuilder {
   void index_flat_buffers() {
     std::size_t base = 0;
     layout_.block_flat_begin_.resize(layout_.blocks_.size());
-    for (std::size_t g = 0; g < group_count(); ++g) {
-      GroupInfo& info = layout_.table_.groups[g];
+    for (std::size_t g = 0; g < layer_count(); ++g) {
+      LayerInfo& info = layout_.table_.layers[g];
       std::size_t flat = 0;
       info.block_numel = 0;
       for (std::size_t r = 0; r < ranks(); ++r) {
@@ -246,17 +246,17 @@ class LayoutBuilder {
          where() + "placed element " + std::to_string(next) + " of " + what + " more than once");
   }
 
-  void index_group_offsets() {
+  void index_layer_offsets() {
     const std::size_t n = parameter_count();
-    layout_.group_offset_.assign(n, 0);
+    layout_.layer_offset_.assign(n, 0);
     for (std::size_t p = 0; p < n; ++p) {
       const auto pieces = layout_.segments(p);
       if (pieces.empty()) continue;
       std::size_t expected = layout_.flat_offset(pieces.front());
-      layout_.group_offset_[p] = expected;
+      layout_.layer_offset_[p] = expected;
       for (const Segment& s : pieces) {
         if (layout_.flat_offset(s) != expected) {
-          layout_.group_offset_[p] = ShardLayout::not_contiguous;
+          layout_.layer_offset_[p] = ShardLayout::not_contiguous;
           break;
         }
         expected += s.length;
@@ -287,8 +287,8 @@ class LayoutBuilder {
   ShardLayout layout_;
   std::vector<std::vector<Segment>> rank_segments_;
   std::vector<std::size_t> rank_end_;
-  std::size_t current_group_ = none;
-  std::size_t next_group_ = 0;
+  std::size_t current_layer_ = none;
+  std::size_t next_layer_ = 0;
 };
 
 } // namespace zero

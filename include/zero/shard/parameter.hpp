@@ -5,8 +5,8 @@
 // Coordinates, used throughout shard/:
 // - element:      position in the logical tensor, the parameters concatenated in registration
 // order;
-// - shard offset: position in one rank's shard (its groups' blocks end to end, padding included);
-// - flat offset:  position in a group's flat buffer, which is what all-gathering the group's blocks
+// - shard offset: position in one rank's shard (its layers' blocks end to end, padding included);
+// - flat offset:  position in a layer's flat buffer, which is what all-gathering the layer's blocks
 //                 produces: rank 0's block, then rank 1's, ... (padding included).
 
 #include "zero/core/dtype.hpp"
@@ -16,13 +16,14 @@
 
 namespace zero {
 
-// One parameter as the user registers it. `group` is a layer (or any unit gathered and reduced
-// together); groups are laid out in ascending id order, their parameters in registration order.
+// One parameter as the user registers it. `layer` is the unit gathered and reduced together
+// (usually a layer of the model); layers are laid out in ascending id order, their parameters in
+// registration order.
 struct ParameterSpec {
   std::string name;
   std::size_t numel = 0;
   DType dtype = DType::float32;
-  int group = 0;
+  int layer = 0;
 };
 
 // A half-open interval [begin, end) of positions.
@@ -62,10 +63,10 @@ struct ElementRef {
   friend constexpr bool operator==(const ElementRef&, const ElementRef&) = default;
 };
 
-// A group as laid out: its flat buffer is `flat_numel` elements, the blocks of all ranks end to
+// A layer as laid out: its flat buffer is `flat_numel` elements, the blocks of all ranks end to
 // end; `block_numel` is every rank's block when the layout has equal slices (the largest block
-// otherwise). `flat_base` places the group's buffer when all groups' buffers are laid end to end.
-struct GroupInfo {
+// otherwise). `flat_base` places the layer's buffer when all layers' buffers are laid end to end.
+struct LayerInfo {
   int id = 0;
   DType dtype = DType::float32;
   std::size_t flat_base = 0;

@@ -7,7 +7,7 @@
 //     ShardLayout partition(std::span<const ParameterSpec> params, int world_size) const;
 //   };
 //
-// Code that reduce-scatters or all-gathers one flat buffer per group needs equal blocks:
+// Code that reduce-scatters or all-gathers one flat buffer per layer needs equal blocks:
 //   static_assert(EqualSlices<P>, "stage 3 needs a partitioner with equal slices");
 
 #include "zero/shard/layout_builder.hpp"
@@ -26,7 +26,7 @@ concept Partitioner = std::copy_constructible<P> &&
   { partitioner.partition(params, world_size) } -> std::same_as<ShardLayout>;
 };
 
-// Every rank's block of a group has the same size, so a group is one reduce-scatter and one
+// Every rank's block of a layer has the same size, so a layer is one reduce-scatter and one
 // all-gather of equal blocks.
 template <class P>
 concept EqualSlices = Partitioner<P> && static_cast<bool>(P::equal_slices);

@@ -2,9 +2,9 @@
 // PerParameter: the layout of DeepSpeed's stage 3 and of FSDP's per-parameter sharding. Every
 // parameter is cut into world_size equal chunks of ceil(numel / world_size) elements (rounded up
 // to `alignment`); rank r holds chunk r, and the tail of the last chunks is zero padding. A rank's
-// block of a group is its chunks of the group's parameters, in registration order, so all blocks
-// of a group are equal and a group still moves in one collective. A parameter's chunks are apart
-// in the group's flat buffer (one in each rank's part): all-gathering one parameter alone into
+// block of a layer is its chunks of the layer's parameters, in registration order, so all blocks
+// of a layer are equal and a layer still moves in one collective. A parameter's chunks are apart
+// in the layer's flat buffer (one in each rank's part): all-gathering one parameter alone into
 // chunk * world_size elements gives it whole, followed by its padding.
 
 #include "zero/core/error.hpp"
@@ -37,9 +37,9 @@ struct PerParameter {
   ShardLayout partition(std::span<const ParameterSpec> params, int world_size) const {
     require(alignment >= 1, "per_parameter: alignment must be at least 1 element, got 0");
     LayoutBuilder b(params, world_size, {.policy = describe(), .equal_slices = true});
-    for (std::size_t g = 0; g < b.group_count(); ++g) {
-      b.begin_group(g);
-      for (std::size_t p : b.group_parameters(g)) {
+    for (std::size_t g = 0; g < b.layer_count(); ++g) {
+      b.begin_layer(g);
+      for (std::size_t p : b.layer_parameters(g)) {
         const std::size_t numel = b.parameter(p).numel;
         const std::size_t c = chunk(numel, world_size);
         for (int r = 0; r < world_size; ++r) {

@@ -41,9 +41,9 @@ struct ReplicatedIn {
 
   ShardLayout layout(std::span<const ParameterSpec> params, int /*world_size*/) const {
     LayoutBuilder b(params, 1, {.policy = "replicated", .equal_slices = true});
-    for (std::size_t g = 0; g < b.group_count(); ++g) {
-      b.begin_group(g);
-      for (std::size_t p : b.group_parameters(g))
+    for (std::size_t g = 0; g < b.layer_count(); ++g) {
+      b.begin_layer(g);
+      for (std::size_t p : b.layer_parameters(g))
         b.place(p, 0, 0, b.parameter(p).numel);
     }
     return std::move(b).finish();

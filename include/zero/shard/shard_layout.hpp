@@ -1,12 +1,12 @@
 #pragma once
-// ShardLayout: where every element of a list of parameters lives across the ranks of a group.
+// ShardLayout: where every element of a list of parameters lives across the ranks of a layer.
 // Partitioners make it (through LayoutBuilder, which checks that every element has exactly one
 // owner); everything else only reads it. It is a value: deterministic, identical on every rank
 // that registered the same parameters, and cheap to query in every direction:
 //   (parameter, offset) -> (rank, shard offset)      locate()
 //   element of the logical tensor -> (rank, ...)     locate_element(), owner_of()
 //   (rank, shard offset) -> (parameter, offset)      element_at()
-//   (group, flat offset) <-> (rank, shard offset)    locate_flat(), flat_offset()
+//   (layer, flat offset) <-> (rank, shard offset)    locate_flat(), flat_offset()
 // The coordinates are described in parameter.hpp.
 
 #include "zero/core/dtype.hpp"
@@ -34,7 +34,7 @@ class ShardLayout {
   int world_size() const noexcept { return world_size_; }
   // The partitioner and its options, e.g. "flat_contiguous(alignment=16)".
   std::string_view policy() const noexcept { return policy_; }
-  // Whether every rank's block of a group has the same size: what reduce-scatter and all-gather
+  // Whether every rank's block of a layer has the same size: what reduce-scatter and all-gather
   // into one flat buffer need. False for partitioners that keep parameters whole (greedy).
   bool equal_slices() const noexcept { return equal_slices_; }
   // Throws a readable error naming `what` unless the layout has equal slices.
@@ -57,39 +57,39 @@ class ShardLayout {
     check_parameter(p);
     return {table_.element_offsets[p], table_.element_offsets[p + 1]};
   }
-  std::size_t group_of(std::size_t p) const {
+  std::size_t layer_of(std::size_t p) const {
     check_parameter(p);
-    return table_.group_of[p];
+    return table_.layer_of[p];
   }
 
-  // --- groups ----------------------------------------------------------------------------------
-  std::size_t group_count() const noexcept { return table_.groups.size(); }
-  const GroupInfo& group(std::size_t g) const { return table_.groups.at(g); }
-  // The group's parameters in registration order.
-  std::span<const std::size_t> group_parameters(std::size_t g) const {
-    check_group(g);
+  // --- layers ----------------------------------------------------------------------------------
+  std::size_t layer_count() const noexcept { return table_.layers.size(); }
+  const LayerInfo& layer(std::size_t g) const { return table_.layers.at(g); }
+  // The layer's parameters in registration order.
+  std::span<const std::size_t> layer_parameters(std::size_t g) const {
+    check_layer(g);
     return table_.members(g);
   }
-  std::optional<std::size_t> find_group(int id) const {
-    auto it = std::lower_bound(table_.groups.begin(), table_.groups.end(), id,
-                               [](const GroupInfo& g, int i) { return g.id < i; });
-    if (it == table_.groups.end() || it->id != id) return std::nullopt;
-    return static_cast<std::size_t>(it - table_.groups.begin());
+  std::optional<std::size_t> find_layer(int id) const {
+    auto it = std::lower_bound(table_.layers.begin(), table_.layers.end(), id,
+                               [](const LayerInfo& g, int i) { return g.id < i; });
+    if (it == table_.layers.end() || it->id != id) return std::nullopt;
+    return static_cast<std::size_t>(it - table_.layers.begin());
   }
-  // Rank r's block of group g, in r's shard.
+  // Rank r's block of layer g, in r's shard.
   Range block(std::size_t g, int rank) const { return blocks_[block_index(g, rank)]; }
-  // Rank r's block of group g, in the group's flat buffer.
+  // Rank r's block of layer g, in the layer's flat buffer.
   Range flat_range(std::size_t g, int rank) const {
     const std::size_t i = block_index(g, rank);
     return {block_flat_begin_[i], block_flat_begin_[i] + blocks_[i].size()};
   }
-  // Offset of parameter p's first element in its group's flat buffer, when the parameter is one
+  // Offset of parameter p's first element in its layer's flat buffer, when the parameter is one
   // run of that buffer (flat contiguous and whole-parameter layouts); nullopt when its pieces are
   // apart (per-parameter layouts, where each rank's piece sits in that rank's block).
-  std::optional<std::size_t> group_offset(std::size_t p) const {
+  std::optional<std::size_t> layer_offset(std::size_t p) const {
     check_parameter(p);
-    if (group_offset_[p] == not_contiguous) return std::nullopt;
-    return group_offset_[p];
+    if (layer_offset_[p] == not_contiguous) return std::nullopt;
+    return layer_offset_[p];
   }
 
   // --- ranks -----------------------------------------------------------------------------------
@@ -97,11 +97,11 @@ class ShardLayout {
   std::size_t max_shard_numel() const noexcept { return max_shard_numel_; }
   std::size_t owned_numel(int rank) const { return owned_numel_[rank_index(rank)]; }
   std::size_t padding(int rank) const { return shard_numel(rank) - owned_numel(rank); }
-  // Bytes of rank r's shard, padding included, in each group's element type.
+  // Bytes of rank r's shard, padding included, in each layer's element type.
   std::size_t bytes(int rank) const {
     std::size_t total = 0;
-    for (std::size_t g = 0; g < group_count(); ++g)
-      total += block(g, rank).size() * size_of(table_.groups[g].dtype);
+    for (std::size_t g = 0; g < layer_count(); ++g)
+      total += block(g, rank).size() * size_of(table_.layers[g].dtype);
     return total;
   }
   // Parameter p's pieces, in order of parameter_offset.
@@ -166,19 +166,19 @@ class ShardLayout {
     if (shard_offset - s.shard_offset >= s.length) return std::nullopt;
     return ElementRef{s.parameter, s.parameter_offset + (shard_offset - s.shard_offset)};
   }
-  // Where a segment's first element lands in its group's flat buffer.
+  // Where a segment's first element lands in its layer's flat buffer.
   std::size_t flat_offset(const Segment& s) const {
-    const std::size_t i = block_index(table_.group_of[s.parameter], s.rank);
+    const std::size_t i = block_index(table_.layer_of[s.parameter], s.rank);
     return block_flat_begin_[i] + (s.shard_offset - blocks_[i].begin);
   }
-  // The owner and shard position of a position in group g's flat buffer.
+  // The owner and shard position of a position in layer g's flat buffer.
   Location locate_flat(std::size_t g, std::size_t flat) const {
-    check_group(g);
-    if (flat >= table_.groups[g].flat_numel)
+    check_layer(g);
+    if (flat >= table_.layers[g].flat_numel)
       fail(ErrorKind::invalid_argument,
-           "shard layout: flat offset " + std::to_string(flat) + " is outside group " +
-               std::to_string(table_.groups[g].id) + " of " +
-               std::to_string(table_.groups[g].flat_numel) + " elements");
+           "shard layout: flat offset " + std::to_string(flat) + " is outside layer " +
+               std::to_string(table_.layers[g].id) + " of " +
+               std::to_string(table_.layers[g].flat_numel) + " elements");
     const std::size_t first = g * rank_count();
     auto begins = std::span(block_flat_begin_).subspan(first, rank_count());
     // Empty blocks share their begin with the next block; the last candidate is the one holding it.
@@ -203,12 +203,12 @@ class ShardLayout {
                             std::min(elements.end, it->parameter_offset + it->length)));
     return result;
   }
-  // The pieces in positions [flat.begin, flat.end) of group g's flat buffer, in flat order
+  // The pieces in positions [flat.begin, flat.end) of layer g's flat buffer, in flat order
   // (padding has none): which parameter elements a slice of the flat buffer carries.
   std::vector<Segment> flat_segments(std::size_t g, Range flat) const {
-    check_group(g);
-    check_range(flat, table_.groups[g].flat_numel,
-                "flat offsets of group " + std::to_string(table_.groups[g].id));
+    check_layer(g);
+    check_range(flat, table_.layers[g].flat_numel,
+                "flat offsets of layer " + std::to_string(table_.layers[g].id));
     std::vector<Segment> result;
     if (flat.empty()) return result;
     for (int r = locate_flat(g, flat.begin).rank; r < world_size_; ++r) {
@@ -243,8 +243,8 @@ class ShardLayout {
     for (int r = 0; r < world_size_; ++r)
       pad += padding(r);
     return policy_ + ": " + std::to_string(parameter_count()) + " parameters (" +
-           std::to_string(numel()) + " elements) in " + std::to_string(group_count()) +
-           " group(s) over " + std::to_string(world_size_) + " rank(s); largest shard " +
+           std::to_string(numel()) + " elements) in " + std::to_string(layer_count()) +
+           " layer(s) over " + std::to_string(world_size_) + " rank(s); largest shard " +
            std::to_string(max_shard_numel_) + " elements, " + std::to_string(pad) +
            " padding elements in all";
   }
@@ -263,7 +263,7 @@ class ShardLayout {
     return static_cast<std::size_t>(rank);
   }
   std::size_t block_index(std::size_t g, int rank) const {
-    check_group(g);
+    check_layer(g);
     return g * rank_count() + rank_index(rank);
   }
   void check_parameter(std::size_t p) const {
@@ -281,11 +281,11 @@ class ShardLayout {
                                             std::to_string(r.end) + ") is not a range of the " +
                                             std::to_string(size) + " " + what);
   }
-  void check_group(std::size_t g) const {
-    if (g >= table_.groups.size())
-      fail(ErrorKind::invalid_argument, "shard layout: group index " + std::to_string(g) +
+  void check_layer(std::size_t g) const {
+    if (g >= table_.layers.size())
+      fail(ErrorKind::invalid_argument, "shard layout: layer index " + std::to_string(g) +
                                             " does not exist (there are " +
-                                            std::to_string(table_.groups.size()) + ")");
+                                            std::to_string(table_.layers.size()) + ")");
   }
 
   detail::ParameterTable table_;
@@ -293,7 +293,7 @@ class ShardLayout {
   int world_size_ = 1;
   bool equal_slices_ = true;
   std::vector<Range> blocks_;                 // [g * world + r], in shard offsets
-  std::vector<std::size_t> block_flat_begin_; // [g * world + r], in the group's flat buffer
+  std::vector<std::size_t> block_flat_begin_; // [g * world + r], in the layer's flat buffer
   std::vector<std::size_t> shard_numel_;
   std::vector<std::size_t> owned_numel_;
   std::size_t max_shard_numel_ = 0;
@@ -301,7 +301,7 @@ class ShardLayout {
   std::vector<std::size_t> parameter_segment_begin_;
   std::vector<Segment> by_rank_;
   std::vector<std::size_t> rank_segment_begin_;
-  std::vector<std::size_t> group_offset_;
+  std::vector<std::size_t> layer_offset_;
   std::uint64_t hash_ = 0;
 };
 

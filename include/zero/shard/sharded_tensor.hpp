@@ -10,7 +10,7 @@
 //   scatter_from / gather_to root's whole tensor to the slices, and back (init, checkpoints)
 //
 // "Whole tensor" buffers have numel() elements. When the layout's padded image is the tensor
-// itself plus tail padding (padded_in_order(): one group, flat contiguous), buffers of
+// itself plus tail padding (padded_in_order(): one layer, flat contiguous), buffers of
 // padded_numel() elements are accepted as well and are used by the collective without a copy;
 // otherwise the tensor goes through a staging buffer owned by the returned Work.
 //

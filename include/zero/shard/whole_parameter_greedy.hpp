@@ -1,8 +1,8 @@
 #pragma once
 // WholeParameterGreedy: the layout of PyTorch's ZeroRedundancyOptimizer. Parameters are never
-// split: within each group, largest first (ties in registration order), each goes to the rank
-// with the fewest elements so far (ties to the lowest rank), counting all groups laid out before,
-// as torch.distributed.optim.ZeroRedundancyOptimizer does across its parameter groups. Within a
+// split: within each layer, largest first (ties in registration order), each goes to the rank
+// with the fewest elements so far (ties to the lowest rank), counting all layers laid out before,
+// as torch.distributed.optim.ZeroRedundancyOptimizer does across its parameter layers. Within a
 // rank's block the parameters keep registration order. Shards are unequal, so this layout cannot
 // back a reduce-scatter of equal blocks (equal_slices is false).
 
@@ -35,8 +35,8 @@ struct WholeParameterGreedy {
       loads.push({0, r});
     std::vector<int> owner(b.parameter_count(), 0);
     std::vector<std::size_t> order;
-    for (std::size_t g = 0; g < b.group_count(); ++g) {
-      const auto members = b.group_parameters(g);
+    for (std::size_t g = 0; g < b.layer_count(); ++g) {
+      const auto members = b.layer_parameters(g);
       order.assign(members.begin(), members.end());
       std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
         return b.parameter(x).numel > b.parameter(y).numel;
@@ -47,7 +47,7 @@ struct WholeParameterGreedy {
         owner[p] = rank;
         loads.push({load + b.parameter(p).numel, rank});
       }
-      b.begin_group(g);
+      b.begin_layer(g);
       for (std::size_t p : members)
         b.place(p, owner[p], 0, b.parameter(p).numel);
     }

@@ -30,12 +30,12 @@ class GatherCache {
   };
 
   GatherCache(Comm& comm, const ShardLayout& layout, DType dtype, Limits limits)
-      : comm_(comm), layout_(layout), dtype_(dtype), limits_(limits), slots_(layout.group_count()) {
+      : comm_(comm), layout_(layout), dtype_(dtype), limits_(limits), slots_(layout.layer_count()) {
     static_assert(GatheringCommunicator<Comm>,
                   "zero: stage 3 gathers parameters: its communicator needs all_gather");
     for (std::size_t g = 0; g < slots_.size(); ++g)
-      if (layout.group(g).numel < limits.persistence_threshold) {
-        slots_[g].persistent = AnyBuffer(dtype, layout.group(g).flat_numel);
+      if (layout.layer(g).numel < limits.persistence_threshold) {
+        slots_[g].persistent = AnyBuffer(dtype, layout.layer(g).flat_numel);
         persistent_bytes_ += slots_[g].persistent->size_bytes();
       }
   }
@@ -50,7 +50,7 @@ class GatherCache {
       s.work.wait();
       exposed_seconds_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      prefetched_ -= layout_.group(g).flat_numel;
+      prefetched_ -= layout_.layer(g).flat_numel;
     }
     ++s.holders;
     predict_and_prefetch(shard, g);
@@ -74,7 +74,7 @@ class GatherCache {
                                   " is still acquired; release its handle first");
       if (s.buffer) {
         s.work.wait();
-        prefetched_ -= layout_.group(g).flat_numel;
+        prefetched_ -= layout_.layer(g).flat_numel;
         drop(g);
       }
     }
@@ -116,7 +116,7 @@ class GatherCache {
     return visit_dtype(dtype_, [&](auto tag) {
       using T = decltype(tag);
       View<const T> block = shard.as<T>().subview(mine.begin, mine.size());
-      View<T> all = into.as<T>().first(layout_.group(g).flat_numel);
+      View<T> all = into.as<T>().first(layout_.layer(g).flat_numel);
       return comm_.all_gather(block, all);
     });
   }
@@ -124,11 +124,11 @@ class GatherCache {
   void gather(const AnyBuffer& shard, std::size_t g, bool prefetch) {
     Slot& s = slots_[g];
     s.buffer = take_buffer();
-    live_ += layout_.group(g).flat_numel;
+    live_ += layout_.layer(g).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
     s.work = launch(shard, g, pool_[*s.buffer]);
     if (prefetch)
-      prefetched_ += layout_.group(g).flat_numel;
+      prefetched_ += layout_.layer(g).flat_numel;
     else
       s.work.wait();
   }
@@ -137,7 +137,7 @@ class GatherCache {
     Slot& s = slots_[g];
     free_.push_back(*s.buffer);
     s.buffer.reset();
-    live_ -= layout_.group(g).flat_numel;
+    live_ -= layout_.layer(g).flat_numel;
   }
 
   std::size_t take_buffer() {
@@ -147,8 +147,8 @@ class GatherCache {
       return b;
     }
     std::size_t largest = 0;
-    for (std::size_t g = 0; g < layout_.group_count(); ++g)
-      largest = std::max(largest, layout_.group(g).flat_numel);
+    for (std::size_t g = 0; g < layout_.layer_count(); ++g)
+      largest = std::max(largest, layout_.layer(g).flat_numel);
     pool_.emplace_back(dtype_, largest);
     return pool_.size() - 1;
   }
@@ -173,7 +173,7 @@ class GatherCache {
     }
     if (!next) return;
     Slot& s = slots_[*next];
-    const std::size_t size = layout_.group(*next).flat_numel;
+    const std::size_t size = layout_.layer(*next).flat_numel;
     if (s.persistent || s.buffer || s.holders > 0) return;
     if (prefetched_ + size > limits_.prefetch_elements || live_ + size > limits_.max_live_elements)
       return;

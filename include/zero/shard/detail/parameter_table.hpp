@@ -1,5 +1,5 @@
 #pragma once
-// The parameter list a layout is built from, checked once and indexed: element offsets, groups in
+// The parameter list a layout is built from, checked once and indexed: element offsets, layers in
 // ascending id order and a name index. Partitioners never see a list that fails these checks.
 
 #include "zero/core/dtype.hpp"
@@ -19,10 +19,10 @@
 
 namespace zero::detail {
 
-// "'fc1.weight' (1024 x float, group 3)": how errors name a parameter.
+// "'fc1.weight' (1024 x float, layer 3)": how errors name a parameter.
 inline std::string describe_parameter(const ParameterSpec& p) {
-  return "'" + p.name + "' (" + std::to_string(p.numel) + " x " + to_string(p.dtype) + ", group " +
-         std::to_string(p.group) + ")";
+  return "'" + p.name + "' (" + std::to_string(p.numel) + " x " + to_string(p.dtype) + ", layer " +
+         std::to_string(p.layer) + ")";
 }
 
 inline std::uint64_t parameter_hash(const ParameterSpec& p) noexcept {
@@ -30,17 +30,17 @@ inline std::uint64_t parameter_hash(const ParameterSpec& p) noexcept {
   h.add(p.name);
   h.add(static_cast<std::uint64_t>(p.numel));
   h.add(static_cast<std::uint64_t>(p.dtype));
-  h.add(static_cast<std::uint64_t>(static_cast<std::int64_t>(p.group)));
+  h.add(static_cast<std::uint64_t>(static_cast<std::int64_t>(p.layer)));
   return h.value();
 }
 
 struct ParameterTable {
   std::vector<ParameterSpec> parameters;
   std::vector<std::size_t> element_offsets;    // one per parameter, then the total
-  std::vector<std::size_t> group_of;           // group index of each parameter
-  std::vector<std::size_t> group_members;      // parameter indices, group by group
-  std::vector<std::size_t> group_member_begin; // where each group starts in group_members, then end
-  std::vector<GroupInfo> groups;               // id, dtype and numel; the rest is the layout's
+  std::vector<std::size_t> layer_of;           // layer index of each parameter
+  std::vector<std::size_t> layer_members;      // parameter indices, layer by layer
+  std::vector<std::size_t> layer_member_begin; // where each layer starts in layer_members, then end
+  std::vector<LayerInfo> layers;               // id, dtype and numel; the rest is the layout's
   struct NameKey {
     std::uint64_t hash;
     std::size_t parameter;
@@ -66,15 +66,15 @@ struct ParameterTable {
     }
     element_offsets[n] = total;
     hash = h.value();
-    index_groups();
+    index_layers();
     index_names();
   }
 
   std::size_t numel() const noexcept { return element_offsets.back(); }
-  std::size_t group_count() const noexcept { return groups.size(); }
+  std::size_t layer_count() const noexcept { return layers.size(); }
   std::span<const std::size_t> members(std::size_t g) const noexcept {
-    return {group_members.data() + group_member_begin[g],
-            group_member_begin[g + 1] - group_member_begin[g]};
+    return {layer_members.data() + layer_member_begin[g],
+            layer_member_begin[g + 1] - layer_member_begin[g]};
   }
 
   std::optional<std::size_t> find(std::string_view name) const {
@@ -90,34 +90,34 @@ struct ParameterTable {
   }
 
  private:
-  void index_groups() {
+  void index_layers() {
     const std::size_t n = parameters.size();
-    group_members.resize(n);
-    std::iota(group_members.begin(), group_members.end(), std::size_t{0});
-    auto by_group = [&](std::size_t a, std::size_t b) {
-      return parameters[a].group < parameters[b].group;
+    layer_members.resize(n);
+    std::iota(layer_members.begin(), layer_members.end(), std::size_t{0});
+    auto by_layer = [&](std::size_t a, std::size_t b) {
+      return parameters[a].layer < parameters[b].layer;
     };
     // Models register layer by layer, so the list is usually sorted already.
-    if (!std::is_sorted(group_members.begin(), group_members.end(), by_group))
-      std::stable_sort(group_members.begin(), group_members.end(), by_group);
-    group_of.resize(n);
+    if (!std::is_sorted(layer_members.begin(), layer_members.end(), by_layer))
+      std::stable_sort(layer_members.begin(), layer_members.end(), by_layer);
+    layer_of.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-      const ParameterSpec& p = parameters[group_members[i]];
-      if (groups.empty() || groups.back().id != p.group) {
-        group_member_begin.push_back(i);
-        groups.push_back(GroupInfo{.id = p.group, .dtype = p.dtype});
+      const ParameterSpec& p = parameters[layer_members[i]];
+      if (layers.empty() || layers.back().id != p.layer) {
+        layer_member_begin.push_back(i);
+        layers.push_back(LayerInfo{.id = p.layer, .dtype = p.dtype});
       }
-      GroupInfo& g = groups.back();
+      LayerInfo& g = layers.back();
       if (g.dtype != p.dtype)
         fail(ErrorKind::invalid_argument,
-             "shard layout: group " + std::to_string(g.id) + " mixes element types: " +
-                 describe_parameter(parameters[group_members[group_member_begin.back()]]) +
+             "shard layout: layer " + std::to_string(g.id) + " mixes element types: " +
+                 describe_parameter(parameters[layer_members[layer_member_begin.back()]]) +
                  " and " + describe_parameter(p) +
-                 "; a group is one flat buffer of one element type, so give them different groups");
+                 "; a layer is one flat buffer of one element type, so give them different layers");
       g.numel += p.numel;
-      group_of[group_members[i]] = groups.size() - 1;
+      layer_of[layer_members[i]] = layers.size() - 1;
     }
-    group_member_begin.push_back(n);
+    layer_member_begin.push_back(n);
   }
 
   void index_names() {

@@ -2,7 +2,7 @@
 // Copies between the logical tensor (parameters in registration order) and slices of a layout,
 // driven by the layout's segments. A ShardedTensor's collectives move the "image": every slice
 // padded to the largest one, slice after slice, which is what an all-gather of equal blocks
-// produces. When the image holds the parameters in order (one group, flat contiguous), logical
+// produces. When the image holds the parameters in order (one layer, flat contiguous), logical
 // buffers are images already and the copies are skipped.
 
 #include "zero/shard/parameter.hpp"
