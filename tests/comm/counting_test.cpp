@@ -1,5 +1,6 @@
 // CountingCommunicator records calls and volumes per op, forwards to the wrapped communicator, and
-// accounts an all-reduce as twice its size (the ZeRO paper's 2Ψ).
+// accounts an all-reduce as twice its size (the ZeRO paper's 2Ψ). Blocks of different sizes count
+// their whole buffer, and are offered only when the wrapped communicator has them.
 
 #include "comm_test.hpp"
 
@@ -7,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -21,6 +24,61 @@ class TypedOnly : public zero::SelfCommunicator {
   TypedOnly split(int, int) const { return {}; }
 };
 static_assert(zero::Communicator<TypedOnly>);
+
+// A user's communicator on zero's front end whose submit() predates blocks of different sizes: it
+// does not declare supports_variable_counts, so neither it nor its counting wrapper offers them.
+class EqualBlocksOnly : public zero::detail::CollectiveApi<EqualBlocksOnly, zero::host> {
+ public:
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  EqualBlocksOnly split(int, int) const { return {}; }
+  zero::Work submit(const zero::CollectiveArgs& args) { return self_.submit(args); }
+
+ private:
+  zero::SelfCommunicator self_;
+};
+static_assert(zero::Communicator<EqualBlocksOnly>);
+static_assert(!zero::VariableCountCommunicator<EqualBlocksOnly>);
+static_assert(!zero::VariableCountCommunicator<zero::CountingCommunicator<EqualBlocksOnly>>);
+static_assert(zero::VariableCountCommunicator<zero::CountingCommunicator<zero::SelfCommunicator>>);
+static_assert(zero::VariableCountCommunicator<zero::CountingCommunicator<zero::MpiCommunicator>>);
+
+// A user's communicator with only typed calls, blocks of different sizes included, forwarding to
+// one of zero's: counting reaches it through its typed API.
+template <class C>
+class TypedForwarding {
+ public:
+  using memory_space = typename C::memory_space;
+  explicit TypedForwarding(C inner) : inner_(std::move(inner)) {}
+  int rank() const { return inner_.rank(); }
+  int size() const { return inner_.size(); }
+  TypedForwarding split(int color, int key) { return TypedForwarding(inner_.split(color, key)); }
+  void barrier() { inner_.barrier(); }
+  template <class... Args>
+  zero::Work all_reduce(Args&&... args) {
+    return inner_.all_reduce(std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  zero::Work reduce_scatter(Args&&... args) {
+    return inner_.reduce_scatter(std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  zero::Work all_gather(Args&&... args) {
+    return inner_.all_gather(std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  zero::Work broadcast(Args&&... args) {
+    return inner_.broadcast(std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  zero::Work reduce(Args&&... args) {
+    return inner_.reduce(std::forward<Args>(args)...);
+  }
+
+ private:
+  C inner_;
+};
+static_assert(zero::VariableCountCommunicator<TypedForwarding<zero::SelfCommunicator>>);
 
 template <class C>
 void exercise_and_check(zero::CountingCommunicator<C>& counting) {
@@ -68,6 +126,63 @@ TEST(Counting, WrapsMpi) {
   exercise_and_check(counting);
   auto part = counting.split(counting.rank() % 2, 0);
   EXPECT_EQ(part.stats().total_calls(), 0u);
+}
+
+// Rank r owns a block of r + 1 elements: the blocks differ wherever there are two ranks.
+template <class C>
+void exercise_variable_counts(zero::CountingCommunicator<C>& counting) {
+  const int ranks = counting.size();
+  std::vector<std::size_t> counts;
+  for (int r = 0; r < ranks; ++r)
+    counts.push_back(std::size_t(r) + 1);
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const std::size_t mine = counts[std::size_t(counting.rank())];
+  std::vector<double> whole(total, 1.0), block(mine);
+  const zero::CommStats before = counting.stats();
+  counting.reduce_scatter(whole, block, counts, ReduceOp::sum).wait();
+  counting.all_gather(block, whole, counts).wait();
+  const zero::CommStats s = counting.stats() - before;
+  EXPECT_EQ(s[Collective::reduce_scatter].calls, 1u);
+  EXPECT_EQ(s[Collective::reduce_scatter].elements, total) << "the whole input";
+  EXPECT_EQ(s[Collective::reduce_scatter].bytes, total * sizeof(double));
+  EXPECT_EQ(s[Collective::all_gather].elements, total) << "the whole output";
+  EXPECT_EQ(s.volume_elements(), 2 * total);
+  EXPECT_EQ(block[0], double(ranks)) << "the data really moved";
+  EXPECT_EQ(whole[total - 1], double(ranks));
+  EXPECT_EQ((before + s).total_bytes(), counting.stats().total_bytes());
+}
+
+TEST(Counting, BlocksOfDifferentSizesCountTheirWholeBuffer) {
+  zero::CountingCommunicator self{zero::SelfCommunicator{}};
+  exercise_variable_counts(self);
+  zero::CountingCommunicator mpi{
+      zero::MpiCommunicator(zero::testing::world().boost_communicator())};
+  exercise_variable_counts(mpi);
+  zero::CountingCommunicator typed{
+      TypedForwarding(zero::MpiCommunicator(zero::testing::world().boost_communicator()))};
+  exercise_variable_counts(typed);
+}
+
+TEST(Counting, StatsAddUp) {
+  zero::CommStats a, b;
+  a[Collective::all_gather] = {2, 100, 400};
+  a[Collective::barrier] = {1, 0, 0};
+  b[Collective::all_gather] = {1, 10, 40};
+  b[Collective::all_reduce] = {3, 30, 120};
+  const zero::CommStats sum = a + b;
+  EXPECT_EQ(sum[Collective::all_gather].calls, 3u);
+  EXPECT_EQ(sum[Collective::all_gather].elements, 110u);
+  EXPECT_EQ(sum[Collective::all_reduce].bytes, 120u);
+  EXPECT_EQ(sum.total_calls(), 7u);
+  EXPECT_EQ(sum.volume_elements(), a.volume_elements() + b.volume_elements());
+  zero::CommStats running = a;
+  running += b;
+  const zero::CommStats back = running - b;
+  for (Collective c : zero::all_collectives) {
+    EXPECT_EQ(back[c].calls, a[c].calls);
+    EXPECT_EQ(back[c].elements, a[c].elements);
+    EXPECT_EQ(back[c].bytes, a[c].bytes);
+  }
 }
 
 // Both transports reduce in rank order whatever the chunking, and reduce_scatter gives the same

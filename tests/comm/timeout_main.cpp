@@ -1,8 +1,10 @@
 // Ranks that disagree about a collective. `skip`: rank 0 never calls the all_reduce the others
 // call; with ZERO_TIMEOUT_S=2 the watchdog must abort the job, naming the op, its size and the
 // rank. `mismatch`: rank 0 calls barrier() where the others call all_reduce; this must throw a
-// mismatch error on every rank. CTest checks the messages; without these mechanisms the program
-// would hang or report success.
+// mismatch error on every rank. `counts`: every rank calls the same reduce_scatter over blocks of
+// different sizes, but rank 0 swaps the first two counts (the same total: only the counts differ);
+// this too must throw a mismatch error. CTest checks the messages; without these mechanisms the
+// program would hang or report success.
 
 #include <zero/comm/mpi_communicator.hpp>
 
@@ -16,7 +18,13 @@ int main(int argc, char** argv) {
   zero::MpiCommunicator comm(argc, argv);
   const std::string mode = argc > 1 ? argv[1] : "skip";
   std::vector<float> data(1000, 1.0f);
-  if (comm.rank() != 0) {
+  if (mode == "counts") {
+    std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()), 2);
+    counts[comm.rank() == 0 ? 0 : 1] = 1;
+    std::vector<float> block(counts[static_cast<std::size_t>(comm.rank())]);
+    data.resize(2 * counts.size() - 1);
+    comm.reduce_scatter(data, block, counts, zero::ReduceOp::sum).wait();
+  } else if (comm.rank() != 0) {
     comm.all_reduce(data, zero::ReduceOp::sum).wait();
   } else if (mode == "mismatch") {
     comm.barrier();

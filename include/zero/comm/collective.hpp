@@ -4,13 +4,21 @@
 // reduce_scatter `count` is the block each rank receives, for all_gather the block each rank
 // sends; in-place calls pass recv == send + rank * count (reduce_scatter) or
 // send == recv + rank * count (all_gather), also as in NCCL.
+//
+// A reduce_scatter or all_gather whose ranks own blocks of different sizes carries every rank's
+// count in `counts` (a copy: the caller's list need not outlive the call); `count` is then this
+// rank's own block, so that the send and receive sizes above keep their meaning, and block r starts
+// at block_offset(r) instead of r * count.
 
 #include "zero/comm/reduce_op.hpp"
 #include "zero/core/dtype.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace zero {
 
@@ -60,15 +68,26 @@ struct CollectiveArgs {
   const void* send = nullptr;
   void* recv = nullptr;
   std::size_t count = 0;
+  std::vector<std::size_t> counts; // per rank, for blocks of different sizes; empty: all `count`
 
   std::size_t element_bytes() const noexcept { return size_of(dtype); }
+  bool variable_counts() const noexcept { return !counts.empty(); }
+
+  // Rank r's block of a reduce_scatter's input or an all_gather's output: its size and start.
+  std::size_t block_count(int r) const noexcept {
+    return counts.empty() ? count : counts[static_cast<std::size_t>(r)];
+  }
+  std::size_t block_offset(int r) const noexcept {
+    if (counts.empty()) return count * static_cast<std::size_t>(r);
+    return std::accumulate(counts.begin(), counts.begin() + r, std::size_t{0});
+  }
 
   // Elements this rank sends and receives, for a communicator of `ranks` ranks.
   std::size_t send_count(int ranks) const noexcept {
-    return kind == Collective::reduce_scatter ? count * static_cast<std::size_t>(ranks) : count;
+    return kind == Collective::reduce_scatter ? block_offset(ranks) : count;
   }
   std::size_t recv_count(int ranks) const noexcept {
-    return kind == Collective::all_gather ? count * static_cast<std::size_t>(ranks) : count;
+    return kind == Collective::all_gather ? block_offset(ranks) : count;
   }
   // The size nccl-tests reports for an op: the larger of its send and receive buffers.
   std::size_t payload_bytes(int ranks) const noexcept {
@@ -77,17 +96,34 @@ struct CollectiveArgs {
     return kind == Collective::barrier ? 0 : elements * element_bytes();
   }
 
-  // "all_reduce(1024 x float, sum)": for error messages and timeouts.
+  // "all_reduce(1024 x float, sum)", "reduce_scatter([3, 5, 4] x float, sum)": for error messages
+  // and timeouts.
   std::string describe() const {
     std::string text = std::string(to_string(kind));
     if (kind == Collective::barrier) return text + "()";
-    text += "(" + std::to_string(count) + " x " + to_string(dtype);
+    text += "(" + (counts.empty() ? std::to_string(count) : describe_counts(counts)) + " x " +
+            to_string(dtype);
     if (uses_reduce_op(kind)) text += ", " + std::string(to_string(op));
     if (uses_root(kind)) text += ", root " + std::to_string(root);
     return text + ")";
   }
 
   friend bool operator==(const CollectiveArgs&, const CollectiveArgs&) = default;
+
+  // "[3, 5, 4]"; a long list keeps its head and tail, enough to tell calls apart in a message
+  // without printing thousands of ranks.
+  static std::string describe_counts(std::span<const std::size_t> list) {
+    constexpr std::size_t head = 6, tail = 2;
+    std::string text = "[";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (list.size() > head + tail && i == head) {
+        text += "..., ";
+        i = list.size() - tail;
+      }
+      text += std::to_string(list[i]) + (i + 1 < list.size() ? ", " : "");
+    }
+    return text + "]";
+  }
 };
 
 } // namespace zero

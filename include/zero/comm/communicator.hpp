@@ -3,6 +3,9 @@
 // ranks. Every collective is non-blocking and returns a Work handle. Smaller concepts name the
 // parts a policy may require (e.g. a stage that all-gathers parameters needs
 // GatheringCommunicator), so that a missing operation is a readable compile error.
+// VariableCountCommunicator adds reduce_scatter and all_gather over blocks of different sizes (for
+// partitioners whose ranks own unequal shards); it is separate so that communicators written before
+// it keep satisfying Communicator.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/reduce_op.hpp"
@@ -11,6 +14,8 @@
 #include "zero/core/view.hpp"
 
 #include <concepts>
+#include <cstddef>
+#include <span>
 
 namespace zero {
 
@@ -40,6 +45,15 @@ concept GatheringCommunicator = CommunicatorGroup<C> &&
   { c.all_gather(in, out) } -> std::same_as<Work>;
   { c.all_gather(out) } -> std::same_as<Work>;
   { c.broadcast(out, 0) } -> std::same_as<Work>;
+};
+
+template <class C>
+concept VariableCountCommunicator = CommunicatorGroup<C> &&
+    requires(C& c, View<const float, typename C::memory_space> in,
+             View<float, typename C::memory_space> out, std::span<const std::size_t> counts,
+             ReduceOp op) {
+  { c.reduce_scatter(in, out, counts, op) } -> std::same_as<Work>;
+  { c.all_gather(in, out, counts) } -> std::same_as<Work>;
 };
 
 template <class C>

@@ -7,13 +7,17 @@
 // - `elements`: the op's full buffer (the larger of input and output), as nccl-tests' "size";
 // - `volume_elements()`: the paper's accounting, where an all-reduce of Ψ elements counts 2Ψ
 //   (a reduce-scatter plus an all-gather) and every other op counts its full buffer once.
+// Blocks of different sizes count the same way: a reduce-scatter its whole input, an all-gather its
+// whole output. The wrapper offers them when the wrapped communicator does.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 
 namespace zero {
@@ -52,6 +56,17 @@ struct CommStats {
     return total;
   }
 
+  // Traffic of several communicators together (e.g. a data-parallel group and a shard group).
+  CommStats& operator+=(const CommStats& more) noexcept {
+    for (std::size_t i = 0; i < by_op.size(); ++i) {
+      by_op[i].calls += more.by_op[i].calls;
+      by_op[i].elements += more.by_op[i].elements;
+      by_op[i].bytes += more.by_op[i].bytes;
+    }
+    return *this;
+  }
+  friend CommStats operator+(CommStats a, const CommStats& b) noexcept { return a += b; }
+
   friend CommStats operator-(CommStats a, const CommStats& b) noexcept {
     for (std::size_t i = 0; i < a.by_op.size(); ++i) {
       a.by_op[i].calls -= b.by_op[i].calls;
@@ -67,6 +82,7 @@ class CountingCommunicator
     : public detail::CollectiveApi<CountingCommunicator<C>, typename C::memory_space> {
  public:
   using memory_space = typename C::memory_space;
+  static constexpr bool supports_variable_counts = VariableCountCommunicator<C>;
 
   explicit CountingCommunicator(C inner) : inner_(std::move(inner)) {}
 
@@ -111,6 +127,13 @@ class CountingCommunicator
         const int n = inner_.size();
         View<const T, memory_space> in(static_cast<const T*>(a.send), a.send_count(n));
         View<T, memory_space> out(static_cast<T*>(a.recv), a.recv_count(n));
+        if constexpr (VariableCountCommunicator<C>) {
+          const std::span<const std::size_t> counts(a.counts);
+          if (a.variable_counts() && a.kind == Collective::reduce_scatter)
+            return inner_.reduce_scatter(in, out, counts, a.op);
+          if (a.variable_counts() && a.kind == Collective::all_gather)
+            return inner_.all_gather(in, out, counts);
+        }
         switch (a.kind) {
         case Collective::all_reduce:
           return inner_.all_reduce(in, out, a.op);

@@ -27,6 +27,8 @@ namespace zero {
 
 class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
  public:
+  static constexpr bool supports_variable_counts = true;
+
   // The world communicator; initialises MPI if needed.
   MpiCommunicator() : MpiCommunicator(nullptr, nullptr) {}
   MpiCommunicator(int& argc, char**& argv) : MpiCommunicator(&argc, &argv) {}
@@ -140,5 +142,6 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
 };
 
 static_assert(Communicator<MpiCommunicator>);
+static_assert(VariableCountCommunicator<MpiCommunicator>);
 
 } // namespace zero

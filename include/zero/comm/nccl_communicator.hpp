@@ -4,7 +4,8 @@
 // Work handle records an event after the operation, and wait() blocks the host until it has passed
 // (polling NCCL's asynchronous error state, so a stuck collective is aborted after the timeout with
 // a message naming the op, instead of hanging). Half and bfloat16 reductions accumulate in float:
-// the operands are widened on the stream, reduced as float, and rounded once.
+// the operands are widened on the stream, reduced as float, and rounded once. Blocks of different
+// sizes are a group of one rooted call per rank (NCCL has no reduce-scatter-v or all-gather-v).
 // Needs zero::cuda and zero::mpi.
 
 #include "zero/comm/communicator.hpp"
@@ -173,6 +174,8 @@ class NcclWork final : public WorkState {
 
 class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
  public:
+  static constexpr bool supports_variable_counts = true;
+
   // One GPU per rank: rank r of `bootstrap` uses device `device` (default: r modulo the device
   // count).
   explicit NcclCommunicator(MpiCommunicator& bootstrap, int device = -1,
@@ -217,7 +220,7 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
     } else if (is_low_precision(a.dtype) && uses_reduce_op(a.kind)) {
       reduce_in_float(a);
     } else {
-      launch(a, a.send, a.recv, detail::nccl_datatype(a.dtype));
+      launch(a, a.send, a.recv, detail::nccl_datatype(a.dtype), a.element_bytes());
     }
     return Work(std::make_shared<detail::NcclWork>(shared_, a));
   }
@@ -226,7 +229,9 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
   explicit NcclCommunicator(std::shared_ptr<detail::NcclShared> shared)
       : shared_(std::move(shared)) {}
 
-  void launch(const CollectiveArgs& a, const void* send, void* recv, ncclDataType_t type) {
+  void launch(const CollectiveArgs& a, const void* send, void* recv, ncclDataType_t type,
+              std::size_t element_bytes) {
+    if (a.variable_counts()) return launch_blocks(a, send, recv, type, element_bytes);
     ncclComm_t c = shared_->comm;
     cudaStream_t s = shared_->stream;
     switch (a.kind) {
@@ -250,6 +255,32 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
     }
   }
 
+  // Blocks of different sizes: a reduce to each rank of its block, or a broadcast from each rank of
+  // its block, grouped so that NCCL runs them as one operation. Empty blocks are skipped on every
+  // rank alike (the counts agree). In place, as NCCL allows: the root's own block of `send`
+  // (reduce_scatter) or of `recv` (all_gather) is its other buffer.
+  // Not yet run on a GPU (no device where it was written): compiled, not tested.
+  void launch_blocks(const CollectiveArgs& a, const void* send, void* recv, ncclDataType_t type,
+                     std::size_t element_bytes) {
+    ncclComm_t c = shared_->comm;
+    cudaStream_t s = shared_->stream;
+    ZERO_CHECK_NCCL(ncclGroupStart());
+    for (int root = 0; root < shared_->size; ++root) {
+      const std::size_t n = a.block_count(root);
+      if (n == 0) continue;
+      const std::size_t start = a.block_offset(root) * element_bytes;
+      if (a.kind == Collective::reduce_scatter) {
+        // Only the root writes `recv`; the others pass theirs, which NCCL ignores.
+        ZERO_CHECK_NCCL(ncclReduce(static_cast<const std::byte*>(send) + start, recv, n, type,
+                                   detail::nccl_op(a.op), root, c, s));
+      } else {
+        ZERO_CHECK_NCCL(
+            ncclBroadcast(send, static_cast<std::byte*>(recv) + start, n, type, root, c, s));
+      }
+    }
+    ZERO_CHECK_NCCL(ncclGroupEnd());
+  }
+
   // Half and bfloat16: widen to float on the stream, reduce in float, round once.
   void reduce_in_float(const CollectiveArgs& a) {
     const std::size_t in_count = a.send_count(shared_->size);
@@ -261,7 +292,7 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
       using T = decltype(tag);
       if constexpr (LowPrecision<T>) {
         cuda_kernels::convert(static_cast<const T*>(a.send), in, in_count, s);
-        launch(a, in, out, ncclFloat32);
+        launch(a, in, out, ncclFloat32, sizeof(float));
         const bool receives = a.kind != Collective::reduce || a.root == shared_->rank;
         if (receives) cuda_kernels::convert(out, static_cast<T*>(a.recv), out_count, s);
       }
@@ -272,5 +303,6 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
 };
 
 static_assert(Communicator<NcclCommunicator>);
+static_assert(VariableCountCommunicator<NcclCommunicator>);
 
 } // namespace zero

@@ -1,6 +1,7 @@
 #pragma once
 // SelfCommunicator: a group of one rank, with no dependency. Every collective reduces to a copy
-// (or nothing in place); it runs inside the call, so the returned Work is already complete.
+// (or nothing in place); it runs inside the call, so the returned Work is already complete. Blocks
+// of different sizes cannot occur with one rank: the front end runs them as equal blocks.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
@@ -12,6 +13,8 @@ namespace zero {
 
 class SelfCommunicator : public detail::CollectiveApi<SelfCommunicator, host> {
  public:
+  static constexpr bool supports_variable_counts = true;
+
   int rank() const noexcept { return 0; }
   int size() const noexcept { return 1; }
   SelfCommunicator split(int /*color*/, int /*key*/) const noexcept { return {}; }
@@ -26,5 +29,6 @@ class SelfCommunicator : public detail::CollectiveApi<SelfCommunicator, host> {
 };
 
 static_assert(Communicator<SelfCommunicator>);
+static_assert(VariableCountCommunicator<SelfCommunicator>);
 
 } // namespace zero

@@ -2,6 +2,10 @@
 // The typed front end every zero communicator shares (CRTP): it accepts any contiguous buffer in
 // the communicator's memory space (vectors, spans, Buffers, Views), checks sizes and roots with
 // errors that name the call, and hands a CollectiveArgs to the backend's submit().
+//
+// The overloads for blocks of different sizes exist only where the backend declares
+// `static constexpr bool supports_variable_counts = true`: a submit() written before them would
+// read `count` as every rank's block and run past the buffers.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/work.hpp"
@@ -9,10 +13,14 @@
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
 
+#include <algorithm>
 #include <cstddef>
+#include <numeric>
 #include <ranges>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace zero {
 
@@ -35,6 +43,9 @@ template <class R>
 using comm_element_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
 
 namespace detail {
+
+template <class Backend>
+concept SubmitsVariableCounts = Backend::supports_variable_counts;
 
 template <class Derived, MemorySpace Space>
 class CollectiveApi {
@@ -95,6 +106,32 @@ class CollectiveApi {
     auto* base = std::ranges::data(data);
     return submit_args(Collective::all_gather, base + block * rank_index(), base, block,
                        dtype_of<comm_element_t<Buf>>, ReduceOp::sum);
+  }
+
+  // Blocks of different sizes, end to end in `in` in rank order: block r has counts[r] elements and
+  // rank r receives its reduction, so out.size() == counts[rank()]. `out` may be this rank's block
+  // inside `in` (in place). Every element is reduced in rank order, so the bits are those of the
+  // equal-block call and of all_reduce; equal counts run as the equal-block call.
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work reduce_scatter(In&& in, Out&& out, std::span<const std::size_t> counts,
+                      ReduceOp op) requires SubmitsVariableCounts<Derived> {
+    same_element<In, Out>();
+    check_blocks("reduce_scatter", counts, {"input", std::ranges::size(in)},
+                 {"output", std::ranges::size(out)});
+    return submit_blocks(Collective::reduce_scatter, std::ranges::data(in), std::ranges::data(out),
+                         counts, dtype_of<comm_element_t<In>>, op);
+  }
+
+  // Block r (counts[r] elements) from rank r, end to end in `out` in rank order, so
+  // in.size() == counts[rank()]. `in` may be this rank's block inside `out` (in place).
+  template <CommInput<Space> In, CommOutput<Space> Out>
+  Work all_gather(In&& in, Out&& out,
+                  std::span<const std::size_t> counts) requires SubmitsVariableCounts<Derived> {
+    same_element<In, Out>();
+    check_blocks("all_gather", counts, {"output", std::ranges::size(out)},
+                 {"input", std::ranges::size(in)});
+    return submit_blocks(Collective::all_gather, std::ranges::data(in), std::ranges::data(out),
+                         counts, dtype_of<comm_element_t<In>>, ReduceOp::sum);
   }
 
   template <CommOutput<Space> Buf>
@@ -164,6 +201,41 @@ class CollectiveApi {
       fail(ErrorKind::invalid_argument, std::string(op) + ": root " + std::to_string(root) +
                                             " is not a rank of a communicator of " +
                                             std::to_string(self().size()));
+  }
+  struct SizedBuffer {
+    const char* name;
+    std::size_t size;
+  };
+  // `all_blocks` holds every rank's block, `own_block` this rank's.
+  void check_blocks(const char* op, std::span<const std::size_t> counts, SizedBuffer all_blocks,
+                    SizedBuffer own_block) {
+    require_size(counts.size() == ranks(), op,
+                 std::to_string(counts.size()) + " counts for a communicator of " +
+                     std::to_string(ranks()) + " ranks");
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    require_size(all_blocks.size == total, op,
+                 std::string(all_blocks.name) + " has " + std::to_string(all_blocks.size) +
+                     " elements, but the counts add up to " + std::to_string(total));
+    const std::size_t mine = counts[rank_index()];
+    require_size(own_block.size == mine, op,
+                 std::string(own_block.name) + " has " + std::to_string(own_block.size) +
+                     " elements, but rank " + std::to_string(rank_index()) + "'s count is " +
+                     std::to_string(mine));
+  }
+  Work submit_blocks(Collective kind, const void* send, void* recv,
+                     std::span<const std::size_t> counts, DType dtype, ReduceOp op) {
+    const bool equal =
+        std::ranges::adjacent_find(counts, std::ranges::not_equal_to{}) == counts.end();
+    if (equal) return submit_args(kind, send, recv, counts.front(), dtype, op);
+    CollectiveArgs args;
+    args.kind = kind;
+    args.dtype = dtype;
+    args.op = op;
+    args.send = send;
+    args.recv = recv;
+    args.count = counts[rank_index()];
+    args.counts.assign(counts.begin(), counts.end());
+    return self().submit(args);
   }
   Work submit_args(Collective kind, const void* send, void* recv, std::size_t count, DType dtype,
                    ReduceOp op, int root = 0) {

@@ -7,12 +7,15 @@
 // followed by a local sum in rank order (as many bytes on the wire as a ring), an all-reduce is
 // that plus an all-gather, a reduce that plus a gather. So every element is summed in the same
 // fixed order as in the shared-memory transport, whatever MPI's algorithm, and half and bfloat16
-// accumulate in float although MPI has no such types.
+// accumulate in float although MPI has no such types. Blocks of different sizes use the same
+// scheme through MPI_Alltoallv and MPI_Allgatherv, each block's pieces clamped to its size
+// (variable_blocks.hpp).
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/typed_dispatch.hpp"
+#include "zero/comm/detail/variable_blocks.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 
@@ -137,6 +140,41 @@ class MpiTransport {
     reduce_sources<T>(out, sources, p, op, size_);
   }
 
+  // Per step, rank r sends every rank its piece of block r and sums the pieces of its own block it
+  // received, in rank order, straight into `out`: the pieces were packed before anything is
+  // written, and later steps read only further along, so in place is safe.
+  template <class T>
+  void reduce_scatter(const T* in, T* out, std::span<const std::size_t> counts, ReduceOp op) {
+    const std::size_t ranks = counts.size();
+    const std::size_t me = static_cast<std::size_t>(rank_);
+    const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / ranks);
+    const std::vector<std::size_t> starts = block_starts(counts);
+    std::vector<int> send_bytes(ranks), send_starts(ranks), recv_bytes(ranks), recv_starts(ranks);
+    std::vector<const T*> sources(ranks);
+    for (std::size_t offset = 0; offset < largest_block(counts); offset += piece) {
+      T* packed = scratch<T>(0, piece * ranks);
+      std::size_t packed_count = 0;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const std::size_t p = piece_of(counts[r], offset, piece);
+        if (p != 0) std::memcpy(packed + packed_count, in + starts[r] + offset, p * sizeof(T));
+        send_bytes[r] = static_cast<int>(p * sizeof(T));
+        send_starts[r] = static_cast<int>(packed_count * sizeof(T));
+        packed_count += p;
+      }
+      const std::size_t own = piece_of(counts[me], offset, piece);
+      T* received = scratch<T>(1, own * ranks);
+      for (std::size_t r = 0; r < ranks; ++r) {
+        recv_bytes[r] = static_cast<int>(own * sizeof(T));
+        recv_starts[r] = static_cast<int>(r * own * sizeof(T));
+        sources[r] = received + r * own;
+      }
+      ZERO_CHECK_MPI(MPI_Alltoallv(packed, send_bytes.data(), send_starts.data(), MPI_BYTE,
+                                   received, recv_bytes.data(), recv_starts.data(), MPI_BYTE,
+                                   comm_));
+      if (own != 0) reduce_sources<T>(out + offset, sources, own, op, size_);
+    }
+  }
+
   // Gathers and broadcasts move bytes: any element type, no conversion.
   template <class T>
   void all_gather(const T* in, T* out, std::size_t block) {
@@ -157,6 +195,33 @@ class MpiTransport {
                                    static_cast<int>(p * sizeof(T)), MPI_BYTE, comm_));
       for (std::size_t r = 0; r < ranks; ++r)
         std::memcpy(out + r * block + offset, gathered + r * p, p * sizeof(T));
+    }
+  }
+
+  template <class T>
+  void all_gather(const T* in, T* out, std::span<const std::size_t> counts) {
+    const std::size_t ranks = counts.size();
+    const std::size_t me = static_cast<std::size_t>(rank_);
+    const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / ranks);
+    const std::vector<std::size_t> starts = block_starts(counts);
+    std::vector<int> bytes(ranks), gathered_starts(ranks);
+    for (std::size_t offset = 0; offset < largest_block(counts); offset += piece) {
+      std::size_t gathered_count = 0;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        bytes[r] = static_cast<int>(piece_of(counts[r], offset, piece) * sizeof(T));
+        gathered_starts[r] = static_cast<int>(gathered_count * sizeof(T));
+        gathered_count += piece_of(counts[r], offset, piece);
+      }
+      T* gathered = scratch<T>(0, gathered_count);
+      // In place, the own piece is sent from `out` and copied back onto itself from `gathered`.
+      const T* own = bytes[me] != 0 ? in + offset : in;
+      ZERO_CHECK_MPI(MPI_Allgatherv(own, bytes[me], MPI_BYTE, gathered, bytes.data(),
+                                    gathered_starts.data(), MPI_BYTE, comm_));
+      for (std::size_t r = 0; r < ranks; ++r)
+        if (bytes[r] != 0)
+          std::memcpy(out + starts[r] + offset,
+                      reinterpret_cast<const std::byte*>(gathered) + gathered_starts[r],
+                      std::size_t(bytes[r]));
     }
   }
 

@@ -3,7 +3,9 @@
 // shared-memory transport hands over to where Open MPI is faster on this node (small gathers,
 // 2-rank sums), and the baseline of the collective benchmark. Averages are sums divided by the rank
 // count afterwards (MPI has no average); half and bfloat16 reductions are not possible (MPI has no
-// such types).
+// such types). Blocks of different sizes are gathered with MPI_Allgatherv; their reductions stay on
+// zero's rank-ordered pipelines (MPI's order of summation is unknown, and they must match the bits
+// of the equal-block reduce_scatter).
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
@@ -15,13 +17,30 @@
 #include <climits>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 namespace zero::detail {
 
 // Whether run_native can execute `a` (MPI reduces no half or bfloat16; counts must fit an int).
 inline bool native_supports(const CollectiveArgs& a, int ranks) {
-  if (uses_reduce_op(a.kind) && is_low_precision(a.dtype)) return false;
+  if (uses_reduce_op(a.kind) && (is_low_precision(a.dtype) || a.variable_counts())) return false;
   return a.payload_bytes(ranks) <= std::size_t(INT_MAX);
+}
+
+// Blocks of different sizes, in place when `send` is this rank's block of `recv`.
+inline void all_gather_variable_native(MPI_Comm comm, const CollectiveArgs& a, int rank,
+                                       int ranks) {
+  std::vector<int> bytes(static_cast<std::size_t>(ranks)), starts(bytes.size());
+  int start = 0; // native_supports: the whole output fits an int
+  for (int r = 0; r < ranks; ++r) {
+    bytes[std::size_t(r)] = static_cast<int>(a.block_count(r) * a.element_bytes());
+    starts[std::size_t(r)] = start;
+    start += bytes[std::size_t(r)];
+  }
+  const auto* mine = static_cast<const std::byte*>(a.recv) + starts[std::size_t(rank)];
+  const void* send = mine == a.send ? MPI_IN_PLACE : a.send;
+  ZERO_CHECK_MPI(MPI_Allgatherv(send, bytes[std::size_t(rank)], MPI_BYTE, a.recv, bytes.data(),
+                                starts.data(), MPI_BYTE, comm));
 }
 
 inline void run_native(MPI_Comm comm, const CollectiveArgs& a) {
@@ -33,6 +52,10 @@ inline void run_native(MPI_Comm comm, const CollectiveArgs& a) {
   const int bytes = static_cast<int>(a.count * element);
   if (a.kind == Collective::barrier) {
     ZERO_CHECK_MPI(MPI_Barrier(comm));
+    return;
+  }
+  if (a.kind == Collective::all_gather && a.variable_counts()) {
+    all_gather_variable_native(comm, a, rank, ranks);
     return;
   }
   if (a.kind == Collective::all_gather) {

@@ -2,28 +2,34 @@
 // Collectives among ranks of one node through an MPI-3 shared-memory window.
 //
 // Each rank owns a staging area of two chunk buffers (double buffering) and, on its own cache line,
-// a phase counter and the signature of the call it is in (kind, type, count, reduction, root). A
-// collective is cut into chunks; every chunk is "publish into my buffer, signal, wait for all, read
-// the others' buffers". Reading chunk g's buffers finishes before a rank signals in chunk g + 1,
-// and nobody writes chunk g + 2 (the same buffer) before everybody's signal in chunk g + 1 arrived,
-// so two buffers suffice without any extra synchronisation.
+// a phase counter and the signature of the call it is in (kind, type, count, reduction, root, and
+// a fingerprint of the per-rank counts when blocks differ in size). A collective is cut into
+// chunks; every chunk is "publish into my buffer, signal, wait for all, read the others' buffers".
+// Reading chunk g's buffers finishes before a rank signals in chunk g + 1, and nobody writes chunk
+// g + 2 (the same buffer) before everybody's signal in chunk g + 1 arrived, so two buffers suffice
+// without any extra synchronisation.
 //
-// Every phase compares the signatures, so ranks that called different collectives throw the same
-// mismatch error on every rank at their first phase, even without validation mode, instead of
-// pairing one rank's barrier with another's all_reduce. (A rank that skips a call altogether is
-// left to the watchdog.) A signature slot is read at most one phase after it was written, and a
-// rank cannot run two phases ahead of another, so two slots, by phase parity, suffice.
+// Every phase compares the signatures, so ranks that called different collectives (or passed
+// different per-rank counts) throw the same mismatch error on every rank at their first phase, even
+// without validation mode, instead of pairing one rank's barrier with another's all_reduce. The
+// message shows every rank's call, counts included, which the ranks then exchange. (A rank that
+// skips a call altogether is left to the watchdog.) A signature slot is read at most one phase
+// after it was written, and a rank cannot run two phases ahead of another, so two slots, by phase
+// parity, suffice.
 //
 // Reductions split each chunk into one sub-range per rank: rank r reduces sub-range r over all
 // ranks' contributions, in rank order (deterministic, and half/bfloat16 accumulate in float), and
 // everyone copies the reduced sub-ranges out. Memory traffic per rank is about five passes over the
 // data, against Open MPI's default algorithms which re-allocate temporaries and collapse to under
 // 1 GB/s on large messages.
+//
+// Blocks of different sizes run on the same pipeline, in shm_variable_blocks.hpp.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/native_collectives.hpp"
+#include "zero/comm/detail/shm_variable_blocks.hpp"
 #include "zero/comm/detail/thread_work.hpp"
 #include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/validation.hpp"
@@ -39,6 +45,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <span>
 #include <vector>
 
 namespace zero::detail {
@@ -96,8 +103,9 @@ class ShmTransport {
 
   void run(const CollectiveArgs& a) {
     signature_ = CallSignature::of(a, 0);
-    // Calls that move nothing still meet once, so that their signatures are compared.
-    if (a.kind == Collective::barrier || a.count == 0) {
+    counts_ = a.counts;
+    // Calls that move nothing (on any rank) still meet once, so that their signatures are compared.
+    if (a.payload_bytes(size_) == 0) {
       signal_and_wait();
       return;
     }
@@ -113,12 +121,15 @@ class ShmTransport {
  private:
   template <class Transport>
   friend void run_typed(Transport&, const CollectiveArgs&);
+  template <class Shm>
+  friend class ShmVariableBlocks;
   // One cache line per rank (no false sharing between ranks' counters); MPI only promises the
   // window's base 8-byte alignment, which is all the atomics need.
   struct Header {
     std::atomic<std::uint64_t> phase{0};
-    std::atomic<std::uint64_t> signature[2][2] = {}; // by phase parity: count, packed fields
-    std::uint64_t padding[3] = {};
+    // By phase parity: count, packed fields, fingerprint of the per-rank counts.
+    std::atomic<std::uint64_t> signature[2][3] = {};
+    std::uint64_t padding[1] = {};
   };
   static_assert(sizeof(Header) == 64 && alignof(Header) == 8);
 
@@ -129,9 +140,11 @@ class ShmTransport {
     return std::uint64_t{s.kind} | std::uint64_t{s.dtype} << 8 | std::uint64_t{s.op} << 16 |
            std::uint64_t(std::uint32_t(s.root)) << 32;
   }
-  static CallSignature unpacked(std::uint64_t count, std::uint64_t fields) noexcept {
+  static CallSignature unpacked(std::uint64_t count, std::uint64_t fields,
+                                std::uint64_t counts_hash) noexcept {
     CallSignature s{};
     s.count = count;
+    s.counts_hash = counts_hash;
     s.kind = static_cast<std::uint8_t>(fields);
     s.dtype = static_cast<std::uint8_t>(fields >> 8);
     s.op = static_cast<std::uint8_t>(fields >> 16);
@@ -150,6 +163,7 @@ class ShmTransport {
     Header& mine = header(rank_);
     mine.signature[slot][0].store(signature_.count, std::memory_order_relaxed);
     mine.signature[slot][1].store(packed(signature_), std::memory_order_relaxed);
+    mine.signature[slot][2].store(signature_.counts_hash, std::memory_order_relaxed);
     mine.phase.store(phase_, std::memory_order_release);
     bool agree = true;
     for (int r = 0; r < size_; ++r) {
@@ -162,25 +176,24 @@ class ShmTransport {
       }
       agree = agree &&
               other.signature[slot][0].load(std::memory_order_relaxed) == signature_.count &&
-              other.signature[slot][1].load(std::memory_order_relaxed) == packed(signature_);
+              other.signature[slot][1].load(std::memory_order_relaxed) == packed(signature_) &&
+              other.signature[slot][2].load(std::memory_order_relaxed) == signature_.counts_hash;
     }
     if (!agree) report_mismatch(slot);
   }
 
   [[noreturn]] void report_mismatch(std::size_t slot) {
-    std::string message =
-        "collective mismatch on a communicator of " + std::to_string(size_) + " ranks:";
+    std::vector<CallSignature> calls;
     for (int r = 0; r < size_; ++r) {
-      Header& other = header(r);
-      const CallSignature s = unpacked(other.signature[slot][0].load(std::memory_order_relaxed),
-                                       other.signature[slot][1].load(std::memory_order_relaxed));
-      message += " rank " + std::to_string(r) + " called " + s.args().describe() +
-                 (r + 1 < size_ ? ";" : "");
+      const auto& words = header(r).signature[slot];
+      calls.push_back(unpacked(words[0].load(std::memory_order_relaxed),
+                               words[1].load(std::memory_order_relaxed),
+                               words[2].load(std::memory_order_relaxed)));
     }
     // Every rank stops at this same phase, after all reads of earlier chunks: the buffers are free,
     // so all restart buffer parity together.
     chunk_ = 0;
-    fail(ErrorKind::mismatch, message);
+    fail_mismatch(comm_, "collective mismatch", calls, counts_);
   }
 
   // [begin, end) of rank r's sub-range of a chunk of m elements, in whole cache lines.
@@ -254,6 +267,16 @@ class ShmTransport {
   }
 
   template <class T>
+  void reduce_scatter(const T* in, T* out, std::span<const std::size_t> counts, ReduceOp op) {
+    ShmVariableBlocks(*this).reduce_scatter(in, out, counts, op);
+  }
+
+  template <class T>
+  void all_gather(const T* in, T* out, std::span<const std::size_t> counts) {
+    ShmVariableBlocks(*this).all_gather(in, out, counts);
+  }
+
+  template <class T>
   void all_gather(const T* in, T* out, std::size_t block) {
     const std::size_t piece = chunk_bytes_ / sizeof(T);
     for (std::size_t offset = 0; offset < block; offset += piece) {
@@ -298,6 +321,7 @@ class ShmTransport {
   static constexpr std::size_t streaming_threshold_bytes = std::size_t{8} << 20;
   bool streaming_output_ = false;
   CallSignature signature_{};
+  std::span<const std::size_t> counts_; // of the call being run, for a mismatch message
 };
 
 } // namespace zero::detail

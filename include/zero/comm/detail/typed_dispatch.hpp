@@ -5,10 +5,14 @@
 //   reduce_scatter(send, recv, block, op)
 //   all_gather(send, recv, block)
 //   broadcast(send, recv, count, root)
-// and handles barriers itself.
+// the same reduce_scatter and all_gather with a span of per-rank counts in place of the block, for
+// blocks of different sizes, and handles barriers itself.
 
 #include "zero/comm/collective.hpp"
 #include "zero/core/dtype.hpp"
+
+#include <cstddef>
+#include <span>
 
 namespace zero::detail {
 
@@ -18,6 +22,7 @@ void run_typed(Transport& transport, const CollectiveArgs& a) {
     using T = decltype(tag);
     const auto* send = static_cast<const T*>(a.send);
     auto* recv = static_cast<T*>(a.recv);
+    const std::span<const std::size_t> counts(a.counts);
     switch (a.kind) {
     case Collective::all_reduce:
       transport.reduce(send, recv, a.count, a.op, -1);
@@ -26,10 +31,16 @@ void run_typed(Transport& transport, const CollectiveArgs& a) {
       transport.reduce(send, recv, a.count, a.op, a.root);
       break;
     case Collective::reduce_scatter:
-      transport.reduce_scatter(send, recv, a.count, a.op);
+      if (a.variable_counts())
+        transport.reduce_scatter(send, recv, counts, a.op);
+      else
+        transport.reduce_scatter(send, recv, a.count, a.op);
       break;
     case Collective::all_gather:
-      transport.all_gather(send, recv, a.count);
+      if (a.variable_counts())
+        transport.all_gather(send, recv, counts);
+      else
+        transport.all_gather(send, recv, a.count);
       break;
     case Collective::broadcast:
       transport.broadcast(send, recv, a.count, a.root);
