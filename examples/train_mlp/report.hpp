@@ -94,6 +94,12 @@ inline void print_summary(const Flags& f, const History& h,
                 total / n * 1e3, h.steps.size(), h.forward_seconds / n * 1e3,
                 h.backward_seconds / n * 1e3, h.update_seconds / n * 1e3, reduce / n * 1e3,
                 reduce > 0 ? 100.0 * hidden / reduce : 0.0);
+    const double after = h.step_times.after_reduction() / n;
+    std::printf("step() once the gradients were reduced: %.3f ms (norm %.3f, update %.3f); the "
+                "fused optimizer pass alone on the same share: %.3f ms (%.2fx)\n",
+                after * 1e3, h.step_times.norm / n * 1e3, h.step_times.update / n * 1e3,
+                h.fused_kernel_seconds * 1e3,
+                h.fused_kernel_seconds > 0 ? after / h.fused_kernel_seconds : 0.0);
   }
 }
 
@@ -114,7 +120,11 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
       << ",\n  \"applied\": " << list(h.applied) << ",\n  \"loss_scale\": " << list(h.loss_scale)
       << ",\n  \"grad_norm\": " << list(h.grad_norm)
       << ",\n  \"rank0_seconds\": {\"forward\": " << h.forward_seconds
-      << ", \"backward\": " << h.backward_seconds << ", \"step\": " << h.update_seconds << "}"
+      << ", \"backward\": " << h.backward_seconds << ", \"step\": " << h.update_seconds
+      << ", \"step_reduction_wait\": " << h.step_times.reduction_wait
+      << ", \"step_norm\": " << h.step_times.norm << ", \"step_update\": " << h.step_times.update
+      << ", \"step_after_reduction\": " << h.step_times.after_reduction()
+      << ", \"fused_kernel_per_step\": " << h.fused_kernel_seconds << "}"
       << ",\n  \"paper_model_state_bytes\": " << h.paper_bytes << ",\n  \"memory\": [";
   for (std::size_t r = 0; r < memory.size(); ++r) {
     const auto& m = memory[r];

@@ -10,8 +10,11 @@
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/engine/engine.hpp>
+#include <zero/optim/fused_step.hpp>
 #include <zero/schedule/lr_scheduler.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <optional>
 #include <type_traits>
@@ -23,6 +26,8 @@ struct History {
   std::vector<double> loss;         // global mean over the step's rows
   std::vector<double> step_seconds; // slowest rank
   double forward_seconds = 0, backward_seconds = 0, update_seconds = 0; // this rank, all steps
+  zero::StepTimes step_times;       // this rank's step() broken down, summed over the steps
+  double fused_kernel_seconds = 0;  // the optimizer pass alone on this rank's share (see below)
   std::vector<bool> applied;
   std::vector<double> loss_scale, grad_norm, lr;
   std::vector<zero::StepResult> steps;
@@ -121,6 +126,40 @@ double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std
   return loss;
 }
 
+// The fused optimizer pass alone, on fresh buffers the size of what this rank updates in every
+// step (its shard, or everything under stage 0), in the run's types: the yardstick for step().
+// Median of five passes.
+template <class Engine>
+double fused_kernel_seconds(Engine& engine, int stage, int rank) {
+  const zero::ShardLayout& layout = engine.layout();
+  std::size_t n = 0;
+  for (std::size_t l = 0; l < layout.layer_count(); ++l)
+    n += stage == 0 ? layout.layer(l).flat_numel : layout.block(l, rank).size();
+  return engine.visit_compute_type([&](auto tag) {
+    using T = decltype(tag);
+    constexpr std::size_t states = Engine::optimizer_type::state_tensors;
+    zero::Buffer<float> master(n, 0.5f);
+    std::array<zero::Buffer<float>, states> moments;
+    std::array<zero::View<float>, states> views;
+    for (std::size_t k = 0; k < states; ++k) {
+      moments[k] = zero::Buffer<float>(n);
+      views[k] = moments[k].view();
+    }
+    zero::Buffer<T> grads(n, zero::convert<T>(0.01f)), out(n);
+    const auto update = engine.optimizer().update_for_step(1);
+    std::vector<double> seconds;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      zero::fused_step(zero::HostThreads{}, update, master.view(), views,
+                       zero::View<const T>(grads.view()), 1.0f, out.view());
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(seconds.begin(), seconds.end());
+    return seconds[seconds.size() / 2];
+  });
+}
+
 template <class Engine>
 History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Dataset& data) {
   History h;
@@ -162,7 +201,12 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     h.grad_norm.push_back(r.grad_norm);
     h.lr.push_back(engine.optimizer().lr());
     h.steps.push_back(r);
+    h.step_times.reduction_wait += r.seconds.reduction_wait;
+    h.step_times.norm += r.seconds.norm;
+    h.step_times.update += r.seconds.update;
+    h.step_times.total += r.seconds.total;
   }
+  h.fused_kernel_seconds = fused_kernel_seconds(engine, f.stage, rank);
   h.memory = engine.memory();
   h.paper_bytes = engine.paper_model_state_bytes();
   h.psi = engine.layout().numel();

@@ -8,9 +8,13 @@
 
 #include "comm_test.hpp"
 
+#include "keep_small_whole.hpp"
+
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>
 #include <zero/optim/sgd.hpp>
+#include <zero/shard/per_parameter.hpp>
+#include <zero/shard/whole_parameter_greedy.hpp>
 
 #include <gtest/gtest.h>
 
@@ -199,6 +203,50 @@ TEST(Engine, ShardWithinOneRankIsReplicatedOptimizerState) {
   expect_same_weights(train<zero::Stage<0>>(run), train<Plan>(run), false, "shard_within<1>");
 }
 
+// Stages 0-3 with partitioner P. Without clipping they give the weights of the flat contiguous
+// stage 0 bit for bit (every element is reduced in rank order and updated alone); with clipping
+// the norm adds up P's blocks, so the four stages agree with each other.
+template <class P>
+void expect_partitioner_agrees(const std::string& name) {
+  using S0 = zero::ShardingPlan<zero::partition_with<P>>;
+  using S1 = zero::ShardingPlan<zero::shard_optimizer_states, zero::partition_with<P>>;
+  using S2 = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                                zero::partition_with<P>>;
+  using S3 = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                                zero::shard_parameters, zero::partition_with<P>>;
+  const Scenario plain{.accumulation = 2, .bucket = 37};
+  const Outcome reference = train<zero::Stage<0>>(plain);
+  expect_same_weights(reference, train<S0>(plain), true, name + " stage 0");
+  expect_same_weights(reference, train<S1>(plain), true, name + " stage 1");
+  expect_same_weights(reference, train<S2>(plain), true, name + " stage 2");
+  expect_same_weights(reference, train<S3>(plain), true, name + " stage 3");
+  const Scenario clipped{.clipping = 0.05, .bucket = 1 << 20};
+  const Outcome c0 = train<S0>(clipped);
+  expect_same_weights(c0, train<S1>(clipped), true, name + " clipped, stage 1");
+  expect_same_weights(c0, train<S2>(clipped), true, name + " clipped, stage 2");
+  expect_same_weights(c0, train<S3>(clipped), true, name + " clipped, stage 3");
+  const Scenario half{.dtype = DType::bfloat16, .bucket = 11, .steps = 3, .persistence = 50};
+  expect_same_weights(train<S0>(half), train<S3>(half), true, name + " bf16, stage 3");
+}
+
+// A user's partitioner (examples/custom_partitioner): parameters under 64 elements stay whole on
+// the least-loaded rank, larger ones are cut into one chunk per rank.
+struct KeepTinyWhole : KeepSmallWhole {
+  KeepTinyWhole() { threshold = 64; }
+};
+
+TEST(Engine, PerParameterChunksAgree) {
+  expect_partitioner_agrees<zero::PerParameter>("per_parameter");
+}
+
+TEST(Engine, WholeParametersOnUnequalShardsAgree) {
+  expect_partitioner_agrees<zero::WholeParameterGreedy>("whole_parameter_greedy");
+}
+
+TEST(Engine, AUsersPartitionerAgrees) {
+  expect_partitioner_agrees<KeepTinyWhole>("keep_small_whole");
+}
+
 TEST(Engine, SgdWithMomentumAgreesToo) {
   const Scenario run{.accumulation = 2};
   auto s0 = train<zero::Stage<0>, zero::SGD>(run);
@@ -255,7 +303,11 @@ TEST(Engine, MemoryFollowsThePapersFormula) {
     // And the paper's formula for Ψ unpadded, within padding and stage 1's shard.
     const double slack = 16 * (padded - psi) + (stage == 1 ? 2 * shard : 0);
     EXPECT_NEAR(double(o.memory.model_states()), o.paper_bytes, slack + 1) << "stage " << stage;
-    EXPECT_EQ(o.paper_bytes, zero::paper_model_state_bytes(stage, psi, n, 2, 12));
+    zero::estimate::ModelStateQuery query;
+    query.parameters = psi;
+    query.data_parallel = world.size();
+    query.stage = stage;
+    EXPECT_EQ(o.paper_bytes, zero::estimate::model_state_memory(query).total());
   }
 }
 

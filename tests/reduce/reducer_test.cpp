@@ -1,6 +1,8 @@
 // BucketedReducer against averages computed locally from every rank's (reproducible) gradients:
 // both strategies, bucket sizes from one element to larger than the model, float and half buckets,
-// written and accumulated targets, and layers handed over in backward, forward and shuffled order.
+// written and accumulated targets, layers handed over in backward, forward and shuffled order, and
+// three layouts: flat contiguous (images in order), per-parameter chunks (equal blocks, images out
+// of order) and whole parameters (unequal blocks, reduced with per-rank counts).
 // Results must match bit for bit: the communicators sum in rank order.
 
 #include "comm_test.hpp"
@@ -8,6 +10,9 @@
 #include <zero/comm/counting_communicator.hpp>
 #include <zero/reduce/bucketed_reducer.hpp>
 #include <zero/shard/flat_contiguous.hpp>
+#include <zero/shard/layer_images.hpp>
+#include <zero/shard/per_parameter.hpp>
+#include <zero/shard/whole_parameter_greedy.hpp>
 
 #include <gtest/gtest.h>
 
@@ -66,17 +71,39 @@ struct Case {
   DType bucket;
   int order; // 0 backward, 1 forward, 2 shuffled
   bool accumulate;
+  int partitioner = 0; // 0 flat contiguous, 1 per parameter, 2 whole parameters (unequal)
 };
+
+zero::ShardLayout make_layout(int partitioner, const std::vector<zero::ParameterSpec>& params,
+                              int ranks) {
+  if (partitioner == 1) return zero::PerParameter{.alignment = 2}.partition(params, ranks);
+  if (partitioner == 2) return zero::WholeParameterGreedy{}.partition(params, ranks);
+  return zero::FlatContiguous{.alignment = 4}.partition(params, ranks);
+}
+
+// Where each parameter starts among its layer's parameters in order.
+std::vector<std::size_t> ordered_begin(const zero::ShardLayout& layout) {
+  std::vector<std::size_t> begin(layout.parameter_count());
+  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+    std::size_t at = 0;
+    for (std::size_t p : layout.layer_parameters(g)) {
+      begin[p] = at;
+      at += layout.parameter(p).numel;
+    }
+  }
+  return begin;
+}
 
 template <class Strategy, class G>
 void run_case(const Case& c) {
   auto& world = zero::testing::world();
   const int rank = world.rank(), ranks = world.size();
   const auto params = model();
-  const zero::ShardLayout layout = zero::FlatContiguous{.alignment = 4}.partition(params, ranks);
+  const zero::ShardLayout layout = make_layout(c.partitioner, params, ranks);
+  const zero::LayerImages images(layout);
   zero::CountingCommunicator counting{zero::MpiCommunicator(world.boost_communicator())};
   zero::BucketedReducer<decltype(counting), Strategy> reducer(
-      counting, layout,
+      counting, layout, images,
       {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket, .op = zero::ReduceOp::avg});
 
   constexpr bool scatter = Strategy::collective == zero::Collective::reduce_scatter;
@@ -109,22 +136,38 @@ void run_case(const Case& c) {
                            std::to_string(c.bucket_elements) + " " + zero::to_string(c.bucket) +
                            " order " + std::to_string(c.order) +
                            (c.accumulate ? " accumulate" : "");
+  const std::string layout_name(layout.policy());
+  auto expected = [&](std::size_t g, std::size_t i) {
+    float want = c.bucket == DType::float16 ? expected_average<zero::half>(ranks, g, i)
+                                            : expected_average<float>(ranks, g, i);
+    return c.accumulate ? want + initial : want;
+  };
+  auto check = [&](std::size_t at, float want, std::size_t g, std::size_t i) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(target[at]), std::bit_cast<std::uint32_t>(want))
+        << what << " " << layout_name << ": layer " << g << " element " << i << " got "
+        << target[at] << " want " << want;
+  };
   std::size_t checked = 0;
-  for (std::size_t g = 0; g < layout.layer_count(); ++g) {
-    const zero::LayerInfo& info = layout.layer(g);
-    for (std::size_t f = 0; f < info.flat_numel; ++f) {
-      const int owner = static_cast<int>(f / info.block_numel);
-      if (scatter && owner != rank) continue;
-      const std::size_t at =
-          scatter ? layout.block(g, rank).begin + f % info.block_numel : info.flat_base + f;
-      float want = f < info.numel
-                       ? (c.bucket == DType::float16 ? expected_average<zero::half>(ranks, g, f)
-                                                     : expected_average<float>(ranks, g, f))
-                       : 0.0f;
-      if (c.accumulate) want += initial;
-      ASSERT_EQ(std::bit_cast<std::uint32_t>(target[at]), std::bit_cast<std::uint32_t>(want))
-          << what << ": layer " << g << " flat " << f << " got " << target[at] << " want " << want;
-      ++checked;
+  if (scatter) {
+    // This rank's shard: each position holds its parameter element's average, padding zero.
+    const auto begin = ordered_begin(layout);
+    for (std::size_t at = 0; at < layout.shard_numel(rank); ++at, ++checked) {
+      const auto ref = layout.element_at(rank, at);
+      if (!ref) {
+        check(at, c.accumulate ? initial : 0.0f, 0, at);
+        continue;
+      }
+      const std::size_t g = layout.layer_of(ref->parameter);
+      const std::size_t i = begin[ref->parameter] + ref->offset;
+      check(at, expected(g, i), g, i);
+    }
+  } else {
+    // The whole model, each layer's parameters in order at its flat_base, then its padding.
+    for (std::size_t g = 0; g < layout.layer_count(); ++g) {
+      const zero::LayerInfo& info = layout.layer(g);
+      for (std::size_t i = 0; i < info.flat_numel; ++i, ++checked)
+        check(info.flat_base + i, i < info.numel ? expected(g, i) : (c.accumulate ? initial : 0.0f),
+              g, i);
     }
   }
   EXPECT_GT(checked, 0u);
@@ -145,11 +188,15 @@ void run_case(const Case& c) {
       << what;
 }
 
-const Case cases[] = {{1, DType::float32, 0, false},       {7, DType::float32, 0, false},
-                      {100, DType::float32, 1, false},     {1000, DType::float32, 2, false},
-                      {1 << 20, DType::float32, 0, false}, {333, DType::float16, 0, false},
-                      {333, DType::float16, 2, true},      {5000, DType::float32, 0, true},
-                      {64, DType::float32, 1, true}};
+const Case cases[] = {{1, DType::float32, 0, false},         {7, DType::float32, 0, false},
+                      {100, DType::float32, 1, false},       {1000, DType::float32, 2, false},
+                      {1 << 20, DType::float32, 0, false},   {333, DType::float16, 0, false},
+                      {333, DType::float16, 2, true},        {5000, DType::float32, 0, true},
+                      {64, DType::float32, 1, true},         {1, DType::float32, 0, false, 1},
+                      {100, DType::float32, 2, false, 1},    {333, DType::float16, 0, true, 1},
+                      {1, DType::float32, 0, false, 2},      {7, DType::float32, 1, false, 2},
+                      {1000, DType::float32, 2, true, 2},    {333, DType::float16, 0, false, 2},
+                      {1 << 20, DType::float32, 0, false, 2}};
 
 TEST(BucketedReducer, ReduceScatterFloatGradients) {
   for (const Case& c : cases)
@@ -167,8 +214,9 @@ TEST(BucketedReducer, HalfGradientsIntoHalfBuckets) {
 TEST(BucketedReducer, BackwardOrderNeedsTheLargestLayersBucketsPlusOne) {
   auto& world = zero::testing::world();
   const auto layout = zero::FlatContiguous{}.partition(model(), world.size());
+  const zero::LayerImages images(layout);
   zero::BucketedReducer<zero::MpiCommunicator, zero::ReduceScatterGradients> reducer(
-      world, layout, {.bucket_elements = 64, .bucket_dtype = DType::float32});
+      world, layout, images, {.bucket_elements = 64, .bucket_dtype = DType::float32});
   std::vector<float> shard(layout.shard_numel(world.rank()));
   for (int step = 0; step < 3; ++step) {
     reducer.begin({shard.data(), DType::float32, shard.size(), zero::Delivery::assign});
@@ -190,8 +238,9 @@ TEST(BucketedReducer, BackwardOrderNeedsTheLargestLayersBucketsPlusOne) {
 TEST(BucketedReducer, MistakesAreNamed) {
   auto& world = zero::testing::world();
   const auto layout = zero::FlatContiguous{}.partition(model(), world.size());
+  const zero::LayerImages images(layout);
   zero::BucketedReducer<zero::MpiCommunicator, zero::AllReduceGradients> reducer(
-      world, layout, {.bucket_elements = 1 << 20, .bucket_dtype = DType::float32});
+      world, layout, images, {.bucket_elements = 1 << 20, .bucket_dtype = DType::float32});
   std::size_t flat = 0;
   for (std::size_t g = 0; g < layout.layer_count(); ++g)
     flat += layout.layer(g).flat_numel;

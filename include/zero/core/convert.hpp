@@ -1,7 +1,8 @@
 #pragma once
-// Bulk element conversion on the host: convert_n(src, dst, n). Half <-> float uses F16C where the
-// compiler targets it (its rounding is the same round-to-nearest-even as zero::half, which the
-// tests check over all bit patterns); everything else is a loop the compiler vectorises.
+// Bulk element conversion on the host: convert_n(src, dst, n), and accumulate_n(src, dst, n) into
+// float. Half <-> float uses F16C where the compiler targets it (its rounding is the same
+// round-to-nearest-even as zero::half, which the tests check over all bit patterns); everything
+// else is a loop the compiler vectorises.
 
 #include "zero/core/dtype.hpp"
 
@@ -111,6 +112,25 @@ void convert_n(const From* src, To* dst, std::size_t n) noexcept {
   } else {
     for (std::size_t i = 0; i < n; ++i)
       dst[i] = convert<To>(src[i]);
+  }
+}
+
+// dst[i] += float(src[i]): accumulation of gradients in float. Low-precision inputs are widened a
+// tile at a time into a stack buffer, so the add stays a simple vectorised loop.
+template <Element From>
+void accumulate_n(const From* src, float* dst, std::size_t n) noexcept {
+  if constexpr (std::is_same_v<From, float>) {
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] += src[i];
+  } else {
+    constexpr std::size_t tile = 1024;
+    alignas(64) float widened[tile];
+    for (std::size_t i = 0; i < n; i += tile) {
+      const std::size_t m = n - i < tile ? n - i : tile;
+      convert_n(src + i, widened, m);
+      for (std::size_t j = 0; j < m; ++j)
+        dst[i + j] += widened[j];
+    }
   }
 }
 

@@ -1,26 +1,30 @@
 #pragma once
-// LayerParameters: the full compute copy of one layer's parameters, for as long as the handle
-// lives. Under stage 3 the layer was all-gathered for it and is released when the handle goes;
-// under stages 0-2 it is a view of the replicated weights.
+// LayerParameters: the full compute copy of one layer's parameters, in registration order, for as
+// long as the handle lives. Under stage 3 the layer was all-gathered for it and is released when
+// the handle goes; under stages 0-2 it is a view of the replicated weights.
 
-#include "zero/core/any_buffer.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/view.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <utility>
 
 namespace zero {
 
 class LayerParameters {
  public:
-  LayerParameters(const ShardLayout& layout, std::size_t layer, const AnyBuffer& storage,
-                  std::size_t offset, std::function<void(std::size_t)> on_release)
-      : layout_(&layout), layer_(layer), storage_(&storage), offset_(offset),
+  template <Element T>
+  LayerParameters(const ShardLayout& layout, std::size_t layer, View<const T> values,
+                  std::function<void(std::size_t)> on_release)
+      : layout_(&layout), layer_(layer), data_(values.data()), dtype_(dtype_of<T>),
         on_release_(std::move(on_release)) {}
   LayerParameters(LayerParameters&& other) noexcept
-      : layout_(other.layout_), layer_(other.layer_), storage_(other.storage_),
-        offset_(other.offset_), on_release_(std::exchange(other.on_release_, nullptr)) {}
+      : layout_(other.layout_), layer_(other.layer_), data_(other.data_), dtype_(other.dtype_),
+        on_release_(std::exchange(other.on_release_, nullptr)) {}
   LayerParameters& operator=(LayerParameters&&) = delete;
   LayerParameters(const LayerParameters&) = delete;
   ~LayerParameters() {
@@ -28,13 +32,14 @@ class LayerParameters {
   }
 
   std::size_t layer() const noexcept { return layer_; }
-  DType dtype() const noexcept { return storage_->dtype(); }
+  DType dtype() const noexcept { return dtype_; }
   std::size_t numel() const { return layout_->layer(layer_).numel; }
 
   // The layer's parameters end to end, in registration order.
   template <Element T>
   View<const T> values() const {
-    return storage_->as<T>().subview(offset_, numel());
+    check<T>();
+    return {static_cast<const T*>(data_), numel()};
   }
   // The i-th parameter of the layer (in registration order).
   template <Element T>
@@ -43,16 +48,25 @@ class LayerParameters {
     require(i < members.size(), "LayerParameters: layer " + std::to_string(layer_) + " has " +
                                     std::to_string(members.size()) + " parameters, not " +
                                     std::to_string(i + 1));
-    const std::size_t p = members[i];
-    return storage_->as<T>().subview(offset_ + *layout_->layer_offset(p),
-                                     layout_->parameter(p).numel);
+    std::size_t offset = 0;
+    for (std::size_t k = 0; k < i; ++k)
+      offset += layout_->parameter(members[k]).numel;
+    return values<T>().subview(offset, layout_->parameter(members[i]).numel);
   }
 
  private:
+  template <class T>
+  void check() const {
+    if (dtype_of<T> != dtype_)
+      fail(ErrorKind::invalid_argument, std::string("LayerParameters: layer ") +
+                                            std::to_string(layer_) + " holds " +
+                                            to_string(dtype_) + ", not " + to_string(dtype_of<T>));
+  }
+
   const ShardLayout* layout_;
   std::size_t layer_;
-  const AnyBuffer* storage_;
-  std::size_t offset_; // of the layer's flat buffer in storage_
+  const void* data_;
+  DType dtype_;
   std::function<void(std::size_t)> on_release_;
 };
 

@@ -32,6 +32,10 @@ struct EngineOptions {
   std::size_t persistence_threshold = 0;
   std::size_t prefetch_elements = 50'000'000;
   std::size_t max_live_elements = 1'000'000'000;
+  // Where a DeepSpeed config asked for optimizer states and parameters to go (none: no request);
+  // the engine refuses to start when its placement keeps them elsewhere.
+  config::OffloadDevice offload_optimizer = config::OffloadDevice::none;
+  config::OffloadDevice offload_param = config::OffloadDevice::none;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
 
@@ -49,7 +53,8 @@ struct EngineOptions {
   }
 
   // The engine's share of a DeepSpeed config: precision, buckets, accumulation, clipping, stage 3
-  // knobs. (Stage, optimizer and loss scaler are chosen by the caller from the same config.)
+  // knobs, the NVMe tier. (Stage, placement, optimizer and loss scaler are types the caller picks
+  // from the same config.)
   static EngineOptions from_config(const config::Config& c) {
     EngineOptions o;
     o.compute_dtype = c.fp16.enabled   ? DType::float16
@@ -63,6 +68,8 @@ struct EngineOptions {
         static_cast<std::size_t>(c.zero_optimization.stage3_param_persistence_threshold);
     o.prefetch_elements = static_cast<std::size_t>(c.zero_optimization.stage3_prefetch_bucket_size);
     o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
+    o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
+    o.offload_param = c.zero_optimization.offload_param.device;
     return o;
   }
 };

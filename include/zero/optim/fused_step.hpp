@@ -3,7 +3,7 @@
 // weights, the fp32 optimizer state and the gradients (fp32, half or bfloat16), multiplies the
 // gradients by `grad_multiplier` (1 / loss scale, times the clipping coefficient), applies the
 // optimizer's element-wise update, and writes master weights, state and, optionally, the
-// half/bfloat16 compute copy of the weights.
+// compute copy of the weights (float, half or bfloat16), so that no pass of its own copies them.
 //
 // The loop runs the optimizer's functor on AVX-512 or AVX2 lanes (the last partial vector under
 // a mask with AVX-512, on float lanes otherwise), one contiguous range per OpenMP thread. Every
@@ -13,6 +13,7 @@
 
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
 #include "zero/core/memory_space.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/optimizer.hpp"
@@ -106,7 +107,7 @@ ZERO_SIMD_END
 // optimizer's begin_step(). The caller decides beforehand whether the step happens at all (see
 // precision/overflow.hpp): this pass writes unconditionally.
 template <ElementwiseUpdate U, class G, HostAccessibleSpace Space, class Out = half>
-requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
 void fused_step(const U& update, View<float, Space> master,
                 const std::array<View<float, Space>, U::state_tensors>& state, View<G, Space> grad,
                 float grad_multiplier = 1.0f, View<Out, Space> low_precision = {}) {
@@ -127,9 +128,10 @@ void fused_step(const U& update, View<float, Space> master,
   CopyStores copy = low_precision.empty() ? CopyStores::none : CopyStores::normal;
 #if defined(ZERO_SIMD_AVX512)
   // Thread ranges start at multiples of 16 elements, so an aligned copy stays aligned.
-  if (copy == CopyStores::normal && n >= detail::streaming_copy_threshold &&
-      reinterpret_cast<std::uintptr_t>(low_precision.data()) % 32 == 0)
-    copy = CopyStores::streaming;
+  if constexpr (LowPrecision<Out>)
+    if (copy == CopyStores::normal && n >= detail::streaming_copy_threshold &&
+        reinterpret_cast<std::uintptr_t>(low_precision.data()) % 32 == 0)
+      copy = CopyStores::streaming;
 #endif
   detail::parallel_ranges(n, [&](std::size_t begin, std::size_t end, int) noexcept {
     switch (copy) {
@@ -138,10 +140,20 @@ void fused_step(const U& update, View<float, Space> master,
     case CopyStores::normal:
       return detail::step_range<CopyStores::normal>(update, pointers, grad_multiplier, begin, end);
     case CopyStores::streaming:
-      return detail::step_range<CopyStores::streaming>(update, pointers, grad_multiplier, begin,
-                                                       end);
+      if constexpr (LowPrecision<Out>)
+        return detail::step_range<CopyStores::streaming>(update, pointers, grad_multiplier, begin,
+                                                         end);
     }
   });
+}
+
+// The same step on an execution space (core/execution_space.hpp): the host's threads.
+template <ElementwiseUpdate U, class G, HostAccessibleSpace Space, class Out = half>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
+void fused_step(const HostThreads&, const U& update, View<float, Space> master,
+                const std::array<View<float, Space>, U::state_tensors>& state, View<G, Space> grad,
+                float grad_multiplier = 1.0f, View<Out, Space> low_precision = {}) {
+  fused_step(update, master, state, grad, grad_multiplier, low_precision);
 }
 
 } // namespace zero

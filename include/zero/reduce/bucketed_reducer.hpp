@@ -4,17 +4,20 @@
 // as backward produced it; a full bucket is reduced at once, non-blocking, and the next layer's
 // backward overlaps with it. Strategy AllReduceGradients leaves the full average on every rank
 // (stage 0); ReduceScatterGradients leaves each rank only the part of its shard (stages 1-3).
+// Layouts whose ranks own blocks of different sizes reduce each bucket with per-rank counts.
 //
-// Results go to a ReduceTarget: the model's flat gradient (all-reduce: every layer's flat buffer
-// end to end, LayerInfo::flat_base) or this rank's shard (reduce-scatter), written or added in
-// float (for gradient accumulation).
+// Gradients are handed over as the layer's parameters in order (what backward writes); packing
+// them into a bucket puts each element at its place in the layer's image (LayerImages). Results go
+// to a ReduceTarget: this rank's shard (reduce-scatter) or the whole model as the replica layout
+// holds it, each layer's parameters in order at its flat_base (all-reduce); written or added in
+// float (gradient accumulation). A callback tells when all of a layer's buckets have landed, while
+// they are likely still in cache: the gradient store computes the layer's share of the norm then.
 //
 // Collectives are launched in the order buckets fill, which is the same on every rank as long as
 // every rank hands the layers over in the same order (backward does). A layer's gradient arrives
 // all at once, so the buffer pool holds the buckets of the largest layer plus one: a whole layer
 // goes out at once and reduces while the next layer's backward computes, and the memory depends on
-// the widest layer, never on the depth. Orders other than backward's may need more buffers
-// (they are allocated then).
+// the widest layer, never on the depth.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
@@ -22,12 +25,13 @@
 #include "zero/core/dtype.hpp"
 #include "zero/reduce/bucket_plan.hpp"
 #include "zero/reduce/strategy.hpp"
+#include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <chrono>
 #include <cstddef>
-#include <cstring>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +50,7 @@ struct ReduceTarget {
 
 struct ReducerStats {
   std::size_t buckets = 0;          // reduced this step
-  std::size_t elements = 0;         // reduced this step (all ranks' blocks)
+  std::size_t elements = 0;         // reduced this step (all ranks' sections)
   double exposed_seconds = 0;       // the caller waited for communication
   double communication_seconds = 0; // the collectives ran (estimated from completion times)
   // The fraction of communication that overlapped with the caller's work (backward).
@@ -64,18 +68,25 @@ class BucketedReducer {
     DType bucket_dtype = DType::float32;       // the reduction's element type
     ReduceOp op = ReduceOp::avg;
   };
+  using LayerReduced = std::function<void(std::size_t layer)>;
 
-  BucketedReducer(Comm& comm, const ShardLayout& layout, Options options)
-      : comm_(comm), layout_(layout), options_(options),
-        plan_(layout,
-              std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
-        state_(plan_.size()), arrived_(layout.layer_count(), false) {
-    for (std::size_t g = 0; g < layout.layer_count(); ++g)
-      buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(g).size() + 1);
+  BucketedReducer(Comm& comm, const ShardLayout& layout, const LayerImages& images,
+                  Options options)
+      : comm_(comm), layout_(layout), images_(images), options_(options),
+        plan_(layout, std::min(options.bucket_elements,
+                               std::max<std::size_t>(1, total_flat(layout)))),
+        state_(plan_.size()), arrived_(layout.layer_count(), false),
+        buckets_left_(layout.layer_count(), 0) {
+    for (std::size_t l = 0; l < layout.layer_count(); ++l)
+      buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(l).size() + 1);
     require(layout.world_size() == comm.size(),
             "BucketedReducer: the layout is for " + std::to_string(layout.world_size()) +
                 " ranks but the communicator has " + std::to_string(comm.size()));
-    reset_counts();
+    if constexpr (!VariableCountCommunicator<Comm>)
+      for (std::size_t b = 0; b < plan_.size(); ++b)
+        require(plan_[b].equal_counts,
+                "BucketedReducer: the layout gives ranks blocks of different sizes, which needs a "
+                "communicator with per-rank counts (zero::VariableCountCommunicator)");
   }
 
   BucketedReducer(const BucketedReducer&) = delete;
@@ -95,8 +106,9 @@ class BucketedReducer {
   }
   const ReducerStats& stats() const noexcept { return stats_; }
 
-  // Starts a reduction (one micro-step): reduced gradients go to `target`.
-  void begin(ReduceTarget target) {
+  // Starts a reduction (one micro-step): reduced gradients go to `target`, and `layer_reduced(l)`
+  // is called on this thread once layer l's last bucket landed there.
+  void begin(ReduceTarget target, LayerReduced layer_reduced = {}) {
     require(in_flight_.empty() && !active_,
             "BucketedReducer::begin: the previous reduction was not finished");
     const std::size_t expected = Strategy::collective == Collective::all_reduce
@@ -108,14 +120,18 @@ class BucketedReducer {
     require(target.mode == Delivery::assign || target.dtype == DType::float32,
             "BucketedReducer: accumulating targets must be float");
     target_ = target;
+    layer_reduced_ = std::move(layer_reduced);
     active_ = true;
     stats_ = {};
     std::fill(arrived_.begin(), arrived_.end(), false);
-    reset_counts();
+    for (std::size_t b = 0; b < plan_.size(); ++b)
+      state_[b].pending_layers = plan_[b].layers.size();
+    for (std::size_t l = 0; l < buckets_left_.size(); ++l)
+      buckets_left_[l] = plan_.buckets_of(l).size();
   }
 
-  // Layer `layer`'s gradient is ready: its parameters' gradients end to end (the layer's numel).
-  // The caller may reuse `grads` once this returns.
+  // Layer `layer`'s gradient is ready: its parameters' gradients in order (the layer's numel). The
+  // caller may reuse `grads` once this returns.
   template <Element G>
   void add(std::size_t layer, View<const G> grads) {
     require(active_, "BucketedReducer::add before begin()");
@@ -131,7 +147,7 @@ class BucketedReducer {
     for (std::size_t b : plan_.buckets_of(layer)) {
       BucketState& s = state_[b];
       if (!s.buffer) s.buffer = acquire_buffer();
-      pack(b, layer, grads);
+      pack(b, layer, grads.data());
       if (--s.pending_layers == 0) launch(b);
     }
   }
@@ -140,17 +156,14 @@ class BucketedReducer {
   void finish() {
     require(active_, "BucketedReducer::finish before begin()");
     std::string missing;
-    for (std::size_t g = 0; g < arrived_.size(); ++g)
-      if (!arrived_[g] && layout_.layer(g).block_numel > 0)
-        missing += (missing.empty() ? "" : ", ") + std::to_string(g);
-    if (!missing.empty()) {
-      drain();
-      active_ = false;
-      fail(ErrorKind::invalid_argument,
-           "BucketedReducer::finish: no gradient was handed over for layer(s) " + missing);
-    }
+    for (std::size_t l = 0; l < arrived_.size(); ++l)
+      if (!arrived_[l] && layout_.layer(l).block_numel > 0)
+        missing += (missing.empty() ? "" : ", ") + std::to_string(l);
     drain();
     active_ = false;
+    if (!missing.empty())
+      fail(ErrorKind::invalid_argument,
+           "BucketedReducer::finish: no gradient was handed over for layer(s) " + missing);
   }
 
  private:
@@ -164,14 +177,9 @@ class BucketedReducer {
 
   static std::size_t total_flat(const ShardLayout& layout) {
     std::size_t total = 0;
-    for (std::size_t g = 0; g < layout.layer_count(); ++g)
-      total += layout.layer(g).flat_numel;
+    for (std::size_t l = 0; l < layout.layer_count(); ++l)
+      total += layout.layer(l).flat_numel;
     return total;
-  }
-
-  void reset_counts() {
-    for (std::size_t b = 0; b < plan_.size(); ++b)
-      state_[b].pending_layers = plan_[b].layers.size();
   }
 
   std::size_t acquire_buffer() {
@@ -192,28 +200,31 @@ class BucketedReducer {
     return reinterpret_cast<T*>(pool_[*state_[b].buffer].data());
   }
 
-  // Copies layer g's slices of bucket b in, rank-major, zero-filling the layout's padding.
-  template <Element G>
-  void pack(std::size_t b, std::size_t layer, View<const G> grads) {
+  // f(slice, rank, position in the layer's image, position in the bucket buffer, count) for every
+  // rank's part of every slice of bucket b, in buffer order within each rank's section.
+  template <class F>
+  void for_each_part(std::size_t b, F&& f) const {
     const Bucket& bucket = plan_[b];
-    const std::size_t block = layout_.layer(layer).block_numel;
+    for (int r = 0; r < comm_.size(); ++r) {
+      std::size_t at = bucket.section[std::size_t(r)];
+      for (const BucketSlice& s : bucket.slices) {
+        const std::size_t count = plan_.part(s, r);
+        f(s, r, layout_.flat_range(s.layer, r).begin + s.lo, at, count);
+        at += count;
+      }
+    }
+  }
+
+  // Copies layer l's parts of bucket b in, zero-filling the layout's padding.
+  template <Element G>
+  void pack(std::size_t b, std::size_t l, const G* grads) {
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
       T* base = buffer_of<T>(b);
-      std::size_t offset = 0;
-      for (const BucketSlice& s : bucket.slices) {
-        if (s.layer == layer)
-          for (int r = 0; r < comm_.size(); ++r) {
-            T* dst = base + std::size_t(r) * bucket.block_elements + offset;
-            const std::size_t first = std::size_t(r) * block + s.lo;
-            const std::size_t real =
-                first < grads.size() ? std::min(s.size(), grads.size() - first) : 0;
-            if (real > 0) convert_n(grads.data() + first, dst, real);
-            if (real < s.size())
-              std::memset(static_cast<void*>(dst + real), 0, (s.size() - real) * sizeof(T));
-          }
-        offset += s.size();
-      }
+      for_each_part(b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at,
+                           std::size_t count) {
+        if (s.layer == l) images_.pack(l, grads, Range{flat, flat + count}, base + at);
+      });
     });
   }
 
@@ -225,23 +236,27 @@ class BucketedReducer {
   void launch(std::size_t b) {
     BucketState& s = state_[b];
     const Bucket& bucket = plan_[b];
+    const auto rank = static_cast<std::size_t>(comm_.rank());
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      View<T, typename Comm::memory_space> all(buffer_of<T>(b), bucket.elements(comm_.size()));
+      using Space = typename Comm::memory_space;
+      View<T, Space> all(buffer_of<T>(b), bucket.elements);
+      T* out = direct_delivery() ? static_cast<T*>(target_.data) + bucket.shard_offset[rank]
+                                 : all.data() + bucket.section[rank];
+      View<T, Space> mine(out, bucket.counts[rank]);
       if constexpr (Strategy::collective == Collective::all_reduce) {
         s.work = comm_.all_reduce(all, options_.op);
-      } else if (direct_delivery()) {
-        View<T, typename Comm::memory_space> out(
-            static_cast<T*>(target_.data) + bucket.shard_offset, bucket.block_elements);
-        s.work = comm_.reduce_scatter(all, out, options_.op);
-      } else {
-        s.work = comm_.reduce_scatter(all, options_.op);
+      } else if (bucket.equal_counts) {
+        s.work = direct_delivery() ? comm_.reduce_scatter(all, mine, options_.op)
+                                   : comm_.reduce_scatter(all, options_.op);
+      } else if constexpr (VariableCountCommunicator<Comm>) {
+        s.work = comm_.reduce_scatter(all, mine, bucket.counts, options_.op);
       }
     });
     s.launched = Clock::now();
     in_flight_.push_back(b);
     ++stats_.buckets;
-    stats_.elements += bucket.elements(comm_.size());
+    stats_.elements += bucket.elements;
   }
 
   // Delivers buckets that completed meanwhile, without blocking.
@@ -275,6 +290,8 @@ class BucketedReducer {
     deliver(b);
     free_.push_back(*state_[b].buffer);
     state_[b].buffer.reset();
+    for (std::size_t l : plan_[b].layers)
+      if (--buckets_left_[l] == 0 && layer_reduced_) layer_reduced_(l);
   }
 
   void deliver(std::size_t b) {
@@ -284,18 +301,17 @@ class BucketedReducer {
       using T = decltype(tag);
       const T* base = buffer_of<T>(b);
       if constexpr (Strategy::collective == Collective::reduce_scatter) {
-        const T* mine = base + std::size_t(comm_.rank()) * bucket.block_elements;
-        put(mine, bucket.shard_offset, bucket.block_elements);
+        const auto rank = static_cast<std::size_t>(comm_.rank());
+        put(base + bucket.section[rank], bucket.shard_offset[rank], bucket.counts[rank]);
       } else {
-        for (int r = 0; r < comm_.size(); ++r) {
-          std::size_t offset = 0;
-          for (const BucketSlice& s : bucket.slices) {
-            const LayerInfo& g = layout_.layer(s.layer);
-            const std::size_t flat = g.flat_base + std::size_t(r) * g.block_numel + s.lo;
-            put(base + std::size_t(r) * bucket.block_elements + offset, flat, s.size());
-            offset += s.size();
-          }
-        }
+        // Every rank's part of every slice, to its parameters' places in the layer.
+        for_each_part(b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at,
+                             std::size_t count) {
+          const std::size_t base_of_layer = layout_.layer(s.layer).flat_base;
+          images_.for_each_run(s.layer, Range{flat, flat + count}, [&](const ImageRun& run) {
+            put(base + at + (run.flat - flat), base_of_layer + run.ordered, run.length);
+          });
+        });
       }
     });
   }
@@ -304,15 +320,7 @@ class BucketedReducer {
   template <class T>
   void put(const T* values, std::size_t at, std::size_t n) {
     if (target_.mode == Delivery::accumulate) {
-      float* dst = static_cast<float*>(target_.data) + at;
-      constexpr std::size_t tile = 1024;
-      alignas(64) float widened[tile];
-      for (std::size_t i = 0; i < n; i += tile) {
-        const std::size_t m = std::min(tile, n - i);
-        convert_n(values + i, widened, m);
-        for (std::size_t j = 0; j < m; ++j)
-          dst[i + j] += widened[j];
-      }
+      accumulate_n(values, static_cast<float*>(target_.data) + at, n);
       return;
     }
     visit_dtype(target_.dtype, [&](auto out_tag) {
@@ -323,15 +331,18 @@ class BucketedReducer {
 
   Comm& comm_;
   const ShardLayout& layout_;
+  const LayerImages& images_;
   Options options_;
   BucketPlan plan_;
   std::vector<BucketState> state_;
   std::vector<bool> arrived_;
+  std::vector<std::size_t> buckets_left_; // per layer, this micro-step
   std::vector<Buffer<std::byte>> pool_;
   std::size_t buffer_limit_ = 2; // buffers before waiting for one to come back
   std::vector<std::size_t> free_;
   std::deque<std::size_t> in_flight_;
   ReduceTarget target_;
+  LayerReduced layer_reduced_;
   bool active_ = false;
   ReducerStats stats_;
   Clock::time_point last_done_{};

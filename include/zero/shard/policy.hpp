@@ -1,7 +1,8 @@
 #pragma once
 // Storage policies of ShardedTensor: small structs that say where a tensor's elements live and
-// which slice of them a rank keeps. A policy names its memory space, says whether ranks keep
-// disjoint slices (`sharded`) and makes the layout of the tensor:
+// which slice of them a rank keeps. A policy names its memory space (or zero::nvme, for a sharded
+// slice kept in a swap file), says whether ranks keep disjoint slices (`sharded`) and makes the
+// layout of the tensor:
 //
 //   struct MyPolicy {
 //     using memory_space = zero::pinned_host;
@@ -15,6 +16,7 @@
 //   and scatters move the other slices.
 
 #include "zero/core/memory_space.hpp"
+#include "zero/core/nvme.hpp"
 #include "zero/shard/flat_contiguous.hpp"
 #include "zero/shard/layout_builder.hpp"
 #include "zero/shard/parameter.hpp"
@@ -28,7 +30,8 @@ namespace zero {
 
 template <class P>
 concept StoragePolicy = std::copy_constructible<P> &&
-    HostAccessibleSpace<typename P::memory_space> &&
+    (HostAccessibleSpace<typename P::memory_space> ||
+     std::same_as<typename P::memory_space, nvme>)&&
     requires(const P& policy, std::span<const ParameterSpec> params, int world_size) {
   { P::sharded } -> std::convertible_to<bool>;
   { policy.layout(params, world_size) } -> std::same_as<ShardLayout>;
@@ -51,7 +54,8 @@ struct ReplicatedIn {
 };
 using Replicated = ReplicatedIn<host>;
 
-template <Partitioner P, HostAccessibleSpace Space = host>
+template <Partitioner P, StorageSpace Space = host>
+requires HostAccessibleSpace<Space> || std::same_as<Space, nvme>
 struct Sharded {
   using memory_space = Space;
   using partitioner_type = P;
@@ -59,6 +63,7 @@ struct Sharded {
   static constexpr bool equal_slices = P::equal_slices;
 
   P partitioner{};
+  Space space{}; // the NVMe tier the slice's file goes to; nothing for memory spaces
 
   ShardLayout layout(std::span<const ParameterSpec> params, int world_size) const {
     return partitioner.partition(params, world_size);

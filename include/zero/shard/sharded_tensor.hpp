@@ -24,6 +24,7 @@
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/nvme.hpp"
 #include "zero/core/view.hpp"
 #include "zero/shard/detail/continued_work.hpp"
 #include "zero/shard/detail/slices.hpp"
@@ -58,6 +59,16 @@ class ShardedTensor {
   using value_type = T;
   using policy_type = Policy;
   using memory_space = typename Policy::memory_space;
+  // Whether the slice is in addressable memory (host, pinned host): then local(), block() and the
+  // collectives work on it directly. A slice on NVMe moves only through read() and write().
+  static constexpr bool in_memory = MemorySpace<memory_space>;
+
+ private:
+  // Views of an NVMe slice cannot exist; host stands in, in declarations no call can reach.
+  using view_space = std::conditional_t<in_memory, memory_space, host>;
+  using storage_type = typename detail::slice_storage<T, memory_space>::type;
+
+ public:
 
   // Collective: lays out `params` with the policy over comm's ranks, checks that every rank did
   // the same, and allocates this rank's slice (zero-filled).
@@ -92,12 +103,63 @@ class ShardedTensor {
   bool padded_in_order() const noexcept { return identity_; }
 
   // This rank's slice, in shard order (layout().rank_segments(slice()) says what is where).
-  View<T, memory_space> local() noexcept { return {local_.data(), layout_->shard_numel(slice_)}; }
-  View<const T, memory_space> local() const noexcept {
+  View<T, view_space> local() noexcept requires in_memory {
+    return {local_.data(), layout_->shard_numel(slice_)};
+  }
+  View<const T, view_space> local() const noexcept requires in_memory {
     return {local_.data(), layout_->shard_numel(slice_)};
   }
   // Bytes this rank allocates for the tensor (its slice, padded to the largest slice).
-  std::size_t bytes_resident() const noexcept { return local_.size_bytes(); }
+  std::size_t bytes_resident() const noexcept {
+    if constexpr (in_memory)
+      return local_.size_bytes();
+    else
+      return 0;
+  }
+  // Bytes the slice takes where it lives (memory, or its swap file).
+  std::size_t bytes_stored() const noexcept {
+    if constexpr (in_memory)
+      return local_.size_bytes();
+    else
+      return local_.file_bytes();
+  }
+
+  // This rank's block of layer l, inside its slice: the unit a store, a swapper or a checkpoint
+  // addresses ("the moments of layer 7 on this rank"). A replicated tensor's block is the whole
+  // layer.
+  Range block_range(std::size_t l) const { return layout_->block(l, slice_); }
+  View<T, view_space> block(std::size_t l) requires in_memory {
+    const Range r = block_range(l);
+    return {local_.data() + r.begin, r.size()};
+  }
+  View<const T, view_space> block(std::size_t l) const requires in_memory {
+    const Range r = block_range(l);
+    return {local_.data() + r.begin, r.size()};
+  }
+
+  // Moves positions `part` of this rank's block of layer l between the slice and host memory,
+  // wherever the slice lives: a copy in memory, an aligned transfer on NVMe (offload/nvme_slice.hpp
+  // says what alignment it needs). The Work completes when the data has moved.
+  Work read(std::size_t l, Range part, View<T> into) const {
+    check_part(l, part, into.size(), "read");
+    if constexpr (in_memory) {
+      detail::copy_elements(into.data(), local_.data() + block_range(l).begin + part.begin,
+                            part.size());
+      return detail::completed(describe("read"));
+    } else {
+      return local_.read(l, part, into);
+    }
+  }
+  Work write(std::size_t l, Range part, View<const T> from) {
+    check_part(l, part, from.size(), "write");
+    if constexpr (in_memory) {
+      detail::copy_elements(local_.data() + block_range(l).begin + part.begin, from.data(),
+                            part.size());
+      return detail::completed(describe("write"));
+    } else {
+      return local_.write(l, part, from);
+    }
+  }
 
   // --- gathering ---------------------------------------------------------------------------------
   // The whole tensor in a buffer the returned guard owns until release() or scope exit.
@@ -112,6 +174,7 @@ class ShardedTensor {
   // The whole tensor into `full` on every rank.
   template <class Comm, WritableHostBufferOf<T> Full>
   Work gather_into(Comm& comm, Full&& full) const {
+    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "gather_into");
     T* out = std::ranges::data(full);
     const std::size_t size = check_full(std::ranges::size(full), "gather_into");
@@ -141,13 +204,14 @@ class ShardedTensor {
   // Every rank passes a whole tensor; the owned slice becomes their reduction (sum or avg).
   template <class Comm, HostBufferOf<T> Full>
   Work reduce_scatter_from(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) {
+    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "reduce_scatter_from");
     static_assert(ReducingCommunicator<Comm>,
                   "zero::ShardedTensor::reduce_scatter_from needs a communicator with "
                   "reduce_scatter and all_reduce (zero::ReducingCommunicator)");
     const T* in = std::ranges::data(full);
     const std::size_t size = check_full(std::ranges::size(full), "reduce_scatter_from");
-    const View<T, memory_space> out(local_.data(), block_);
+    const View<T, view_space> out(local_.data(), block_);
     if (identity_ && size == padded_numel()) return reduce_into(comm, in, size, out, op);
     Buffer<T, host> image(padded_numel()); // zero padding contributes nothing to any reduction
     detail::pack_image(*layout_, block_, in, image.data());
@@ -159,6 +223,7 @@ class ShardedTensor {
   // Reduces `full` in place on every rank and keeps this rank's slice of the result.
   template <class Comm, WritableHostBufferOf<T> Full>
   Work all_reduce(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) {
+    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "all_reduce");
     static_assert(ReducingCommunicator<Comm>, "zero::ShardedTensor::all_reduce needs a "
                                               "communicator with all_reduce "
@@ -178,6 +243,7 @@ class ShardedTensor {
   // Root's whole tensor into every rank's slice. Other ranks may pass an empty buffer.
   template <class Comm, HostBufferOf<T> Full>
   Work scatter_from(Comm& comm, Full&& root_full, int root = 0) {
+    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "scatter_from");
     check_root(root, "scatter_from");
     static_assert(GatheringCommunicator<Comm>, "zero::ShardedTensor::scatter_from needs a "
@@ -194,7 +260,7 @@ class ShardedTensor {
         detail::pack_image(*layout_, block_, in, image.data());
     }
     if constexpr (!Policy::sharded) {
-      Work work = comm.broadcast(image.view(), View<T, memory_space>(local_.data(), block_), root);
+      Work work = comm.broadcast(image.view(), View<T, view_space>(local_.data(), block_), root);
       return detail::continue_with(
           std::move(work), [image = std::move(image)] {}, describe("scatter_from"));
     } else {
@@ -212,6 +278,7 @@ class ShardedTensor {
   // The whole tensor into root's `out`. Other ranks may pass an empty buffer.
   template <class Comm, WritableHostBufferOf<T> Full>
   Work gather_to(Comm& comm, Full&& out, int root = 0) const {
+    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "gather_to");
     check_root(root, "gather_to");
     T* data = std::ranges::data(out);
@@ -240,14 +307,14 @@ class ShardedTensor {
   // --- element types -----------------------------------------------------------------------------
   // A tensor of U on the same layout holding this slice converted (e.g. fp32 master to bf16).
   template <Element U>
-  ShardedTensor<U, Policy> converted() const {
+  ShardedTensor<U, Policy> converted() const requires in_memory {
     ShardedTensor<U, Policy> result(layout_, policy_, rank_, comm_size_);
     convert_n(local_.data(), result.local_.data(), local_.size());
     return result;
   }
   // This slice = `source`'s slice converted; both must be on the same layout and rank.
   template <Element U>
-  void convert_from(const ShardedTensor<U, Policy>& source) {
+  void convert_from(const ShardedTensor<U, Policy>& source) requires in_memory {
     if (source.layout_ != layout_ && source.layout_->hash() != layout_->hash())
       fail(ErrorKind::invalid_argument,
            "ShardedTensor::convert_from: the source tensor has a different layout (" +
@@ -281,14 +348,31 @@ class ShardedTensor {
   ShardedTensor(std::shared_ptr<const ShardLayout> layout, Policy policy, int rank, int comm_size)
       : policy_(std::move(policy)), layout_(std::move(layout)), rank_(rank), comm_size_(comm_size),
         slice_(Policy::sharded ? rank : 0), block_(layout_->max_shard_numel()),
-        identity_(detail::image_is_identity(*layout_, block_)), local_(block_) {}
+        identity_(detail::image_is_identity(*layout_, block_)), local_(make_storage()) {}
+
+  storage_type make_storage() const {
+    if constexpr (in_memory)
+      return storage_type(block_);
+    else
+      return storage_type(policy_.space, *layout_, slice_);
+  }
+
+  void check_part(std::size_t l, Range part, std::size_t buffer, const char* op) const {
+    const Range block = block_range(l);
+    if (part.begin > part.end || part.end > block.size() || buffer < part.size())
+      fail(ErrorKind::invalid_argument,
+           describe(op) + ": positions [" + std::to_string(part.begin) + ", " +
+               std::to_string(part.end) + ") of layer " + std::to_string(l) + "'s block of " +
+               std::to_string(block.size()) + " elements, with a buffer of " +
+               std::to_string(buffer));
+  }
 
   template <class Comm>
   static std::shared_ptr<const ShardLayout>
   checked_layout(Comm& comm, std::shared_ptr<const ShardLayout> layout, Checked checked) {
     static_assert(CommunicatorGroup<Comm>,
                   "zero::ShardedTensor needs a communicator (zero::CommunicatorGroup)");
-    static_assert(accepts_space<typename Comm::memory_space, memory_space>,
+    static_assert(!in_memory || accepts_space<typename Comm::memory_space, view_space>,
                   "zero::ShardedTensor: the communicator cannot read the policy's memory space");
     require(layout != nullptr, "ShardedTensor: the layout is null");
     if (layout->world_size() != slices_of(comm))
@@ -330,10 +414,12 @@ class ShardedTensor {
                                             std::to_string(comm_size_));
   }
 
-  View<const T, memory_space> mine() const noexcept { return {local_.data(), block_}; }
+  View<const T, view_space> mine() const noexcept requires in_memory {
+    return {local_.data(), block_};
+  }
 
   template <class Comm>
-  Work reduce_into(Comm& comm, const T* in, std::size_t size, View<T, memory_space> out,
+  Work reduce_into(Comm& comm, const T* in, std::size_t size, View<T, view_space> out,
                    ReduceOp op) {
     const View<const T, host> input(in, size);
     if constexpr (Policy::sharded)
@@ -354,7 +440,7 @@ class ShardedTensor {
   int slice_ = 0;
   std::size_t block_ = 0;
   bool identity_ = false;
-  Buffer<T, memory_space> local_;
+  storage_type local_;
 };
 
 } // namespace zero

@@ -136,11 +136,6 @@ constexpr bool check_plan() {
   static_assert(!P::parameters || P::gradients,
                 "zero: this plan shards parameters but not gradients; a rank holding 1/N of the "
                 "parameters cannot keep all gradients (ZeRO stage 3 shards all three)");
-  static_assert(
-      EqualSlices<typename P::partitioner>,
-      "zero: the engine reduce-scatters and all-gathers one flat buffer per layer, so the "
-      "plan's partitioner must give equal slices (FlatContiguous or PerParameter, not "
-      "WholeParameterGreedy)");
   return true;
 }
 

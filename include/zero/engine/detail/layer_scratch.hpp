@@ -4,25 +4,27 @@
 // returns. Buffers are reused, so their number is the number of layers in backward at once
 // (usually one), never the model's depth.
 
-#include "zero/core/any_buffer.hpp"
+#include "zero/core/buffer.hpp"
 
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <vector>
 
 namespace zero::detail {
 
+template <class T>
 class LayerScratch {
  public:
-  LayerScratch(DType dtype, std::size_t layers, std::size_t largest_layer)
-      : dtype_(dtype), largest_(largest_layer), of_layer_(layers) {}
+  LayerScratch(std::size_t layers, std::size_t largest_layer)
+      : largest_(largest_layer), of_layer_(layers) {}
 
-  // Layer g's buffer, taken from the pool on first use.
-  AnyBuffer& operator[](std::size_t g) {
-    std::optional<std::size_t>& slot = of_layer_.at(g);
+  // Layer l's buffer, taken from the pool on first use.
+  Buffer<T>& operator[](std::size_t l) {
+    std::optional<std::size_t>& slot = of_layer_.at(l);
     if (!slot) {
       if (free_.empty()) {
-        buffers_.emplace_back(dtype_, largest_);
+        buffers_.emplace_back(largest_, uninitialized);
         free_.push_back(buffers_.size() - 1);
       }
       slot = free_.back();
@@ -31,24 +33,18 @@ class LayerScratch {
     return buffers_[*slot];
   }
 
-  // Layer g's gradient was handed over: its buffer goes back to the pool.
-  void release(std::size_t g) {
-    std::optional<std::size_t>& slot = of_layer_.at(g);
+  // Layer l's gradient was handed over: its buffer goes back to the pool.
+  void release(std::size_t l) {
+    std::optional<std::size_t>& slot = of_layer_.at(l);
     if (slot) free_.push_back(*slot);
     slot.reset();
   }
 
-  std::size_t bytes() const noexcept {
-    std::size_t total = 0;
-    for (const auto& b : buffers_)
-      total += b.size_bytes();
-    return total;
-  }
+  std::size_t bytes() const noexcept { return buffers_.size() * largest_ * sizeof(T); }
 
  private:
-  DType dtype_;
   std::size_t largest_;
-  std::vector<AnyBuffer> buffers_;
+  std::deque<Buffer<T>> buffers_; // handed-out views must not move when the pool grows
   std::vector<std::optional<std::size_t>> of_layer_;
   std::vector<std::size_t> free_;
 };

@@ -1,0 +1,240 @@
+#pragma once
+// GradientStore<T, Plan, ...>: where gradients are written, accumulated and reduced.
+//   - Backward writes a layer's gradient (its parameters in order, compute type T) into the full
+//     gradient (stages 0/1, a replica) or into a scratch buffer (stages 2/3, which keep none).
+//   - grads_ready hands it to the BucketedReducer at once: all-reduce (stage 0) or reduce-scatter
+//     into this rank's shard (stages 1-3), overlapping the rest of backward.
+//   - With gradient accumulation, stages 2/3 reduce every micro-step into float accumulators;
+//     stages 0/1 add locally and reduce once per step, unless deterministic results are asked
+//     for: then they reduce every micro-step too, summing in the same order as 2/3.
+// The reduced gradient is what the optimizer reads: the whole model (stage 0) or this rank's
+// shard, in the compute type or float. Each layer's share of the global norm (the sum of squares
+// of this rank's block) is taken as soon as the layer's last bucket landed, while it is likely
+// in cache, so the step does not make a pass of its own; the sums are added in layer order, which
+// keeps the norm bitwise the same for every stage and bucket size.
+
+#include "zero/core/execution_space.hpp"
+#include "zero/engine/detail/layer_scratch.hpp"
+#include "zero/engine/micro_steps.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/precision/grad_norm.hpp"
+#include "zero/reduce/bucketed_reducer.hpp"
+#include "zero/shard/policy.hpp"
+#include "zero/shard/sharded_tensor.hpp"
+#include "zero/stage/plan.hpp"
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace zero {
+
+template <Element T, ShardingPlanType Plan, Communicator Comm, HostAccessibleSpace Space,
+          ExecutionSpace Exec>
+class GradientStore {
+  using Strategy =
+      std::conditional_t<Plan::optimizer_states, ReduceScatterGradients, AllReduceGradients>;
+  using Replica = ReplicatedIn<Space>;
+  // What a rank reduces into: its shard, or (stage 0) the whole model.
+  using Owned = std::conditional_t<Plan::optimizer_states,
+                                   Sharded<typename Plan::partitioner, Space>, Replica>;
+  template <class U>
+  using OwnedTensor = ShardedTensor<U, Owned>;
+
+ public:
+  GradientStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
+      : comm_(shard), model_(model), exec_(exec), scratch_(model.layers(), largest_layer(model)),
+        layer_sums_(model.layers(), 0.0), summed_(model.layers(), false) {
+    const bool accumulating = options.gradient_accumulation_steps > 1;
+    accumulate_locally_ = accumulating && !Plan::gradients && !options.deterministic;
+    if constexpr (!Plan::gradients) written_.emplace(shard, model.replica);
+    DType bucket_dtype = options.reduction_dtype();
+    ReduceTarget target;
+    if (accumulate_locally_) {
+      accumulator_.emplace(shard, model.replica);
+      bucket_dtype = DType::float32;
+      if constexpr (Plan::optimizer_states)
+        target = owned_target(make_owned<float>(), Delivery::assign);
+      else
+        target = owned_target(&*accumulator_, Delivery::assign); // reduced in place
+    } else if (accumulating) {
+      target = owned_target(make_owned<float>(), Delivery::accumulate);
+    } else if (!Plan::optimizer_states && bucket_dtype == dtype_of<T>) {
+      if constexpr (!Plan::optimizer_states)
+        target = owned_target(&*written_, Delivery::assign); // stage 0: reduced in place
+    } else if (bucket_dtype == DType::float32) {
+      target = owned_target(make_owned<float>(), Delivery::assign);
+    } else {
+      target = owned_target(make_owned<T>(), Delivery::assign);
+    }
+    target_ = target;
+    reducer_ = std::make_unique<BucketedReducer<Comm, Strategy>>(
+        shard, *model.sharded, model.images,
+        typename BucketedReducer<Comm, Strategy>::Options{options.reduce_bucket_elements,
+                                                          bucket_dtype, ReduceOp::avg});
+  }
+
+  GradientStore(const GradientStore&) = delete;
+  GradientStore& operator=(const GradientStore&) = delete;
+
+  // Where backward writes layer l's gradient (its parameters in order): every element.
+  View<T> gradients(std::size_t l) {
+    const std::size_t numel = model_.sharded->layer(l).numel;
+    if constexpr (!Plan::gradients)
+      return written_->block(l).first(numel);
+    else
+      return scratch_[l].view().first(numel);
+  }
+
+  // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
+  void ready(std::size_t l, MicroSteps::Arrival arrival) {
+    if (arrival.first) begin_micro_step(arrival.boundary);
+    const View<const T> grads = gradients(l);
+    if (accumulate_locally_) {
+      const View<float> sum = accumulator_->block(l).first(grads.size());
+      accumulate(exec_, grads, sum);
+      if (arrival.boundary) reducer_->add(l, View<const float>(sum));
+    } else {
+      reducer_->add(l, grads);
+    }
+    if constexpr (Plan::gradients) scratch_.release(l);
+  }
+
+  // Waits for the reduction of the last micro-step.
+  void finish() {
+    if (!reducing_) return;
+    reducing_ = false;
+    reducer_->finish();
+  }
+
+  // shard_within plans: every shard group reduced its own ranks' gradients; averaging the shards
+  // over the replica group completes the average over all ranks. The norm is taken afterwards.
+  void average_over_replicas(Comm& replica) {
+    visit_reduced([&](auto& reduced) { replica.all_reduce(reduced.local(), ReduceOp::avg).wait(); });
+    std::fill(summed_.begin(), summed_.end(), false);
+  }
+
+  // The sum of squares of this rank's blocks of the reduced gradient, layer by layer in order.
+  double local_sum_of_squares() {
+    double sum = 0.0;
+    for (std::size_t l = 0; l < layer_sums_.size(); ++l) {
+      if (!summed_[l]) sum_layer(l);
+      sum += layer_sums_[l];
+    }
+    return sum;
+  }
+
+  // f(reduced) with the reduced gradient's tensor (compute type or float): block(l) is what this
+  // rank updates of layer l.
+  template <class F>
+  decltype(auto) visit_reduced(F&& f) {
+    return std::visit([&](auto* tensor) -> decltype(auto) { return f(*tensor); }, reduced_);
+  }
+
+  // After the step: accumulators start from zero, norms are taken anew.
+  void clear() {
+    if (accumulator_) zero_fill(accumulator_->local());
+    if (target_.mode == Delivery::accumulate)
+      std::memset(target_.data, 0, target_.size * size_of(target_.dtype));
+    std::fill(summed_.begin(), summed_.end(), false);
+  }
+
+  const ReducerStats& stats() const noexcept { return reducer_->stats(); }
+  std::size_t gradient_bytes() const noexcept {
+    std::size_t bytes = 0;
+    if (written_) bytes += written_->bytes_resident();
+    if (accumulator_) bytes += accumulator_->bytes_resident();
+    if (owned_float_) bytes += owned_float_->bytes_resident();
+    if (owned_compute_) bytes += owned_compute_->bytes_resident();
+    return bytes;
+  }
+  std::size_t buffer_bytes() const noexcept { return reducer_->buffer_bytes() + scratch_.bytes(); }
+
+ private:
+  static std::size_t largest_layer(const ModelLayout& model) {
+    std::size_t largest = 0;
+    for (std::size_t l = 0; l < model.layers(); ++l)
+      largest = std::max(largest, model.sharded->layer(l).numel);
+    return largest;
+  }
+  template <class U>
+  static void zero_fill(View<U> v) {
+    if (!v.empty()) std::memset(static_cast<void*>(v.data()), 0, v.size_bytes());
+  }
+
+  template <class U>
+  OwnedTensor<U>* make_owned() {
+    auto& slot = [&]() -> auto& {
+      if constexpr (std::is_same_v<U, float>)
+        return owned_float_;
+      else
+        return owned_compute_;
+    }();
+    slot.emplace(comm_, std::is_same_v<Owned, Replica> ? model_.replica : model_.sharded);
+    return &*slot;
+  }
+  template <class U>
+  ReduceTarget owned_target(OwnedTensor<U>* tensor, Delivery mode) {
+    if constexpr (std::is_same_v<U, T>)
+      reduced_.template emplace<0>(tensor);
+    else
+      reduced_.template emplace<1>(tensor);
+    const View<U> all = tensor->local();
+    return {all.data(), dtype_of<U>, all.size(), mode};
+  }
+
+  void begin_micro_step(bool boundary) {
+    finish(); // the previous micro-step's buckets, if still in flight
+    if (accumulate_locally_ && !boundary) return;
+    typename BucketedReducer<Comm, Strategy>::LayerReduced on_layer;
+    if (boundary) on_layer = [this](std::size_t l) { sum_layer(l); };
+    reducer_->begin(target_, std::move(on_layer));
+    reducing_ = true;
+  }
+
+  // Layer l's share of the norm: the sum of squares of this rank's block, the same elements in the
+  // same order under every stage.
+  void sum_layer(std::size_t l) {
+    visit_reduced([&](auto& reduced) {
+      using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
+      if constexpr (GradientElement<G>) {
+        const View<const G> owned = reduced.block(l);
+        if constexpr (Plan::optimizer_states) {
+          layer_sums_[l] = sum_of_squares(owned);
+        } else if (model_.images.in_order(l)) {
+          const Range mine = model_.my_flat_range(l);
+          layer_sums_[l] = sum_of_squares(owned.subview(mine.begin, mine.size()));
+        } else {
+          const Range mine = model_.my_flat_range(l);
+          std::vector<G> block(mine.size());
+          model_.images.pack(l, owned.data(), mine, block.data());
+          layer_sums_[l] = sum_of_squares(View<const G>(block));
+        }
+      }
+    });
+    summed_[l] = true;
+  }
+
+  Comm& comm_;
+  const ModelLayout& model_;
+  Exec exec_;
+  std::optional<ShardedTensor<T, Replica>> written_;        // stages 0/1: the full gradient
+  detail::LayerScratch<T> scratch_;                         // stages 2/3
+  std::optional<ShardedTensor<float, Replica>> accumulator_; // stages 0/1, accumulating locally
+  std::optional<OwnedTensor<float>> owned_float_;
+  std::optional<OwnedTensor<T>> owned_compute_;
+  std::variant<OwnedTensor<T>*, OwnedTensor<float>*> reduced_{};
+  bool accumulate_locally_ = false;
+  ReduceTarget target_;
+  std::unique_ptr<BucketedReducer<Comm, Strategy>> reducer_;
+  bool reducing_ = false;
+  std::vector<double> layer_sums_;
+  std::vector<bool> summed_;
+};
+
+} // namespace zero

@@ -1,0 +1,35 @@
+#pragma once
+// ModelLayout: the model as the engine lays it out, shared read-only by its stores. The sharded
+// layout places every layer's elements on the ranks of the shard group (the plan's partitioner);
+// the replica layout is how a rank keeps a model state it does not shard (every layer's parameters
+// in order, at the sharded layout's flat_base); the images map each layer's flat buffer to its
+// parameters in order.
+
+#include "zero/shard/layer_images.hpp"
+#include "zero/shard/replica_layout.hpp"
+#include "zero/shard/shard_layout.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+namespace zero {
+
+struct ModelLayout {
+  ModelLayout(ShardLayout layout, int shard_rank, int world_rank)
+      : sharded(std::make_shared<const ShardLayout>(std::move(layout))),
+        replica(std::make_shared<const ShardLayout>(replica_layout(*sharded))), images(*sharded),
+        rank(shard_rank), world_rank(world_rank) {}
+
+  std::size_t layers() const noexcept { return sharded->layer_count(); }
+  // This rank's block of layer l, in the layer's flat buffer.
+  Range my_flat_range(std::size_t l) const { return sharded->flat_range(l, rank); }
+
+  std::shared_ptr<const ShardLayout> sharded;
+  std::shared_ptr<const ShardLayout> replica;
+  LayerImages images;
+  int rank;       // in the shard group
+  int world_rank; // names this rank's swap files
+};
+
+} // namespace zero

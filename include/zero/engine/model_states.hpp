@@ -1,0 +1,137 @@
+#pragma once
+// ModelStates<T, ...>: the three stores of one engine for compute type T, chosen by the plan and
+// the placement, and the few steps that need more than one of them:
+//   - a parameter store: the compute copy, replicated (stages 0-2) or sharded and gathered per
+//     layer (stage 3);
+//   - a gradient store: where backward writes, accumulation, bucketed reduction;
+//   - an optimizer store: fp32 master weights and moments, and the update, in memory or on NVMe.
+// The engine owns one of these for the compute type chosen at run time; everything below is typed.
+
+#include "zero/engine/gradient_store.hpp"
+#include "zero/engine/layer_parameters.hpp"
+#include "zero/engine/micro_steps.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/optimizer_store.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/engine/replicated_parameters.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/engine/sharded_parameters.hpp"
+#include "zero/core/nvme.hpp"
+#include "zero/stage/placement.hpp"
+
+#include <concepts>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+namespace zero {
+
+namespace detail {
+// The stores for each place. Memory here; the NVMe tier's stores are in
+// <zero/offload/nvme_stores.hpp>, which a program placing states on zero::nvme includes (with the
+// zero::nvme link target): without it these specialisations stay incomplete types.
+template <class Opt, class Plan, class Space, class Exec>
+struct optimizer_store_for {
+  using type = OptimizerStore<Opt, Plan, Space, Exec>;
+};
+template <class Opt, class Plan, class Exec>
+struct optimizer_store_for<Opt, Plan, nvme, Exec>;
+
+template <class T, class Plan, class Comm, class Space>
+struct parameter_store_for {
+  using type = std::conditional_t<Plan::parameters, ShardedParameters<T, Plan, Comm, Space>,
+                                  ReplicatedParameters<T, Plan, Comm, Space>>;
+};
+template <class T, class Plan, class Comm>
+struct parameter_store_for<T, Plan, Comm, nvme>;
+
+template <class Space>
+constexpr const char* place_name() {
+  if constexpr (std::same_as<Space, nvme>)
+    return nvme::space_name;
+  else
+    return Space::name;
+}
+} // namespace detail
+
+template <Element T, ShardingPlanType Plan, Communicator Comm, PlacementType Where, Optimizer Opt>
+class ModelStates {
+  using Exec = typename Where::execution_space;
+  using Parameters =
+      typename detail::parameter_store_for<T, Plan, Comm, typename Where::parameters>::type;
+  using Gradients = GradientStore<T, Plan, Comm, typename Where::gradients, Exec>;
+  using OptimizerStates =
+      typename detail::optimizer_store_for<Opt, Plan, typename Where::optimizer_states, Exec>::type;
+
+ public:
+  using value_type = T;
+
+  ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options)
+      : shard_(shard), parameters_(shard, model, options), gradients_(shard, model, options, Exec{}),
+        optimizer_(shard, model, options, Exec{}) {}
+
+  ModelStates(const ModelStates&) = delete;
+  ModelStates& operator=(const ModelStates&) = delete;
+
+  void set_layer(std::size_t l, View<const float> values) {
+    parameters_.set_layer(l, values);
+    optimizer_.set_layer(l, values);
+  }
+  std::vector<float> layer(std::size_t l) { return optimizer_.layer(shard_, l); }
+  LayerParameters acquire(std::size_t l) { return parameters_.acquire(l); }
+  View<T> gradients(std::size_t l) { return gradients_.gradients(l); }
+  void grads_ready(std::size_t l, MicroSteps::Arrival arrival) { gradients_.ready(l, arrival); }
+
+  // The gradients of the step, reduced; `replica` completes the average of shard_within plans.
+  void finish_reduction(Comm* replica) {
+    gradients_.finish();
+    if (replica) gradients_.average_over_replicas(*replica);
+  }
+  double local_sum_of_squares() { return gradients_.local_sum_of_squares(); }
+
+  // Updates what this rank owns and shares the new weights.
+  template <ElementwiseUpdate U>
+  void update(const U& update, float grad_multiplier) {
+    parameters_.begin_update();
+    gradients_.visit_reduced([&](auto& reduced) {
+      using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
+      if constexpr (GradientElement<G>)
+        optimizer_.step(
+            update, grad_multiplier, [&](std::size_t l) { return View<const G>(reduced.block(l)); },
+            [&](std::size_t l) { return parameters_.update_target(l); },
+            [&](std::size_t l) { parameters_.layer_updated(l); });
+    });
+    parameters_.end_update();
+  }
+  void end_step() { gradients_.clear(); }
+
+  const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
+  double gather_exposed_seconds() const noexcept {
+    if constexpr (Plan::parameters)
+      return parameters_.gather_exposed_seconds();
+    else
+      return 0.0;
+  }
+  MemoryReport memory() const {
+    MemoryReport m;
+    m.parameters = parameters_.parameter_bytes();
+    m.gradients = gradients_.gradient_bytes();
+    m.master_weights = optimizer_.master_bytes();
+    m.optimizer_states = optimizer_.state_bytes();
+    m.buffers = gradients_.buffer_bytes() + parameters_.buffer_bytes() + optimizer_.buffer_bytes();
+    m.parameters_on_nvme = parameters_.stored_bytes();
+    m.optimizer_on_nvme = optimizer_.stored_bytes();
+    m.parameters_tier = detail::place_name<typename Where::parameters>();
+    m.gradients_tier = detail::place_name<typename Where::gradients>();
+    m.optimizer_tier = detail::place_name<typename Where::optimizer_states>();
+    return m;
+  }
+
+ private:
+  Comm& shard_;
+  Parameters parameters_;
+  Gradients gradients_;
+  OptimizerStates optimizer_;
+};
+
+} // namespace zero

@@ -1,0 +1,97 @@
+#pragma once
+// OptimizerStore<Opt, Plan, Space, Exec>: the fp32 master weights and the optimizer's moments, kept
+// in memory (host or pinned host), and the update. Stages 1-3 keep this rank's shard of them
+// (sharded tensors on the model's layout); stage 0 keeps all of them (replicas). The update is one
+// fused pass per layer over what this rank owns: it reads master, moments and the reduced
+// gradient, and writes master, moments and the new compute copy, which the parameter store then
+// shares (offload/ has the same store with the states on NVMe).
+
+#include "zero/core/execution_space.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/optim/fused_step.hpp"
+#include "zero/optim/optimizer.hpp"
+#include "zero/shard/layer_gather.hpp"
+#include "zero/shard/policy.hpp"
+#include "zero/shard/sharded_tensor.hpp"
+#include "zero/stage/plan.hpp"
+
+#include <array>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace zero {
+
+template <Optimizer Opt, ShardingPlanType Plan, HostAccessibleSpace Space, ExecutionSpace Exec>
+class OptimizerStore {
+  using Policy = std::conditional_t<Plan::optimizer_states,
+                                    Sharded<typename Plan::partitioner, Space>, ReplicatedIn<Space>>;
+  using Tensor = ShardedTensor<float, Policy>;
+  static constexpr std::size_t states = Opt::state_tensors;
+
+ public:
+  template <class Comm>
+  OptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions&, Exec exec)
+      : model_(model), exec_(exec), master_(make(shard)),
+        states_(make_states(shard, std::make_index_sequence<states>{})) {}
+
+  // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
+  void set_layer(std::size_t l, View<const float> values) {
+    if constexpr (Plan::optimizer_states)
+      model_.images.pack(l, values.data(), model_.my_flat_range(l), master_.block(l).data());
+    else
+      convert_n(values.data(), master_.block(l).data(), values.size());
+  }
+
+  // Layer l's master weights, all of them, in order. Collective when sharded.
+  template <class Comm>
+  std::vector<float> layer(Comm& shard, std::size_t l) const {
+    const std::size_t numel = model_.sharded->layer(l).numel;
+    std::vector<float> values(numel);
+    if constexpr (Plan::optimizer_states) {
+      std::vector<float> image(model_.sharded->layer(l).flat_numel);
+      gather_layer_image(shard, *model_.sharded, l, master_.block(l), View<float>(image)).wait();
+      model_.images.unpack(l, image.data(), values.data());
+    } else {
+      convert_n(master_.block(l).data(), values.data(), numel);
+    }
+    return values;
+  }
+
+  // One update of everything this rank owns, layer by layer: grads(l) is the reduced gradient of
+  // the layer's owned block, out(l) where its new compute copy goes; done(l) follows each layer.
+  template <ElementwiseUpdate U, class Grads, class Out, class Done>
+  void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
+    for (std::size_t l = 0; l < model_.layers(); ++l) {
+      std::array<View<float>, states> moments;
+      for (std::size_t k = 0; k < states; ++k)
+        moments[k] = states_[k].block(l);
+      fused_step(exec_, update, master_.block(l), moments, grads(l), grad_multiplier, out(l));
+      done(l);
+    }
+  }
+
+  std::size_t master_bytes() const noexcept { return master_.bytes_resident(); }
+  std::size_t state_bytes() const noexcept { return states * master_.bytes_resident(); }
+  std::size_t stored_bytes() const noexcept { return 0; }  // on NVMe: none
+  std::size_t buffer_bytes() const noexcept { return 0; }
+
+ private:
+  template <class Comm>
+  Tensor make(Comm& shard) const {
+    return Tensor(shard, Plan::optimizer_states ? model_.sharded : model_.replica);
+  }
+  template <class Comm, std::size_t... K>
+  std::array<Tensor, states> make_states(Comm& shard, std::index_sequence<K...>) const {
+    return {((void)K, make(shard))...};
+  }
+
+  const ModelLayout& model_;
+  Exec exec_;
+  Tensor master_;
+  std::array<Tensor, states> states_;
+};
+
+} // namespace zero

@@ -1,0 +1,103 @@
+#pragma once
+// ReplicatedParameters<T, Plan, Comm, Space>: the compute copy of ZeRO stages 0-2, which every rank
+// keeps whole (a replica: each layer's parameters in order). acquire() is a view of it. The step
+// writes what this rank updated: stage 0 all of it; stages 1/2 its block of each layer, which an
+// all-gather then shares, launched as soon as the layer is updated and waited for only when the
+// layer is next acquired, so the gathers overlap the rest of the update and the next forward.
+// Where a layer's image is its parameters in order (FlatContiguous), the gather runs in place;
+// other layouts gather into a staging image and unpack it.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/engine/layer_parameters.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/shard/layer_gather.hpp"
+#include "zero/shard/policy.hpp"
+#include "zero/shard/sharded_tensor.hpp"
+#include "zero/stage/plan.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace zero {
+
+template <Element T, ShardingPlanType Plan, GatheringCommunicator Comm, HostAccessibleSpace Space>
+class ReplicatedParameters {
+  using Tensor = ShardedTensor<T, ReplicatedIn<Space>>;
+
+ public:
+  ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions&)
+      : comm_(shard), model_(model), copy_(shard, model.replica), gathers_(model.layers()) {
+    if constexpr (Plan::optimizer_states)
+      if (!model.images.all_in_order()) staging_.emplace(shard, model.replica);
+  }
+  ReplicatedParameters(const ReplicatedParameters&) = delete;
+  ReplicatedParameters& operator=(const ReplicatedParameters&) = delete;
+  ~ReplicatedParameters() {
+    for (Work& w : gathers_)
+      if (w.pending()) w.wait(); // never leave a gather on freed buffers
+  }
+
+  // Layer l's weights, its parameters in order.
+  void set_layer(std::size_t l, View<const float> values) {
+    finish_gather(l);
+    convert_n(values.data(), copy_.block(l).data(), values.size());
+  }
+
+  LayerParameters acquire(std::size_t l) {
+    finish_gather(l);
+    return LayerParameters(*model_.sharded, l, View<const T>(values(l)), nullptr);
+  }
+
+  // Where the step writes the new values of what this rank updates of layer l.
+  View<T> update_target(std::size_t l) {
+    if constexpr (!Plan::optimizer_states) {
+      return copy_.block(l);
+    } else {
+      const Range mine = model_.my_flat_range(l);
+      return image(l).subview(mine.begin, mine.size());
+    }
+  }
+  void layer_updated(std::size_t) {}
+  void begin_update() {
+    for (std::size_t l = 0; l < gathers_.size(); ++l)
+      finish_gather(l);
+  }
+  // Stages 1/2 share what every rank updated, layer by layer in forward's order. The gathers are
+  // launched once the whole update is done (run alongside it, they would compete with it for
+  // memory bandwidth) and overlap the next forward instead.
+  void end_update() {
+    if constexpr (Plan::optimizer_states)
+      for (std::size_t l = 0; l < gathers_.size(); ++l)
+        gathers_[l] = gather_layer_image(comm_, *model_.sharded, l,
+                                         View<const T>(update_target(l)), image(l));
+  }
+
+  std::size_t parameter_bytes() const noexcept { return copy_.bytes_resident(); }
+  std::size_t buffer_bytes() const noexcept {
+    return staging_ ? staging_->bytes_resident() : 0;
+  }
+  std::size_t stored_bytes() const noexcept { return 0; } // on NVMe: none
+
+ private:
+  View<T> values(std::size_t l) { return copy_.block(l).first(model_.sharded->layer(l).numel); }
+  // Layer l's image: the copy itself where it is in order.
+  View<T> image(std::size_t l) {
+    return model_.images.in_order(l) ? copy_.block(l) : staging_->block(l);
+  }
+  void finish_gather(std::size_t l) {
+    if (!gathers_[l].pending()) return;
+    gathers_[l].wait();
+    if (!model_.images.in_order(l))
+      model_.images.unpack(l, staging_->block(l).data(), copy_.block(l).data());
+  }
+
+  Comm& comm_;
+  const ModelLayout& model_;
+  Tensor copy_;
+  std::optional<Tensor> staging_; // layers whose image is not in order (stages 1/2)
+  std::vector<Work> gathers_;
+};
+
+} // namespace zero

@@ -1,0 +1,63 @@
+#pragma once
+// ShardedParameters<T, Plan, Comm, Space>: the compute copy of ZeRO stage 3, of which each rank
+// keeps only its block of every layer. acquire() gathers a layer for as long as its handle lives
+// (gather/parameter_gather.hpp, which also prefetches the next layer); the step writes this rank's
+// blocks in place and refreshes the layers that stay gathered.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/engine/layer_parameters.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/gather/parameter_gather.hpp"
+#include "zero/shard/policy.hpp"
+#include "zero/shard/sharded_tensor.hpp"
+#include "zero/stage/plan.hpp"
+
+#include <cstddef>
+
+namespace zero {
+
+template <Element T, ShardingPlanType Plan, GatheringCommunicator Comm, HostAccessibleSpace Space>
+class ShardedParameters {
+  using Tensor = ShardedTensor<T, Sharded<typename Plan::partitioner, Space>>;
+  using Gather = ParameterGather<T, Comm>;
+
+ public:
+  ShardedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options)
+      : model_(model), shard_(shard, model.sharded),
+        gather_(shard, *model.sharded, model.images,
+                typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
+                                        options.max_live_elements}) {}
+
+  // Layer l's weights, its parameters in order: this rank keeps its block. Collective when the
+  // layer stays gathered.
+  void set_layer(std::size_t l, View<const float> values) {
+    model_.images.pack(l, values.data(), model_.my_flat_range(l), shard_.block(l).data());
+    if (gather_.persistent(l)) gather_.refresh_persistent(blocks_);
+  }
+
+  LayerParameters acquire(std::size_t l) {
+    return LayerParameters(*model_.sharded, l, gather_.acquire(blocks_, l),
+                           [this](std::size_t layer) { gather_.release(layer); });
+  }
+
+  View<T> update_target(std::size_t l) { return shard_.block(l); }
+  void layer_updated(std::size_t) {}
+  void begin_update() { gather_.begin_update(blocks_); }
+  void end_update() { gather_.refresh_persistent(blocks_); }
+
+  std::size_t parameter_bytes() const noexcept {
+    return shard_.bytes_resident() + gather_.persistent_bytes();
+  }
+  std::size_t buffer_bytes() const noexcept { return gather_.pool_bytes(); }
+  std::size_t stored_bytes() const noexcept { return 0; } // on NVMe: none
+  double gather_exposed_seconds() const noexcept { return gather_.exposed_seconds(); }
+
+ private:
+  const ModelLayout& model_;
+  Tensor shard_;
+  ShardBlocks<Tensor> blocks_{shard_};
+  Gather gather_;
+};
+
+} // namespace zero

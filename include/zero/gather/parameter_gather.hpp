@@ -1,0 +1,257 @@
+#pragma once
+// ParameterGather<T, Comm>: ZeRO stage 3's gathered layers, the mirror image of gradient reduction
+// (reduce/). Each rank keeps its block of every layer; acquire(l) all-gathers layer l into a buffer
+// that lives while it is acquired, and starts gathering the layer expected next (the next one
+// forward, the previous one backward) so that its communication overlaps with the current layer's
+// compute. Buffers hold the layer's parameters in order: a layer whose image is in another order
+// (per-parameter or unequal layouts) is gathered into an image buffer and unpacked when waited for.
+// Layers smaller than the persistence threshold stay gathered all the time and are refreshed once
+// per step; gathered elements, prefetches included, never exceed the live bound except for what
+// the caller holds itself.
+//
+// Where this rank's blocks come from is a BlockSource: the shard in memory (ShardBlocks), or the
+// NVMe tier, which reads a block ahead when asked to prefetch it.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/core/buffer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/shard/layer_gather.hpp"
+#include "zero/shard/layer_images.hpp"
+#include "zero/shard/shard_layout.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+// This rank's block of each layer, for gathering. block(l) stays valid until release(l), which the
+// gather calls once the collective that reads it completed; prefetch(l) says block(l) is wanted
+// soon.
+template <class S, class T>
+concept BlockSource = requires(S& source, std::size_t l) {
+  { source.block(l) } -> std::same_as<View<const T>>;
+  source.prefetch(l);
+  source.release(l);
+};
+
+// The blocks of a sharded tensor in host memory.
+template <class Tensor>
+struct ShardBlocks {
+  const Tensor& shard;
+  View<const typename Tensor::value_type> block(std::size_t l) const { return shard.block(l); }
+  void prefetch(std::size_t) const noexcept {}
+  void release(std::size_t) const noexcept {}
+};
+
+template <Element T, GatheringCommunicator Comm>
+class ParameterGather {
+ public:
+  struct Limits {
+    std::size_t persistence_threshold = 0; // layers with fewer elements stay gathered
+    std::size_t prefetch_elements = 0;     // gathered ahead at most
+    std::size_t max_live_elements = 0;     // gathered at once at most (held layers excepted)
+  };
+
+  ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits)
+      : comm_(comm), layout_(layout), images_(images), limits_(limits),
+        slots_(layout.layer_count()) {
+    for (std::size_t l = 0; l < slots_.size(); ++l) {
+      largest_ = std::max(largest_, layout.layer(l).flat_numel);
+      if (layout.layer(l).numel < limits.persistence_threshold) {
+        slots_[l].persistent.emplace(layout.layer(l).flat_numel);
+        persistent_bytes_ += slots_[l].persistent->size_bytes();
+      }
+    }
+  }
+
+  ParameterGather(const ParameterGather&) = delete;
+  ParameterGather& operator=(const ParameterGather&) = delete;
+  ~ParameterGather() {
+    for (Slot& s : slots_)
+      if (s.work.pending()) s.work.wait(); // never leave a gather on freed buffers
+  }
+
+  // The parameters of layer l in order; the caller must call release(l) when done.
+  template <BlockSource<T> Source>
+  View<const T> acquire(Source& source, std::size_t l) {
+    Slot& s = slots_.at(l);
+    if (s.persistent) return s.persistent->view().first(layout_.layer(l).numel);
+    if (s.holders == 0 && !s.buffer) launch(source, l, /*prefetch=*/false);
+    if (s.work.pending()) {
+      const auto start = std::chrono::steady_clock::now();
+      s.work.wait();
+      exposed_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      prefetched_ -= layout_.layer(l).flat_numel;
+    }
+    complete(source, l);
+    ++s.holders;
+    predict_and_prefetch(source, l);
+    return pool_[*s.buffer].view().first(layout_.layer(l).numel);
+  }
+
+  void release(std::size_t l) {
+    Slot& s = slots_.at(l);
+    if (s.persistent) return;
+    require(s.holders > 0,
+            "engine: layer " + std::to_string(l) + " released more often than acquired");
+    if (--s.holders == 0) drop(l);
+  }
+
+  // Before the weights change: no layer may be held; prefetches are waited for and dropped, and
+  // the direction guess starts over.
+  template <BlockSource<T> Source>
+  void begin_update(Source& source) {
+    for (std::size_t l = 0; l < slots_.size(); ++l) {
+      Slot& s = slots_[l];
+      require(s.holders == 0, "engine: step() while layer " + std::to_string(l) +
+                                  " is still acquired; release its handle first");
+      if (s.buffer) {
+        if (s.work.pending()) {
+          s.work.wait();
+          prefetched_ -= layout_.layer(l).flat_numel;
+        }
+        complete(source, l);
+        drop(l);
+      }
+    }
+    last_ = std::nullopt;
+  }
+
+  // After the weights changed: gathers the persistent layers again.
+  template <BlockSource<T> Source>
+  void refresh_persistent(Source& source) {
+    for (std::size_t l = 0; l < slots_.size(); ++l) {
+      Slot& s = slots_[l];
+      if (!s.persistent) continue;
+      if (images_.in_order(l)) {
+        gather_layer_image(comm_, layout_, l, source.block(l), s.persistent->view()).wait();
+      } else {
+        Buffer<T> image(layout_.layer(l).flat_numel, uninitialized);
+        gather_layer_image(comm_, layout_, l, source.block(l), image.view()).wait();
+        images_.unpack(l, image.data(), s.persistent->data());
+      }
+      source.release(l);
+    }
+  }
+
+  bool persistent(std::size_t l) const { return slots_.at(l).persistent.has_value(); }
+  // Elements gathered now (held and prefetched), and the most ever.
+  std::size_t live_elements() const noexcept { return live_; }
+  std::size_t peak_live_elements() const noexcept { return peak_live_; }
+  std::size_t pool_bytes() const noexcept { return pool_.size() * largest_ * sizeof(T); }
+  std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
+  // Time acquire() waited for a gather that was already in flight.
+  double exposed_seconds() const noexcept { return exposed_seconds_; }
+
+ private:
+  struct Slot {
+    std::optional<Buffer<T>> persistent;
+    std::optional<std::size_t> buffer; // into pool_: the layer's parameters in order
+    std::optional<std::size_t> image;  // into pool_: its image while in flight, if not in order
+    Work work;                         // the gather in flight
+    bool source_held = false;          // the source's block is read by the gather
+    int holders = 0;
+  };
+
+  template <class Source>
+  void launch(Source& source, std::size_t l, bool prefetch) {
+    Slot& s = slots_[l];
+    s.buffer = take_buffer();
+    if (!images_.in_order(l)) s.image = take_buffer();
+    live_ += layout_.layer(l).flat_numel;
+    peak_live_ = std::max(peak_live_, live_);
+    const std::size_t target = s.image ? *s.image : *s.buffer;
+    s.work = gather_layer_image(comm_, layout_, l, source.block(l),
+                                pool_[target].view().first(layout_.layer(l).flat_numel));
+    s.source_held = true;
+    if (prefetch)
+      prefetched_ += layout_.layer(l).flat_numel;
+    else
+      s.work.wait();
+  }
+
+  // The gather of layer l completed: its image becomes the parameters in order.
+  template <class Source>
+  void complete(Source& source, std::size_t l) {
+    Slot& s = slots_[l];
+    if (s.source_held) {
+      source.release(l);
+      s.source_held = false;
+    }
+    if (!s.image) return;
+    images_.unpack(l, pool_[*s.image].data(), pool_[*s.buffer].data());
+    free_.push_back(*s.image);
+    s.image.reset();
+  }
+
+  void drop(std::size_t l) {
+    Slot& s = slots_[l];
+    free_.push_back(*s.buffer);
+    s.buffer.reset();
+    live_ -= layout_.layer(l).flat_numel;
+  }
+
+  std::size_t take_buffer() {
+    if (!free_.empty()) {
+      const std::size_t b = free_.back();
+      free_.pop_back();
+      return b;
+    }
+    pool_.emplace_back(largest_, uninitialized);
+    return pool_.size() - 1;
+  }
+
+  // Forward walks layers up, backward down; after the last layer forward comes backward's turn,
+  // and nothing is gathered past layer 0 going down (the step changes the weights first).
+  std::optional<std::size_t> after(std::size_t l) const {
+    const std::size_t layers = slots_.size();
+    if (forward_) {
+      if (l + 1 < layers) return l + 1;
+      if (l > 0) return l - 1;
+      return std::nullopt;
+    }
+    if (l > 0) return l - 1;
+    return std::nullopt;
+  }
+
+  template <class Source>
+  void predict_and_prefetch(Source& source, std::size_t l) {
+    if (!last_ || l > *last_)
+      forward_ = true;
+    else if (l < *last_)
+      forward_ = false;
+    last_ = l;
+    const std::optional<std::size_t> next = after(l);
+    if (!next) return;
+    Slot& s = slots_[*next];
+    const std::size_t size = layout_.layer(*next).flat_numel;
+    if (s.persistent || s.buffer || s.holders > 0) return;
+    if (prefetched_ + size > limits_.prefetch_elements || live_ + size > limits_.max_live_elements)
+      return;
+    launch(source, *next, /*prefetch=*/true);
+    // One further ahead: a source that reads from disk starts reading it now.
+    if (const auto later = after(*next); later && !slots_[*later].persistent) source.prefetch(*later);
+  }
+
+  Comm& comm_;
+  const ShardLayout& layout_;
+  const LayerImages& images_;
+  Limits limits_;
+  std::vector<Slot> slots_;
+  // A deque: handed-out views point into its buffers, which must not move when it grows.
+  std::deque<Buffer<T>> pool_;
+  std::size_t largest_ = 0;
+  std::vector<std::size_t> free_;
+  std::optional<std::size_t> last_;
+  bool forward_ = true;
+  std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0;
+  double exposed_seconds_ = 0;
+};
+
+} // namespace zero
