@@ -104,16 +104,17 @@ def torch_features():
 
 
 def fully_shard_function():
+    """FSDP2's fully_shard, or None before torch 2.4 (whose fsdp package may not even import)."""
+    import torch
+
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    if (major, minor) < (2, 4):
+        return None
     try:
         from torch.distributed.fsdp import fully_shard  # 2.6 and later
-        return fully_shard
     except ImportError:
-        pass
-    try:
         from torch.distributed._composable.fsdp import fully_shard  # 2.4 and 2.5
-        return fully_shard
-    except ImportError:
-        return None
+    return fully_shard
 
 
 def train_torch(spec, ranks, directory):
@@ -194,6 +195,7 @@ def _torch_worker(rank, world, spec, directory, result_path):
     if rank == 0:
         with open(result_path, "w") as f:
             json.dump(out, f)
+    dist.barrier()  # no rank closes its connections while another may still read from them
     dist.destroy_process_group()
 
 

@@ -9,6 +9,7 @@
 
 #include "zero/core/error.hpp"
 #include "zero/core/platform.hpp"
+#include "zero/optim/detail/optimizer_base.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/precision/detail/simd.hpp"
 
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace zero {
 
@@ -70,52 +72,34 @@ struct AdamUpdate {
 enum class AdamWeightDecay { l2, decoupled };
 
 template <AdamWeightDecay Mode>
-class BasicAdam {
+class BasicAdam
+    : public detail::OptimizerBase<BasicAdam<Mode>, std::conditional_t<Mode == AdamWeightDecay::l2,
+                                                                       AdamOptions, AdamWOptions>> {
+  using base = typename BasicAdam::OptimizerBase;
+
  public:
-  using options_type = std::conditional_t<Mode == AdamWeightDecay::l2, AdamOptions, AdamWOptions>;
+  using typename base::options_type;
   using update_type = AdamUpdate;
   static constexpr std::size_t state_tensors = 2;
   static constexpr std::array<std::string_view, 2> state_names = {"exp_avg", "exp_avg_sq"};
+  static constexpr std::string_view name = Mode == AdamWeightDecay::l2 ? "Adam" : "AdamW";
 
-  explicit BasicAdam(const options_type& options = {}) : options_(options) {
-    const char* name = Mode == AdamWeightDecay::l2 ? "Adam" : "AdamW";
-    require(!options.amsgrad, std::string(name) + ": amsgrad is not supported",
-            ErrorKind::unsupported);
-    check_lr(options.lr);
-    require(options.eps >= 0.0 && std::isfinite(options.eps),
-            std::string(name) + ": eps must be non-negative, got " + std::to_string(options.eps));
+  explicit BasicAdam(const options_type& options = {}) : base(options) {
+    require(!options.amsgrad, base::message("amsgrad is not supported"), ErrorKind::unsupported);
+    base::check_lr(options.lr);
+    base::check_non_negative(options.eps, "eps");
     for (double beta : options.betas)
       require(beta >= 0.0 && beta < 1.0,
-              std::string(name) + ": betas must be in [0, 1), got " + std::to_string(beta));
-    require(options.weight_decay >= 0.0 && std::isfinite(options.weight_decay),
-            std::string(name) + ": weight_decay must be non-negative, got " +
-                std::to_string(options.weight_decay));
-  }
-
-  const options_type& options() const noexcept { return options_; }
-  double lr() const noexcept { return options_.lr; }
-  void set_lr(double lr) {
-    check_lr(lr);
-    options_.lr = lr;
-  }
-  std::int64_t step_count() const noexcept { return step_count_; }
-  void set_step_count(std::int64_t steps) {
-    require(steps >= 0, "Adam: the step count cannot be negative");
-    step_count_ = steps;
-  }
-
-  // Advances the step counter and returns this step's element-wise update.
-  update_type begin_step() {
-    update_type update = update_for_step(step_count_ + 1);
-    ++step_count_;
-    return update;
+              base::message("betas must be in [0, 1), got ") + std::to_string(beta));
+    base::check_non_negative(options.weight_decay, "weight_decay");
   }
 
   // The update of step `step` (1 for the first step) with the current hyper-parameters.
   update_type update_for_step(std::int64_t step) const {
-    require(step >= 1, "Adam: steps are numbered from 1");
-    const double beta1 = options_.betas[0];
-    const double beta2 = options_.betas[1];
+    base::check_step(step);
+    const options_type& options = this->options();
+    const double beta1 = options.betas[0];
+    const double beta2 = options.betas[1];
     const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
     const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
     update_type u{};
@@ -123,26 +107,17 @@ class BasicAdam {
     u.beta2 = static_cast<float>(beta2);
     u.one_minus_beta1 = static_cast<float>(1.0 - beta1);
     u.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-    u.eps = static_cast<float>(options_.eps);
-    u.neg_step_size = static_cast<float>(-(options_.lr / bias_correction1));
+    u.eps = static_cast<float>(options.eps);
+    u.neg_step_size = static_cast<float>(-(options.lr / bias_correction1));
     u.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
     u.l2_weight_decay =
-        Mode == AdamWeightDecay::l2 ? static_cast<float>(options_.weight_decay) : 0.0f;
+        Mode == AdamWeightDecay::l2 ? static_cast<float>(options.weight_decay) : 0.0f;
     u.param_decay = Mode == AdamWeightDecay::decoupled
-                        ? static_cast<float>(1.0 - options_.lr * options_.weight_decay)
+                        ? static_cast<float>(1.0 - options.lr * options.weight_decay)
                         : 1.0f;
-    u.maximize = options_.maximize;
+    u.maximize = options.maximize;
     return u;
   }
-
- private:
-  static void check_lr(double lr) {
-    require(lr >= 0.0 && std::isfinite(lr),
-            "Adam: the learning rate must be non-negative and finite, got " + std::to_string(lr));
-  }
-
-  options_type options_;
-  std::int64_t step_count_ = 0;
 };
 
 using Adam = BasicAdam<AdamWeightDecay::l2>;

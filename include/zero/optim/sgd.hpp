@@ -9,6 +9,7 @@
 
 #include "zero/core/error.hpp"
 #include "zero/core/platform.hpp"
+#include "zero/optim/detail/optimizer_base.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/precision/detail/simd.hpp"
 
@@ -71,9 +72,10 @@ struct SgdUpdate {
 };
 
 template <std::size_t StateTensors>
-class BasicSGD {
+class BasicSGD : public detail::OptimizerBase<BasicSGD<StateTensors>, SGDOptions> {
+  using base = typename BasicSGD::OptimizerBase;
+
  public:
-  using options_type = SGDOptions;
   using update_type = SgdUpdate<StateTensors>;
   static constexpr std::size_t state_tensors = StateTensors;
   static constexpr auto state_names = [] {
@@ -82,61 +84,34 @@ class BasicSGD {
     else
       return std::array<std::string_view, 0>{};
   }();
+  static constexpr std::string_view name = "SGD";
 
-  explicit BasicSGD(const SGDOptions& options = {}) : options_(options) {
-    check_lr(options.lr);
-    require(options.momentum >= 0.0 && std::isfinite(options.momentum),
-            "SGD: momentum must be non-negative, got " + std::to_string(options.momentum));
-    require(std::isfinite(options.dampening), "SGD: dampening must be finite");
-    require(options.weight_decay >= 0.0 && std::isfinite(options.weight_decay),
-            "SGD: weight_decay must be non-negative, got " + std::to_string(options.weight_decay));
+  explicit BasicSGD(const SGDOptions& options = {}) : base(options) {
+    base::check_lr(options.lr);
+    base::check_non_negative(options.momentum, "momentum");
+    require(std::isfinite(options.dampening), base::message("dampening must be finite"));
+    base::check_non_negative(options.weight_decay, "weight_decay");
     require(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
-            "SGD: Nesterov momentum requires a momentum and zero dampening");
+            base::message("Nesterov momentum requires a momentum and zero dampening"));
     if constexpr (StateTensors == 0)
       require(options.momentum == 0.0,
               "StatelessSGD keeps no momentum buffer: use zero::SGD for momentum " +
                   std::to_string(options.momentum));
   }
 
-  const SGDOptions& options() const noexcept { return options_; }
-  double lr() const noexcept { return options_.lr; }
-  void set_lr(double lr) {
-    check_lr(lr);
-    options_.lr = lr;
-  }
-  std::int64_t step_count() const noexcept { return step_count_; }
-  void set_step_count(std::int64_t steps) {
-    require(steps >= 0, "SGD: the step count cannot be negative");
-    step_count_ = steps;
-  }
-
-  update_type begin_step() {
-    update_type update = update_for_step(step_count_ + 1);
-    ++step_count_;
-    return update;
-  }
-
   update_type update_for_step(std::int64_t step) const {
-    require(step >= 1, "SGD: steps are numbered from 1");
+    base::check_step(step);
+    const SGDOptions& options = this->options();
     update_type u{};
-    u.neg_lr = static_cast<float>(-options_.lr);
-    u.weight_decay = static_cast<float>(options_.weight_decay);
-    u.momentum = static_cast<float>(options_.momentum);
-    u.one_minus_dampening = static_cast<float>(1.0 - options_.dampening);
-    u.nesterov = options_.nesterov;
+    u.neg_lr = static_cast<float>(-options.lr);
+    u.weight_decay = static_cast<float>(options.weight_decay);
+    u.momentum = static_cast<float>(options.momentum);
+    u.one_minus_dampening = static_cast<float>(1.0 - options.dampening);
+    u.nesterov = options.nesterov;
     u.first_step = step == 1;
-    u.maximize = options_.maximize;
+    u.maximize = options.maximize;
     return u;
   }
-
- private:
-  static void check_lr(double lr) {
-    require(lr >= 0.0 && std::isfinite(lr),
-            "SGD: the learning rate must be non-negative and finite, got " + std::to_string(lr));
-  }
-
-  SGDOptions options_;
-  std::int64_t step_count_ = 0;
 };
 
 using SGD = BasicSGD<1>;

@@ -17,8 +17,8 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <type_traits>
-#include <vector>
 
 namespace zero {
 
@@ -82,16 +82,8 @@ ZERO_SIMD_END
 template <class G, HostAccessibleSpace Space>
 requires GradientElement<std::remove_const_t<G>>
 [[nodiscard]] double sum_of_squares(View<G, Space> grads) {
-  const auto* data = grads.data();
-  std::vector<double> partial(static_cast<std::size_t>(detail::parallel_max_threads()), 0.0);
-  detail::parallel_ranges(grads.size(), [&](std::size_t begin, std::size_t end,
-                                            int thread) noexcept {
-    partial[static_cast<std::size_t>(thread)] = detail::sum_of_squares_n(data + begin, end - begin);
-  });
-  double sum = 0.0;
-  for (double p : partial)
-    sum += p;
-  return sum;
+  return detail::parallel_reduce(grads.data(), grads.size(), 0.0,
+                                 detail::sum_of_squares_n<std::remove_const_t<G>>, std::plus<>{});
 }
 
 struct GradNorm {

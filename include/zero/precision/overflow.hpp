@@ -19,8 +19,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
-#include <vector>
 
 namespace zero {
 
@@ -117,18 +117,6 @@ bool unscale_and_check_n(G* data, std::size_t n, float factor) noexcept {
   return found != 0;
 }
 
-// Runs check(begin, end) -> bool on every thread's range; true when any returned true.
-template <class Check>
-bool any_in_parallel(std::size_t n, Check&& check) {
-  std::vector<unsigned char> found(static_cast<std::size_t>(parallel_max_threads()), 0);
-  parallel_ranges(n, [&](std::size_t begin, std::size_t end, int thread) noexcept {
-    found[static_cast<std::size_t>(thread)] = check(begin, end) ? 1 : 0;
-  });
-  for (unsigned char f : found)
-    if (f) return true;
-  return false;
-}
-
 } // namespace detail
 ZERO_SIMD_END
 
@@ -136,10 +124,9 @@ ZERO_SIMD_END
 template <class G, HostAccessibleSpace Space>
 requires GradientElement<std::remove_const_t<G>>
 [[nodiscard]] bool has_overflow(View<G, Space> grads) {
-  const auto* data = grads.data();
-  return detail::any_in_parallel(grads.size(), [data](std::size_t begin, std::size_t end) {
-    return detail::any_nonfinite_bits(data + begin, end - begin);
-  });
+  return detail::parallel_reduce(grads.data(), grads.size(), false,
+                                 detail::any_nonfinite_bits<std::remove_const_t<G>>,
+                                 std::logical_or<>{});
 }
 
 // grads[i] *= factor (factor = 1 / loss scale), and true when any result is NaN or infinite: the
@@ -147,10 +134,10 @@ requires GradientElement<std::remove_const_t<G>>
 // underflows small values, which is why the optimizer step can apply 1/scale on the fly instead.
 template <GradientElement G, HostAccessibleSpace Space>
 [[nodiscard]] bool unscale_and_check(View<G, Space> grads, float factor) {
-  auto* data = grads.data();
-  return detail::any_in_parallel(grads.size(), [data, factor](std::size_t begin, std::size_t end) {
-    return detail::unscale_and_check_n(data + begin, end - begin, factor);
-  });
+  const auto unscale = [factor](G* part, std::size_t n) noexcept {
+    return detail::unscale_and_check_n(part, n, factor);
+  };
+  return detail::parallel_reduce(grads.data(), grads.size(), false, unscale, std::logical_or<>{});
 }
 
 // Every rank's local result combined (all-reduce max): true on every rank when any rank found an

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -55,6 +56,25 @@ void parallel_ranges(std::size_t n, Body&& body) {
   }
 #endif
   body(std::size_t{0}, n, 0);
+}
+
+// partial(data + begin, end - begin) on every thread's range of data[0, n), the results folded in
+// thread order: combine(...combine(combine(init, r_0), r_1)..., r_last), init standing in for a
+// thread without a range. A given thread count therefore always gives the same result, bit for
+// bit for floating-point sums too. partial must not throw.
+template <class T, class Element, class Partial, class Combine>
+T parallel_reduce(Element* data, std::size_t n, T init, Partial&& partial, Combine&& combine) {
+  struct Slot { // not std::vector<bool>, whose elements share words that threads would race on
+    T value;
+  };
+  std::vector<Slot> partials(static_cast<std::size_t>(parallel_max_threads()), Slot{init});
+  parallel_ranges(n, [&](std::size_t begin, std::size_t end, int thread) noexcept {
+    partials[static_cast<std::size_t>(thread)].value = partial(data + begin, end - begin);
+  });
+  T result = init;
+  for (const Slot& slot : partials)
+    result = combine(result, slot.value);
+  return result;
 }
 
 } // namespace zero::detail
