@@ -52,12 +52,19 @@ class [[nodiscard]] Work {
     state->wait();
   }
 
-  // True when the operation completed (the handle is then empty); rethrows its error.
+  // True when the operation completed (the handle is then empty); rethrows its error, which also
+  // counts as observing the completion.
   bool test() {
     if (!state_) return true;
-    if (!state_->test()) return false;
-    state_.reset();
-    return true;
+    bool done = false;
+    try {
+      done = state_->test();
+    } catch (...) {
+      state_.reset();
+      throw;
+    }
+    if (done) state_.reset();
+    return done;
   }
 
   // Whether the handle still refers to an operation whose completion was not observed.
@@ -83,6 +90,19 @@ class [[nodiscard]] Work {
 
   std::shared_ptr<detail::WorkState> state_;
 };
+
+namespace detail {
+// Waits for `work` where nothing can be done about an error (destructors): it is logged.
+inline void wait_quietly(Work& work) noexcept {
+  try {
+    work.wait();
+  } catch (const std::exception& e) {
+    log_error(std::string("operation failed while being cleaned up: ") + e.what());
+  } catch (...) {
+    log_error("operation failed while being cleaned up");
+  }
+}
+} // namespace detail
 
 // Waits for every handle in a range; the first error is rethrown after all have completed. The
 // last handle is waited for first: a communicator completes its operations in order, so the caller

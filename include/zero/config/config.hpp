@@ -5,6 +5,7 @@
 // is built with config/unbuilt.hpp.
 
 #include "zero/config/activation_checkpointing.hpp"
+#include "zero/config/aio.hpp"
 #include "zero/config/optimizer.hpp"
 #include "zero/config/precision.hpp"
 #include "zero/config/zero_optimization.hpp"
@@ -35,6 +36,8 @@ struct Config {
   std::optional<SchedulerConfig> scheduler = std::nullopt; // unset: constant learning rate
   ZeroOptimizationConfig zero_optimization{};
   ActivationCheckpointingConfig activation_checkpointing{};
+  // How the NVMe tier talks to the disk (DeepSpeed's top-level "aio" section).
+  AioConfig aio{};
   std::optional<std::int64_t> steps_per_print = std::nullopt; // unset: no periodic report
   bool wall_clock_breakdown = false;
   // DeepSpeed refuses a client optimizer under ZeRO without this; kept for the engine to honour.

@@ -12,6 +12,7 @@
 #include "zero/config/config.hpp"
 #include "zero/config/detail/json_reader.hpp"
 #include "zero/config/detail/parse_text.hpp"
+#include "zero/config/detail/read_aio.hpp"
 #include "zero/config/detail/read_training.hpp"
 #include "zero/config/detail/read_zero.hpp"
 #include "zero/config/unbuilt.hpp"
@@ -88,6 +89,7 @@ inline Config read_config(ObjectReader& top) {
   top.object("optimizer", [&](ObjectReader& r) { config.optimizer = read_optimizer(r); });
   top.object("scheduler",
              [&](ObjectReader& r) { config.scheduler = read_scheduler(r, config.optimizer); });
+  top.object("aio", [&](ObjectReader& r) { config.aio = read_aio(r); });
   return config;
 }
 

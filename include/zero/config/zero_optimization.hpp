@@ -63,6 +63,8 @@ struct ZeroOptimizationConfig {
   std::int64_t stage3_param_persistence_threshold = 100'000;
   std::int64_t stage3_max_live_parameters = 1'000'000'000;
   std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  // Elements per optimizer sub-group: the NVMe tier swaps and updates one sub-group at a time.
+  std::int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer{};
   OffloadParamConfig offload_param{};
 

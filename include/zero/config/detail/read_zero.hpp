@@ -109,6 +109,7 @@ inline ZeroOptimizationConfig read_zero_optimization(ObjectReader& reader) {
       read_stage3_size(reader, "max_live_parameters", zero_opt.stage3_max_live_parameters);
   zero_opt.stage3_max_reuse_distance =
       read_stage3_size(reader, "max_reuse_distance", zero_opt.stage3_max_reuse_distance);
+  zero_opt.sub_group_size = reader.integer("sub_group_size", zero_opt.sub_group_size, positive);
   reader.object("offload_optimizer",
                 [&](ObjectReader& r) { read_offload(r, zero_opt.offload_optimizer); });
   reader.object("offload_param", [&](ObjectReader& r) { read_offload(r, zero_opt.offload_param); });

@@ -1,0 +1,21 @@
+#pragma once
+// IoStats: what an NvmeTier moved and for how long, so that an engine can report the swap
+// bandwidth it got (bytes / busy_seconds) next to the time its step waited for the disk.
+
+#include <cstdint>
+
+namespace zero {
+
+struct IoStats {
+  std::uint64_t bytes_read = 0;    // completed, checksum-verified reads
+  std::uint64_t bytes_written = 0; // completed writes
+  // Requests submitted to the kernel: block_size or less each, a short transfer's continuation
+  // counted again.
+  std::uint64_t read_requests = 0;
+  std::uint64_t write_requests = 0;
+  double busy_seconds = 0.0; // wall time with at least one transfer queued or in flight
+
+  friend bool operator==(const IoStats&, const IoStats&) = default;
+};
+
+} // namespace zero

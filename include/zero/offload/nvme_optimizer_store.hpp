@@ -1,0 +1,211 @@
+#pragma once
+// NvmeOptimizerStore<Opt, Plan, Exec>: the optimizer store of ZeRO-Infinity on the host. This
+// rank's fp32 master weights and optimizer moments live in swap files (sharded tensors on the
+// NVMe tier); the only memory they take is `buffer_count` bounce slots, each holding one
+// sub-group's master weights and moments, whatever the model's size.
+//
+// The step walks the sub-groups (SubGroupPlan) as a pipeline: while sub-group k is updated, k+1 is
+// being read and k-1 written (pipeline_read / pipeline_write; without them each transfer is
+// waited for). The update of a sub-group is the same fused pass as in memory, piece by piece, so
+// the weights are bitwise those of the in-memory store.
+
+#include "zero/core/execution_space.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/offload/bounce_buffers.hpp"
+#include "zero/offload/detail/tier_options.hpp"
+#include "zero/offload/nvme_slice.hpp"
+#include "zero/offload/nvme_tier.hpp"
+#include "zero/offload/offload_options.hpp"
+#include "zero/offload/subgroup_plan.hpp"
+#include "zero/optim/fused_step.hpp"
+#include "zero/optim/optimizer.hpp"
+#include "zero/shard/layer_gather.hpp"
+#include "zero/shard/policy.hpp"
+#include "zero/shard/sharded_tensor.hpp"
+#include "zero/stage/plan.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zero {
+
+template <Optimizer Opt, ShardingPlanType Plan, ExecutionSpace Exec>
+class NvmeOptimizerStore {
+  static_assert(Plan::optimizer_states, "zero: optimizer states on NVMe are sharded (stage 1-3)");
+  using Tensor = ShardedTensor<float, Sharded<typename Plan::partitioner, nvme>>;
+  static constexpr std::size_t states = Opt::state_tensors;
+  static constexpr std::size_t tensors = 1 + states; // the master weights, then the moments
+  static constexpr std::size_t unit = NvmeSlice<float>::unit_elements;
+
+ public:
+  template <class Comm>
+  NvmeOptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
+      : model_(model), exec_(exec), options_(options.nvme.optimizer),
+        tier_(detail::tier_options(options.nvme, options_.nvme_path, "optimizer",
+                                   "optimizer states", "nvme.optimizer.nvme_path"),
+              model.world_rank),
+        plan_(*model.sharded, model.rank, options_.sub_group_size, unit),
+        slot_elements_(std::max(plan_.largest_elements(), unit)),
+        bounce_(tier_.make_bounce_buffers(options_.buffer_count,
+                                          tensors * slot_elements_ * sizeof(float))),
+        tensors_(make_tensors(shard, tier_, std::make_index_sequence<tensors>{})) {
+    // Everything starts at zero, as in memory: the moments for good, the master weights until
+    // set_layer.
+    std::memset(bounce_[0].data(), 0, bounce_[0].size());
+    for (Tensor& t : tensors_)
+      for (std::size_t l = 0; l < model.layers(); ++l)
+        for_each_chunk(l, [&](Range part) { t.write(l, part, slot_tensor(0, 0)).wait(); });
+  }
+
+  NvmeOptimizerStore(const NvmeOptimizerStore&) = delete;
+  NvmeOptimizerStore& operator=(const NvmeOptimizerStore&) = delete;
+
+  // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
+  void set_layer(std::size_t l, View<const float> values) {
+    const Range mine = model_.my_flat_range(l);
+    for_each_chunk(l, [&](Range part) {
+      const View<float> buffer = slot_tensor(0, 0);
+      model_.images.pack(l, values.data(), Range{mine.begin + part.begin, mine.begin + part.end},
+                         buffer.data());
+      master().write(l, part, buffer).wait();
+    });
+  }
+
+  // Layer l's master weights, all of them, in order. Collective.
+  template <class Comm>
+  std::vector<float> layer(Comm& shard, std::size_t l) {
+    std::vector<float> block(model_.sharded->block(l, model_.rank).size());
+    for_each_chunk(l, [&](Range part) {
+      const View<float> buffer = slot_tensor(0, 0);
+      master().read(l, part, buffer).wait();
+      std::copy_n(buffer.data(), part.size(), block.data() + part.begin);
+    });
+    std::vector<float> image(model_.sharded->layer(l).flat_numel);
+    gather_layer_image(shard, *model_.sharded, l, View<const float>(block), View<float>(image))
+        .wait();
+    std::vector<float> values(model_.sharded->layer(l).numel);
+    model_.images.unpack(l, image.data(), values.data());
+    return values;
+  }
+
+  // One update of this rank's shard, sub-group by sub-group (see the top of this file).
+  template <ElementwiseUpdate U, class Grads, class Out, class Done>
+  void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
+    const std::size_t groups = plan_.size();
+    const std::size_t slots = bounce_.count();
+    const bool read_ahead = options_.pipeline_read && slots >= 2;
+    std::vector<Transfers> transfers(slots);
+    std::size_t next_done = 0;
+    auto finish_layers_through = [&](std::size_t last) {
+      for (; next_done <= last; ++next_done)
+        done(next_done);
+    };
+    if (groups > 0) read(0, transfers[0]);
+    for (std::size_t k = 0; k < groups; ++k) {
+      Transfers& mine = transfers[k % slots];
+      if (read_ahead && k + 1 < groups) read(k + 1, transfers[(k + 1) % slots]);
+      wait_all(mine.reads);
+      mine.reads.clear();
+      for (const SubGroupPiece& piece : plan_[k].pieces) {
+        std::array<View<float>, states> moments;
+        for (std::size_t s = 0; s < states; ++s)
+          moments[s] = piece_view(k % slots, 1 + s, piece);
+        fused_step(exec_, update, piece_view(k % slots, 0, piece), moments,
+                   grads(piece.layer).subview(piece.part.begin, piece.part.size()), grad_multiplier,
+                   out(piece.layer).subview(piece.part.begin, piece.part.size()));
+        if (plan_.completes(k, piece.layer)) finish_layers_through(piece.layer);
+      }
+      write(k, mine);
+      if (!options_.pipeline_write) {
+        wait_all(mine.writes);
+        mine.writes.clear();
+      }
+      if (!read_ahead && k + 1 < groups) read(k + 1, transfers[(k + 1) % slots]);
+    }
+    if (model_.layers() > 0) finish_layers_through(model_.layers() - 1);
+    for (Transfers& t : transfers)
+      wait_all(t.writes);
+  }
+
+  StateBytes master_bytes() const noexcept { return {0, tensors_[0].bytes_stored()}; }
+  StateBytes state_bytes() const noexcept {
+    std::size_t bytes = 0;
+    for (std::size_t t = 1; t < tensors; ++t)
+      bytes += tensors_[t].bytes_stored();
+    return {0, bytes};
+  }
+  std::size_t buffer_bytes() const noexcept { return bounce_.count() * bounce_.bytes(); }
+
+ private:
+  struct Transfers {
+    std::vector<Work> reads, writes;
+  };
+
+  template <class Comm, std::size_t... T>
+  std::array<Tensor, tensors> make_tensors(Comm& shard, NvmeTier& tier,
+                                           std::index_sequence<T...>) const {
+    auto name = [](std::size_t t) {
+      return t == 0 ? std::string("optimizer.master")
+                    : "optimizer." + std::string(Opt::state_names[t - 1]);
+    };
+    return {Tensor(shard, model_.sharded,
+                   Sharded<typename Plan::partitioner, nvme>{.space = {&tier, name(T)}})...};
+  }
+  Tensor& master() noexcept { return tensors_[0]; }
+
+  // Tensor t's region of bounce slot `slot`: the whole sub-group, at aligned offsets.
+  View<float> slot_tensor(std::size_t slot, std::size_t t) {
+    auto* base = reinterpret_cast<float*>(bounce_[slot].data());
+    return {base + t * slot_elements_, slot_elements_};
+  }
+  View<float> piece_view(std::size_t slot, std::size_t t, const SubGroupPiece& piece) {
+    return slot_tensor(slot, t).subview(piece.at, piece.part.size());
+  }
+  View<float> piece_transfer(std::size_t slot, std::size_t t, const SubGroupPiece& piece) {
+    return slot_tensor(slot, t).subview(piece.at, NvmeSlice<float>::transfer_elements(piece.part));
+  }
+
+  // f(part) for layer l's block on this rank, in slot-sized aligned parts.
+  template <class F>
+  void for_each_chunk(std::size_t l, F&& f) {
+    const std::size_t block = model_.sharded->block(l, model_.rank).size();
+    const std::size_t chunk = slot_elements_;
+    for (std::size_t begin = 0; begin < block; begin += chunk)
+      f(Range{begin, std::min(block, begin + chunk)});
+  }
+
+  // Sub-group k into its slot, once the slot's previous sub-group is written back.
+  void read(std::size_t k, Transfers& slot) {
+    wait_all(slot.writes);
+    slot.writes.clear();
+    for (std::size_t t = 0; t < tensors; ++t)
+      for (const SubGroupPiece& piece : plan_[k].pieces)
+        slot.reads.push_back(tensors_[t].read(piece.layer, piece.part,
+                                              piece_transfer(k % bounce_.count(), t, piece)));
+  }
+  void write(std::size_t k, Transfers& slot) {
+    for (std::size_t t = 0; t < tensors; ++t)
+      for (const SubGroupPiece& piece : plan_[k].pieces)
+        slot.writes.push_back(
+            tensors_[t].write(piece.layer, piece.part,
+                              View<const float>(piece_transfer(k % bounce_.count(), t, piece))));
+  }
+
+  const ModelLayout& model_;
+  Exec exec_;
+  OptimizerOffload options_;
+  NvmeTier tier_;
+  SubGroupPlan plan_;
+  std::size_t slot_elements_;
+  BounceBuffers bounce_;
+  std::array<Tensor, tensors> tensors_;
+};
+
+} // namespace zero
