@@ -7,8 +7,11 @@
 
 #include <zero/comm/mpi_communicator.hpp>
 
+#include <sys/resource.h>
+
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -27,18 +30,34 @@ inline void print_step(int step, const History& h) {
               h.grad_norm[i], h.lr[i], h.step_seconds[i] * 1e3);
 }
 
-// Memory of every rank (gathered to all), as {parameters, gradients, master, optimizer, buffers}.
-inline std::vector<std::array<std::int64_t, 5>> gather_memory(zero::MpiCommunicator& world,
-                                                              const History& h) {
+// One rank's memory: each kind of model state (wherever it lives), the bytes on NVMe, the bytes
+// in memory (model states there and buffers) and the process's peak resident set (getrusage).
+struct RankMemory {
+  std::int64_t parameters, gradients, master, optimizer, buffers, on_nvme, in_memory, peak_rss;
+};
+
+inline std::int64_t peak_rss_bytes() {
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  return std::int64_t(self.ru_maxrss) * 1024; // Linux reports kilobytes
+}
+
+// Every rank's memory, gathered to all.
+inline std::vector<RankMemory> gather_memory(zero::MpiCommunicator& world, const History& h) {
   const auto& m = h.memory;
-  std::array<std::int64_t, 5> mine{std::int64_t(m.parameters), std::int64_t(m.gradients),
-                                   std::int64_t(m.master_weights), std::int64_t(m.optimizer_states),
-                                   std::int64_t(m.buffers)};
-  std::vector<std::int64_t> all(5 * std::size_t(world.size()));
-  world.all_gather(std::span<const std::int64_t>(mine), all).wait();
-  std::vector<std::array<std::int64_t, 5>> rows(std::size_t(world.size()));
-  for (std::size_t r = 0; r < rows.size(); ++r)
-    std::copy_n(all.data() + 5 * r, 5, rows[r].data());
+  const RankMemory mine{std::int64_t(m.parameters.total()),
+                        std::int64_t(m.gradients.total()),
+                        std::int64_t(m.master_weights.total()),
+                        std::int64_t(m.optimizer_states.total()),
+                        std::int64_t(m.buffers),
+                        std::int64_t(m.on_nvme()),
+                        std::int64_t(m.in_memory()),
+                        peak_rss_bytes()};
+  constexpr std::size_t fields = sizeof(RankMemory) / sizeof(std::int64_t);
+  std::vector<std::int64_t> all(fields * std::size_t(world.size()));
+  world.all_gather(std::span<const std::int64_t>(&mine.parameters, fields), all).wait();
+  std::vector<RankMemory> rows(std::size_t(world.size()));
+  std::memcpy(rows.data(), all.data(), all.size() * sizeof(std::int64_t));
   return rows;
 }
 
@@ -46,27 +65,37 @@ inline double expected_volume(const Flags& f, double psi) {
   return (f.stage == 3 ? 3 : 2) * psi;
 }
 
-inline void print_summary(const Flags& f, const History& h,
-                          const std::vector<std::array<std::int64_t, 5>>& memory, int ranks) {
+inline void print_summary(const Flags& f, const History& h, const std::vector<RankMemory>& memory,
+                          int ranks) {
   const double psi = double(h.psi);
   std::printf("\nmodel: %zu parameters (Psi), %zu with padding; ZeRO stage %d over %d ranks (shard "
               "group of %d); "
               "compute %s\n",
               h.psi, h.padded, f.stage, ranks, h.shard_ranks, zero::to_string(f.dtype));
+  const zero::MemoryReport& tiers = h.memory;
   std::printf("\nmodel-state memory per rank (MB)\n");
   std::printf("  %-6s %11s %11s %11s %11s %13s %15s %11s\n", "rank", "parameters", "gradients",
               "fp32 master", "optim state", "model states", "paper formula", "buffers");
+  std::printf("  %-6s %11s %11s %11s %11s %13s %15s %11s\n", "tier", tiers.parameters_tier,
+              tiers.gradients_tier, tiers.optimizer_tier, tiers.optimizer_tier, "", "", "memory");
   for (std::size_t r = 0; r < memory.size(); ++r) {
-    const auto& m = memory[r];
-    std::printf("  %-6zu %11.3f %11.3f %11.3f %11.3f %13.3f %15.3f %11.3f\n", r, mb(double(m[0])),
-                mb(double(m[1])), mb(double(m[2])), mb(double(m[3])),
-                mb(double(m[0] + m[1] + m[2] + m[3])), mb(h.paper_bytes), mb(double(m[4])));
+    const RankMemory& m = memory[r];
+    std::printf("  %-6zu %11.3f %11.3f %11.3f %11.3f %13.3f %15.3f %11.3f\n", r,
+                mb(double(m.parameters)), mb(double(m.gradients)), mb(double(m.master)),
+                mb(double(m.optimizer)),
+                mb(double(m.parameters + m.gradients + m.master + m.optimizer)), mb(h.paper_bytes),
+                mb(double(m.buffers)));
   }
   const char* formula[] = {"(2P+K)Psi", "2P Psi + K Psi/N", "P Psi + (P+K) Psi/N", "(2P+K) Psi/N"};
   std::printf("  paper formula: %s with P = %zu bytes, K = %d bytes (fp32 master + optimizer "
               "state), N = %d\n",
               formula[f.stage], zero::size_of(f.dtype), f.optimizer == "sgd" ? 8 : 12,
               h.shard_ranks);
+  std::printf("\nwhere it is, per rank (MB): in memory = model states kept there + buffers\n");
+  std::printf("  %-6s %11s %11s %15s\n", "rank", "in memory", "on NVMe", "peak RSS");
+  for (std::size_t r = 0; r < memory.size(); ++r)
+    std::printf("  %-6zu %11.3f %11.3f %15.3f\n", r, mb(double(memory[r].in_memory)),
+                mb(double(memory[r].on_nvme)), mb(double(memory[r].peak_rss)));
   if (!h.steps.empty()) {
     const zero::CommStats& c = h.steps.back().communication;
     std::printf("\ncommunication per step, per rank (elements; last step)\n");
@@ -104,7 +133,7 @@ inline void print_summary(const Flags& f, const History& h,
 }
 
 inline void write_json(const std::string& path, const Flags& f, const History& h,
-                       const std::vector<std::array<std::int64_t, 5>>& memory, int ranks) {
+                       const std::vector<RankMemory>& memory, int ranks) {
   std::ofstream out(path);
   zero::require(bool(out), "cannot write --json file " + path, zero::ErrorKind::io);
   auto list = [&](const auto& values) {
@@ -127,10 +156,12 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
       << ", \"fused_kernel_per_step\": " << h.fused_kernel_seconds << "}"
       << ",\n  \"paper_model_state_bytes\": " << h.paper_bytes << ",\n  \"memory\": [";
   for (std::size_t r = 0; r < memory.size(); ++r) {
-    const auto& m = memory[r];
-    out << (r ? ", " : "") << "{\"rank\": " << r << ", \"parameters\": " << m[0]
-        << ", \"gradients\": " << m[1] << ", \"master_weights\": " << m[2]
-        << ", \"optimizer_states\": " << m[3] << ", \"buffers\": " << m[4] << "}";
+    const RankMemory& m = memory[r];
+    out << (r ? ", " : "") << "{\"rank\": " << r << ", \"parameters\": " << m.parameters
+        << ", \"gradients\": " << m.gradients << ", \"master_weights\": " << m.master
+        << ", \"optimizer_states\": " << m.optimizer << ", \"buffers\": " << m.buffers
+        << ", \"on_nvme\": " << m.on_nvme << ", \"in_memory\": " << m.in_memory
+        << ", \"peak_rss\": " << m.peak_rss << "}";
   }
   out << "],\n  \"communication_per_step\": [";
   for (std::size_t s = 0; s < h.steps.size(); ++s) {

@@ -26,8 +26,8 @@ struct History {
   std::vector<double> loss;         // global mean over the step's rows
   std::vector<double> step_seconds; // slowest rank
   double forward_seconds = 0, backward_seconds = 0, update_seconds = 0; // this rank, all steps
-  zero::StepTimes step_times;       // this rank's step() broken down, summed over the steps
-  double fused_kernel_seconds = 0;  // the optimizer pass alone on this rank's share (see below)
+  zero::StepTimes step_times;      // this rank's step() broken down, summed over the steps
+  double fused_kernel_seconds = 0; // the optimizer pass alone on this rank's share (see below)
   std::vector<bool> applied;
   std::vector<double> loss_scale, grad_norm, lr;
   std::vector<zero::StepResult> steps;

@@ -45,13 +45,14 @@ concept ExecutionSpace = requires(const E& space) {
 
 // Whether kernels of space E can read and write memory of space M.
 template <class E, class M>
-inline constexpr bool can_access = E::memory_space::host_accessible ? M::host_accessible
-                                                                     : std::same_as<typename E::memory_space, M>;
+inline constexpr bool can_access =
+    E::memory_space::host_accessible ? M::host_accessible
+                                     : std::same_as<typename E::memory_space, M>;
 
 // to[i] = From-to-To conversion of from[i] (a copy when the types are equal).
 template <Element From, Element To, class Space>
-requires Space::host_accessible
-void convert(const HostThreads&, View<const From, Space> from, View<To, Space> to) {
+requires Space::host_accessible void convert(const HostThreads&, View<const From, Space> from,
+                                             View<To, Space> to) {
   if (from.size() != to.size())
     fail(ErrorKind::invalid_argument, "convert: " + std::to_string(from.size()) +
                                           " elements into a buffer of " +
@@ -61,8 +62,8 @@ void convert(const HostThreads&, View<const From, Space> from, View<To, Space> t
 
 // to[i] += float(from[i]): gradient accumulation in float, whatever the gradient's type.
 template <Element From, class Space>
-requires Space::host_accessible
-void accumulate(const HostThreads&, View<const From, Space> from, View<float, Space> to) {
+requires Space::host_accessible void accumulate(const HostThreads&, View<const From, Space> from,
+                                                View<float, Space> to) {
   if (from.size() != to.size())
     fail(ErrorKind::invalid_argument, "accumulate: " + std::to_string(from.size()) +
                                           " elements into a buffer of " +

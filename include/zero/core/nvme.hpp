@@ -18,7 +18,7 @@ struct nvme {
   using storage_space = nvme;
   static constexpr bool host_accessible = false;
   static constexpr const char* space_name = "nvme";
-  NvmeTier* tier = nullptr;   // where the files go
+  NvmeTier* tier = nullptr;    // where the files go
   std::string name = "tensor"; // of the file, within the tier's directory
 };
 

@@ -71,14 +71,15 @@ class Engine {
 
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {})
-      : options_(validated(options)), optimizer_(std::move(optimizer)),
-        scaler_(std::move(scaler)), groups_(comm),
-        model_(make_layout_checked(groups_.shard(), std::move(parameters)),
-               groups_.shard().rank(), groups_.world().rank()),
+      : options_(validated(options)), optimizer_(std::move(optimizer)), scaler_(std::move(scaler)),
+        groups_(comm), model_(make_layout_checked(groups_.shard(), std::move(parameters)),
+                              groups_.shard().rank(), groups_.world().rank()),
         micro_(*model_.sharded, options_.gradient_accumulation_steps) {
-    check_requested_place(options_.offload_optimizer, std::same_as<typename Placement::optimizer_states, nvme>,
+    check_requested_place(options_.offload_optimizer,
+                          std::same_as<typename Placement::optimizer_states, nvme>,
                           "zero_optimization.offload_optimizer.device", "optimizer_states_in");
-    check_requested_place(options_.offload_param, std::same_as<typename Placement::parameters, nvme>,
+    check_requested_place(options_.offload_param,
+                          std::same_as<typename Placement::parameters, nvme>,
                           "zero_optimization.offload_param.device", "parameters_in");
     switch (options_.compute_dtype) {
     case DType::float16:
@@ -254,12 +255,13 @@ class Engine {
                                     const char* piece) {
     if (asked == config::OffloadDevice::nvme && !on_nvme)
       fail(ErrorKind::unsupported,
-           std::string(key) + " = \"nvme\", but this engine keeps them in memory: give it the "
-                              "placement zero::Placement<zero::" +
+           std::string(key) +
+               " = \"nvme\", but this engine keeps them in memory: give it the "
+               "placement zero::Placement<zero::" +
                piece + "<zero::nvme>> (and include <zero/offload/nvme_stores.hpp>)");
     if (asked == config::OffloadDevice::cpu && on_nvme)
-      fail(ErrorKind::unsupported, std::string(key) +
-                                       " = \"cpu\", but this engine's placement keeps them on NVMe");
+      fail(ErrorKind::unsupported,
+           std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
   }
   void check_layer(std::size_t l) const {
     require(l < layers(), "engine: no layer " + std::to_string(l) + " (the model has " +

@@ -115,7 +115,8 @@ class GradientStore {
   // shard_within plans: every shard group reduced its own ranks' gradients; averaging the shards
   // over the replica group completes the average over all ranks. The norm is taken afterwards.
   void average_over_replicas(Comm& replica) {
-    visit_reduced([&](auto& reduced) { replica.all_reduce(reduced.local(), ReduceOp::avg).wait(); });
+    visit_reduced(
+        [&](auto& reduced) { replica.all_reduce(reduced.local(), ReduceOp::avg).wait(); });
     std::fill(summed_.begin(), summed_.end(), false);
   }
 
@@ -174,7 +175,8 @@ class GradientStore {
         return owned_float_;
       else
         return owned_compute_;
-    }();
+    }
+    ();
     slot.emplace(comm_, std::is_same_v<Owned, Replica> ? model_.replica : model_.sharded);
     return &*slot;
   }
@@ -223,8 +225,8 @@ class GradientStore {
   Comm& comm_;
   const ModelLayout& model_;
   Exec exec_;
-  std::optional<ShardedTensor<T, Replica>> written_;        // stages 0/1: the full gradient
-  detail::LayerScratch<T> scratch_;                         // stages 2/3
+  std::optional<ShardedTensor<T, Replica>> written_;         // stages 0/1: the full gradient
+  detail::LayerScratch<T> scratch_;                          // stages 2/3
   std::optional<ShardedTensor<float, Replica>> accumulator_; // stages 0/1, accumulating locally
   std::optional<OwnedTensor<float>> owned_float_;
   std::optional<OwnedTensor<T>> owned_compute_;

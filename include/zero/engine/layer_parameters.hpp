@@ -59,8 +59,8 @@ class LayerParameters {
   void check() const {
     if (dtype_of<T> != dtype_)
       fail(ErrorKind::invalid_argument, std::string("LayerParameters: layer ") +
-                                            std::to_string(layer_) + " holds " +
-                                            to_string(dtype_) + ", not " + to_string(dtype_of<T>));
+                                            std::to_string(layer_) + " holds " + to_string(dtype_) +
+                                            ", not " + to_string(dtype_of<T>));
   }
 
   const ShardLayout* layout_;

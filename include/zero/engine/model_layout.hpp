@@ -16,10 +16,10 @@
 namespace zero {
 
 struct ModelLayout {
-  ModelLayout(ShardLayout layout, int shard_rank, int world_rank)
+  ModelLayout(ShardLayout layout, int shard_rank, int rank_in_world)
       : sharded(std::make_shared<const ShardLayout>(std::move(layout))),
         replica(std::make_shared<const ShardLayout>(replica_layout(*sharded))), images(*sharded),
-        rank(shard_rank), world_rank(world_rank) {}
+        rank(shard_rank), world_rank(rank_in_world) {}
 
   std::size_t layers() const noexcept { return sharded->layer_count(); }
   // This rank's block of layer l, in the layer's flat buffer.

@@ -7,6 +7,7 @@
 //   - an optimizer store: fp32 master weights and moments, and the update, in memory or on NVMe.
 // The engine owns one of these for the compute type chosen at run time; everything below is typed.
 
+#include "zero/core/nvme.hpp"
 #include "zero/engine/gradient_store.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/micro_steps.hpp"
@@ -16,7 +17,6 @@
 #include "zero/engine/replicated_parameters.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/engine/sharded_parameters.hpp"
-#include "zero/core/nvme.hpp"
 #include "zero/stage/placement.hpp"
 
 #include <concepts>
@@ -67,8 +67,8 @@ class ModelStates {
   using value_type = T;
 
   ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options)
-      : shard_(shard), parameters_(shard, model, options), gradients_(shard, model, options, Exec{}),
-        optimizer_(shard, model, options, Exec{}) {}
+      : shard_(shard), parameters_(shard, model, options),
+        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {}
 
   ModelStates(const ModelStates&) = delete;
   ModelStates& operator=(const ModelStates&) = delete;
@@ -115,12 +115,10 @@ class ModelStates {
   MemoryReport memory() const {
     MemoryReport m;
     m.parameters = parameters_.parameter_bytes();
-    m.gradients = gradients_.gradient_bytes();
+    m.gradients = {gradients_.gradient_bytes(), 0};
     m.master_weights = optimizer_.master_bytes();
     m.optimizer_states = optimizer_.state_bytes();
     m.buffers = gradients_.buffer_bytes() + parameters_.buffer_bytes() + optimizer_.buffer_bytes();
-    m.parameters_on_nvme = parameters_.stored_bytes();
-    m.optimizer_on_nvme = optimizer_.stored_bytes();
     m.parameters_tier = detail::place_name<typename Where::parameters>();
     m.gradients_tier = detail::place_name<typename Where::gradients>();
     m.optimizer_tier = detail::place_name<typename Where::optimizer_states>();

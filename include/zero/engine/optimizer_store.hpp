@@ -9,6 +9,7 @@
 #include "zero/core/execution_space.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
+#include "zero/engine/report.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/shard/layer_gather.hpp"
@@ -26,8 +27,9 @@ namespace zero {
 
 template <Optimizer Opt, ShardingPlanType Plan, HostAccessibleSpace Space, ExecutionSpace Exec>
 class OptimizerStore {
-  using Policy = std::conditional_t<Plan::optimizer_states,
-                                    Sharded<typename Plan::partitioner, Space>, ReplicatedIn<Space>>;
+  using Policy =
+      std::conditional_t<Plan::optimizer_states, Sharded<typename Plan::partitioner, Space>,
+                         ReplicatedIn<Space>>;
   using Tensor = ShardedTensor<float, Policy>;
   static constexpr std::size_t states = Opt::state_tensors;
 
@@ -73,9 +75,8 @@ class OptimizerStore {
     }
   }
 
-  std::size_t master_bytes() const noexcept { return master_.bytes_resident(); }
-  std::size_t state_bytes() const noexcept { return states * master_.bytes_resident(); }
-  std::size_t stored_bytes() const noexcept { return 0; }  // on NVMe: none
+  StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }
+  StateBytes state_bytes() const noexcept { return {states * master_.bytes_resident(), 0}; }
   std::size_t buffer_bytes() const noexcept { return 0; }
 
  private:

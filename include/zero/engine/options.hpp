@@ -5,6 +5,7 @@
 #include "zero/config/config.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
+#include "zero/offload/offload_options.hpp"
 
 #include <cstddef>
 #include <optional>
@@ -32,6 +33,8 @@ struct EngineOptions {
   std::size_t persistence_threshold = 0;
   std::size_t prefetch_elements = 50'000'000;
   std::size_t max_live_elements = 1'000'000'000;
+  // The NVMe tier, for placements that put states there (stage/placement.hpp).
+  NvmeOptions nvme;
   // Where a DeepSpeed config asked for optimizer states and parameters to go (none: no request);
   // the engine refuses to start when its placement keeps them elsewhere.
   config::OffloadDevice offload_optimizer = config::OffloadDevice::none;
@@ -50,6 +53,7 @@ struct EngineOptions {
             "engine: gradient_accumulation_steps must be at least 1");
     require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
+    nvme.validate();
   }
 
   // The engine's share of a DeepSpeed config: precision, buckets, accumulation, clipping, stage 3
@@ -70,6 +74,7 @@ struct EngineOptions {
     o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
+    o.nvme = NvmeOptions::from_config(c);
     return o;
   }
 };

@@ -11,6 +11,7 @@
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
+#include "zero/engine/report.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
@@ -70,15 +71,12 @@ class ReplicatedParameters {
   void end_update() {
     if constexpr (Plan::optimizer_states)
       for (std::size_t l = 0; l < gathers_.size(); ++l)
-        gathers_[l] = gather_layer_image(comm_, *model_.sharded, l,
-                                         View<const T>(update_target(l)), image(l));
+        gathers_[l] = gather_layer_image(comm_, *model_.sharded, l, View<const T>(update_target(l)),
+                                         image(l));
   }
 
-  std::size_t parameter_bytes() const noexcept { return copy_.bytes_resident(); }
-  std::size_t buffer_bytes() const noexcept {
-    return staging_ ? staging_->bytes_resident() : 0;
-  }
-  std::size_t stored_bytes() const noexcept { return 0; } // on NVMe: none
+  StateBytes parameter_bytes() const noexcept { return {copy_.bytes_resident(), 0}; }
+  std::size_t buffer_bytes() const noexcept { return staging_ ? staging_->bytes_resident() : 0; }
 
  private:
   View<T> values(std::size_t l) { return copy_.block(l).first(model_.sharded->layer(l).numel); }

@@ -10,28 +10,41 @@
 
 namespace zero {
 
-// Bytes this rank holds in memory, by kind. `buffers` are the constant-size working buffers
-// (reduction buckets, gradient scratch, stage 3's gathered layers, the NVMe tier's bounce
-// buffers), which do not grow with the model's depth. States the placement keeps on the NVMe tier
-// take no memory but their share of the buffers; their swap files are counted apart.
+// The bytes of one kind of model state on this rank, by where they are.
+struct StateBytes {
+  std::size_t memory = 0; // host (or pinned host) memory
+  std::size_t nvme = 0;   // swap files on the NVMe tier
+  std::size_t total() const noexcept { return memory + nvme; }
+};
+
+// What this rank holds, by kind of model state and by tier. `buffers` are the constant-size
+// working buffers in memory (reduction buckets, gradient scratch, stage 3's gathered layers, the
+// NVMe tier's bounce buffers), which do not grow with the model's depth. A state on NVMe takes no
+// memory but its share of the buffers.
 struct MemoryReport {
-  std::size_t parameters = 0;       // compute copy (float, half or bfloat16)
-  std::size_t gradients = 0;        // full or sharded, accumulation buffers included
-  std::size_t master_weights = 0;   // fp32
-  std::size_t optimizer_states = 0; // fp32 moments
+  StateBytes parameters;       // compute copy (float, half or bfloat16)
+  StateBytes gradients;        // full or sharded, accumulation buffers included
+  StateBytes master_weights;   // fp32
+  StateBytes optimizer_states; // fp32 moments
   std::size_t buffers = 0;
-  std::size_t parameters_on_nvme = 0; // stage 3's shard, in swap files
-  std::size_t optimizer_on_nvme = 0;  // fp32 master weights and moments, in swap files
-  // Where each kind lives: "host", "pinned_host" or "nvme".
+  // Where each kind lives, as the placement says: "host", "pinned_host" or "nvme".
   const char* parameters_tier = "host";
   const char* gradients_tier = "host";
-  const char* optimizer_tier = "host";
+  const char* optimizer_tier = "host"; // master weights and moments
 
+  // All model states, wherever they are: what the ZeRO paper's formula counts.
   std::size_t model_states() const noexcept {
-    return parameters + gradients + master_weights + optimizer_states;
+    return parameters.total() + gradients.total() + master_weights.total() +
+           optimizer_states.total();
+  }
+  std::size_t in_memory() const noexcept {
+    return parameters.memory + gradients.memory + master_weights.memory + optimizer_states.memory +
+           buffers;
+  }
+  std::size_t on_nvme() const noexcept {
+    return parameters.nvme + gradients.nvme + master_weights.nvme + optimizer_states.nvme;
   }
   std::size_t total() const noexcept { return model_states() + buffers; }
-  std::size_t on_nvme() const noexcept { return parameters_on_nvme + optimizer_on_nvme; }
 };
 
 // Where step() spent its time on this rank.

@@ -8,6 +8,7 @@
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
+#include "zero/engine/report.hpp"
 #include "zero/gather/parameter_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
@@ -46,11 +47,10 @@ class ShardedParameters {
   void begin_update() { gather_.begin_update(blocks_); }
   void end_update() { gather_.refresh_persistent(blocks_); }
 
-  std::size_t parameter_bytes() const noexcept {
-    return shard_.bytes_resident() + gather_.persistent_bytes();
+  StateBytes parameter_bytes() const noexcept {
+    return {shard_.bytes_resident() + gather_.persistent_bytes(), 0};
   }
   std::size_t buffer_bytes() const noexcept { return gather_.pool_bytes(); }
-  std::size_t stored_bytes() const noexcept { return 0; } // on NVMe: none
   double gather_exposed_seconds() const noexcept { return gather_.exposed_seconds(); }
 
  private:

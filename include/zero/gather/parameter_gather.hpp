@@ -236,7 +236,8 @@ class ParameterGather {
       return;
     launch(source, *next, /*prefetch=*/true);
     // One further ahead: a source that reads from disk starts reading it now.
-    if (const auto later = after(*next); later && !slots_[*later].persistent) source.prefetch(*later);
+    if (const auto later = after(*next); later && !slots_[*later].persistent)
+      source.prefetch(*later);
   }
 
   Comm& comm_;

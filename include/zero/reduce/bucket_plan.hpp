@@ -90,7 +90,8 @@ class BucketPlan {
     bucket.section.assign(ranks, 0);
     bucket.shard_offset.assign(ranks, 0);
     for (const BucketSlice& s : bucket.slices) {
-      if (bucket.layers.empty() || bucket.layers.back() != s.layer) bucket.layers.push_back(s.layer);
+      if (bucket.layers.empty() || bucket.layers.back() != s.layer)
+        bucket.layers.push_back(s.layer);
       for (int r = 0; r < ranks_; ++r)
         bucket.counts[std::size_t(r)] += part(s, r);
     }
@@ -103,9 +104,8 @@ class BucketPlan {
             bucket.section[std::size_t(r) - 1] + bucket.counts[std::size_t(r) - 1];
     }
     bucket.elements = bucket.section.back() + bucket.counts.back();
-    bucket.equal_counts =
-        std::all_of(bucket.counts.begin(), bucket.counts.end(),
-                    [&](std::size_t c) { return c == bucket.counts.front(); });
+    bucket.equal_counts = std::all_of(bucket.counts.begin(), bucket.counts.end(),
+                                      [&](std::size_t c) { return c == bucket.counts.front(); });
   }
 
   const ShardLayout* layout_;

@@ -70,11 +70,10 @@ class BucketedReducer {
   };
   using LayerReduced = std::function<void(std::size_t layer)>;
 
-  BucketedReducer(Comm& comm, const ShardLayout& layout, const LayerImages& images,
-                  Options options)
+  BucketedReducer(Comm& comm, const ShardLayout& layout, const LayerImages& images, Options options)
       : comm_(comm), layout_(layout), images_(images), options_(options),
-        plan_(layout, std::min(options.bucket_elements,
-                               std::max<std::size_t>(1, total_flat(layout)))),
+        plan_(layout,
+              std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
         state_(plan_.size()), arrived_(layout.layer_count(), false),
         buckets_left_(layout.layer_count(), 0) {
     for (std::size_t l = 0; l < layout.layer_count(); ++l)
@@ -221,10 +220,10 @@ class BucketedReducer {
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
       T* base = buffer_of<T>(b);
-      for_each_part(b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at,
-                           std::size_t count) {
-        if (s.layer == l) images_.pack(l, grads, Range{flat, flat + count}, base + at);
-      });
+      for_each_part(
+          b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
+            if (s.layer == l) images_.pack(l, grads, Range{flat, flat + count}, base + at);
+          });
     });
   }
 
@@ -305,13 +304,13 @@ class BucketedReducer {
         put(base + bucket.section[rank], bucket.shard_offset[rank], bucket.counts[rank]);
       } else {
         // Every rank's part of every slice, to its parameters' places in the layer.
-        for_each_part(b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at,
-                             std::size_t count) {
-          const std::size_t base_of_layer = layout_.layer(s.layer).flat_base;
-          images_.for_each_run(s.layer, Range{flat, flat + count}, [&](const ImageRun& run) {
-            put(base + at + (run.flat - flat), base_of_layer + run.ordered, run.length);
-          });
-        });
+        for_each_part(
+            b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
+              const std::size_t base_of_layer = layout_.layer(s.layer).flat_base;
+              images_.for_each_run(s.layer, Range{flat, flat + count}, [&](const ImageRun& run) {
+                put(base + at + (run.flat - flat), base_of_layer + run.ordered, run.length);
+              });
+            });
       }
     });
   }

@@ -35,7 +35,8 @@ Work gather_layer_image(Comm& comm, const ShardLayout& layout, std::size_t l,
              std::to_string(at.size()) + " on this rank; got " + std::to_string(image.size()) +
              " and " + std::to_string(mine.size()));
   const bool in_place = mine.data() == image.data() + at.begin;
-  if (equal_blocks(layout, l)) return in_place ? comm.all_gather(image) : comm.all_gather(mine, image);
+  if (equal_blocks(layout, l))
+    return in_place ? comm.all_gather(image) : comm.all_gather(mine, image);
   if constexpr (VariableCountCommunicator<Comm>) {
     std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()));
     for (int r = 0; r < comm.size(); ++r)

@@ -31,8 +31,9 @@ namespace zero {
 template <class P>
 concept StoragePolicy = std::copy_constructible<P> &&
     (HostAccessibleSpace<typename P::memory_space> ||
-     std::same_as<typename P::memory_space, nvme>)&&
-    requires(const P& policy, std::span<const ParameterSpec> params, int world_size) {
+     std::same_as<typename P::memory_space, nvme>)&&requires(const P& policy,
+                                                             std::span<const ParameterSpec> params,
+                                                             int world_size) {
   { P::sharded } -> std::convertible_to<bool>;
   { policy.layout(params, world_size) } -> std::same_as<ShardLayout>;
 };

@@ -69,7 +69,6 @@ class ShardedTensor {
   using storage_type = typename detail::slice_storage<T, memory_space>::type;
 
  public:
-
   // Collective: lays out `params` with the policy over comm's ranks, checks that every rank did
   // the same, and allocates this rank's slice (zero-filled).
   template <class Comm>
@@ -174,7 +173,9 @@ class ShardedTensor {
   // The whole tensor into `full` on every rank.
   template <class Comm, WritableHostBufferOf<T> Full>
   Work gather_into(Comm& comm, Full&& full) const {
-    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
+    static_assert(
+        in_memory,
+        "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "gather_into");
     T* out = std::ranges::data(full);
     const std::size_t size = check_full(std::ranges::size(full), "gather_into");
@@ -204,7 +205,9 @@ class ShardedTensor {
   // Every rank passes a whole tensor; the owned slice becomes their reduction (sum or avg).
   template <class Comm, HostBufferOf<T> Full>
   Work reduce_scatter_from(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) {
-    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
+    static_assert(
+        in_memory,
+        "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "reduce_scatter_from");
     static_assert(ReducingCommunicator<Comm>,
                   "zero::ShardedTensor::reduce_scatter_from needs a communicator with "
@@ -223,7 +226,9 @@ class ShardedTensor {
   // Reduces `full` in place on every rank and keeps this rank's slice of the result.
   template <class Comm, WritableHostBufferOf<T> Full>
   Work all_reduce(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) {
-    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
+    static_assert(
+        in_memory,
+        "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "all_reduce");
     static_assert(ReducingCommunicator<Comm>, "zero::ShardedTensor::all_reduce needs a "
                                               "communicator with all_reduce "
@@ -243,7 +248,9 @@ class ShardedTensor {
   // Root's whole tensor into every rank's slice. Other ranks may pass an empty buffer.
   template <class Comm, HostBufferOf<T> Full>
   Work scatter_from(Comm& comm, Full&& root_full, int root = 0) {
-    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
+    static_assert(
+        in_memory,
+        "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "scatter_from");
     check_root(root, "scatter_from");
     static_assert(GatheringCommunicator<Comm>, "zero::ShardedTensor::scatter_from needs a "
@@ -278,7 +285,9 @@ class ShardedTensor {
   // The whole tensor into root's `out`. Other ranks may pass an empty buffer.
   template <class Comm, WritableHostBufferOf<T> Full>
   Work gather_to(Comm& comm, Full&& out, int root = 0) const {
-    static_assert(in_memory, "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
+    static_assert(
+        in_memory,
+        "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
     check_communicator(comm, "gather_to");
     check_root(root, "gather_to");
     T* data = std::ranges::data(out);

@@ -5,7 +5,8 @@
 //   zero::Placement<>                                    everything in host memory
 //   zero::Placement<zero::optimizer_states_in<zero::nvme>>        ZeRO-Infinity, optimizer states
 //   zero::Placement<zero::optimizer_states_in<zero::nvme>,
-//                   zero::parameters_in<zero::nvme>>              ... and stage 3's parameter shards
+//                   zero::parameters_in<zero::nvme>>              ... and stage 3's parameter
+//                   shards
 //
 // Kinds: parameters (the compute copy, or its shard under stage 3), gradients, optimizer states
 // (fp32 master weights and the optimizer's moments). Places: a memory space (host, pinned_host,
@@ -70,13 +71,13 @@ struct Placement {
                 "zero: a Placement is built from parameters_in<S>, gradients_in<S>, "
                 "optimizer_states_in<S> and execute_on<E>");
   using execution_space = typename detail::placed<execute_on, HostThreads, Pieces...>::type;
-  using parameters =
-      typename detail::placed<parameters_in, typename execution_space::memory_space, Pieces...>::type;
-  using gradients =
-      typename detail::placed<gradients_in, typename execution_space::memory_space, Pieces...>::type;
-  using optimizer_states = typename detail::placed<optimizer_states_in,
-                                                   typename execution_space::memory_space,
-                                                   Pieces...>::type;
+  using parameters = typename detail::placed<parameters_in, typename execution_space::memory_space,
+                                             Pieces...>::type;
+  using gradients = typename detail::placed<gradients_in, typename execution_space::memory_space,
+                                            Pieces...>::type;
+  using optimizer_states =
+      typename detail::placed<optimizer_states_in, typename execution_space::memory_space,
+                              Pieces...>::type;
 };
 
 template <class P>
@@ -87,7 +88,7 @@ concept PlacementType = requires {
   typename P::optimizer_states;
   requires ExecutionSpace<typename P::execution_space>;
   requires StorageSpace<typename P::parameters> && StorageSpace<typename P::gradients> &&
-               StorageSpace<typename P::optimizer_states>;
+      StorageSpace<typename P::optimizer_states>;
 };
 
 namespace detail {

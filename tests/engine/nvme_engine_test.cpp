@@ -1,0 +1,182 @@
+// The engine with model states on the NVMe tier (ZeRO-Infinity on the host), at 1, 2 and 3 ranks:
+// - optimizer states on NVMe give the weights the in-memory engine gives, bit for bit, at stages
+//   1-3, in fp32, fp16 and bf16, with gradient accumulation and with a step skipped on every rank
+//   for an infinity on one; sub-groups that cut a layer and sub-groups that hold several layers,
+//   pipelined or waited for, with one bounce slot or several;
+// - stage 3's parameters on NVMe too (all of them, or the first layers kept in memory by
+//   max_in_cpu; small layers kept gathered);
+// - the memory report puts those states on NVMe and only bounce buffers in memory;
+// - the swap files are gone when the engine is;
+// - a config asking for NVMe while the engine's placement keeps states in memory is refused.
+
+#include "training_scenario.hpp"
+
+#include <zero/offload/nvme_stores.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+using zero::DType;
+using namespace zero::testing;
+
+using NvmeOptimizer = zero::Placement<zero::optimizer_states_in<zero::nvme>>;
+using NvmeEverything =
+    zero::Placement<zero::optimizer_states_in<zero::nvme>, zero::parameters_in<zero::nvme>>;
+
+// A directory for this run's swap files, the same on every rank, removed at the end.
+class SwapRoot {
+ public:
+  SwapRoot() {
+    auto& world = zero::testing::world();
+    std::array<std::uint8_t, 256> name{};
+    if (world.rank() == 0) {
+      std::string pattern =
+          (std::filesystem::temp_directory_path() / "zero-engine-nvme-XXXXXX").string();
+      if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+      std::copy_n(pattern.begin(), std::min(pattern.size(), name.size() - 1), name.begin());
+    }
+    world.broadcast(name, 0).wait();
+    path_ = std::string(reinterpret_cast<const char*>(name.data()));
+  }
+  ~SwapRoot() {
+    auto& world = zero::testing::world();
+    world.barrier();
+    if (world.rank() == 0) std::filesystem::remove_all(path_);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  // Nothing left under it but empty directories.
+  bool holds_no_files() const {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(path_))
+      if (entry.is_regular_file()) return false;
+    return true;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct Tier {
+  std::size_t sub_group = 1024; // elements: one 4096-byte unit of fp32
+  std::size_t buffers = 3;
+  bool pipeline = true;
+  std::size_t max_in_cpu = 0; // parameters kept in memory
+};
+
+zero::EngineOptions on_nvme(const SwapRoot& root, const Tier& tier) {
+  zero::EngineOptions o;
+  o.nvme.optimizer.nvme_path = root.path();
+  o.nvme.optimizer.sub_group_size = tier.sub_group;
+  o.nvme.optimizer.buffer_count = tier.buffers;
+  o.nvme.optimizer.pipeline_read = o.nvme.optimizer.pipeline_write = tier.pipeline;
+  o.nvme.parameters.nvme_path = root.path();
+  o.nvme.parameters.max_in_cpu = tier.max_in_cpu;
+  o.nvme.parameters.buffer_count = 3;
+  o.nvme.parameters.buffer_size = 1 << 16;
+  return o;
+}
+
+template <class Plan, class Where = NvmeOptimizer, class Scaler = zero::StaticLossScaler>
+void expect_like_memory(const SwapRoot& root, const Scenario& run, const Tier& tier,
+                        const std::string& what, Scaler scaler = Scaler{}) {
+  const Outcome in_memory = train<Plan, zero::host, zero::Adam, Scaler>(run, scaler);
+  const Outcome swapped = train<Plan, Where, zero::Adam, Scaler>(run, scaler, on_nvme(root, tier));
+  EXPECT_NE(in_memory.weights[2][0], initial_value(2, 0)) << what << ": the weights moved";
+  expect_same_weights(in_memory, swapped, true, what);
+  ASSERT_EQ(in_memory.steps.size(), swapped.steps.size());
+  for (std::size_t s = 0; s < swapped.steps.size(); ++s) {
+    EXPECT_EQ(in_memory.steps[s].applied, swapped.steps[s].applied) << what << " step " << s;
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(in_memory.steps[s].grad_norm),
+              std::bit_cast<std::uint64_t>(swapped.steps[s].grad_norm))
+        << what << " step " << s;
+  }
+  EXPECT_TRUE(root.holds_no_files()) << what << ": swap files left behind";
+}
+
+TEST(NvmeEngine, OptimizerStatesGiveTheWeightsOfMemory) {
+  const SwapRoot root;
+  const Scenario run{.accumulation = 2, .bucket = 37, .steps = 3, .wide_layer = 5000};
+  for (const Tier tier : {Tier{}, Tier{.buffers = 1, .pipeline = false},
+                          Tier{.sub_group = 3000, .buffers = 2}, Tier{.sub_group = 1 << 20}}) {
+    const std::string what = "sub-groups of " + std::to_string(tier.sub_group) + ", " +
+                             std::to_string(tier.buffers) + " slots" +
+                             (tier.pipeline ? ", pipelined" : "");
+    expect_like_memory<zero::Stage<1>>(root, run, tier, "stage 1, " + what);
+    expect_like_memory<zero::Stage<2>>(root, run, tier, "stage 2, " + what);
+    expect_like_memory<zero::Stage<3>>(root, run, tier, "stage 3, " + what);
+  }
+}
+
+TEST(NvmeEngine, HalfPrecisionAndClipping) {
+  const SwapRoot root;
+  expect_like_memory<zero::Stage<2>>(
+      root, {.dtype = DType::float16, .clipping = 0.05, .bucket = 11, .wide_layer = 3000}, {},
+      "fp16, clipped");
+  expect_like_memory<zero::Stage<3>>(
+      root, {.dtype = DType::bfloat16, .accumulation = 3, .wide_layer = 3000}, {}, "bf16");
+}
+
+TEST(NvmeEngine, AnOverflowSkipsTheStepOnNvmeToo) {
+  const SwapRoot root;
+  zero::DynamicLossScalerOptions scaling;
+  scaling.init_scale = 1024;
+  scaling.hysteresis = 1;
+  const Scenario run{.dtype = DType::float16, .steps = 4, .scale = 1024, .infinity_step = 2};
+  expect_like_memory<zero::Stage<2>, NvmeOptimizer, zero::DynamicLossScaler>(
+      root, run, {}, "fp16 with a skipped step", zero::DynamicLossScaler(scaling));
+}
+
+TEST(NvmeEngine, Stage3ParametersOnNvmeToo) {
+  const SwapRoot root;
+  const Scenario run{.accumulation = 2, .steps = 3, .wide_layer = 5000};
+  expect_like_memory<zero::Stage<3>, NvmeEverything>(root, run, {}, "all parameters on NVMe");
+  expect_like_memory<zero::Stage<3>, NvmeEverything>(root, run, {.max_in_cpu = 400},
+                                                     "the first layers in memory");
+  expect_like_memory<zero::Stage<3>, NvmeEverything>(
+      root, {.steps = 3, .persistence = 50, .wide_layer = 5000}, {}, "small layers kept gathered");
+}
+
+TEST(NvmeEngine, TheReportPutsTheStatesOnNvme) {
+  const SwapRoot root;
+  const Scenario run{.steps = 1, .wide_layer = 5000};
+  const Outcome memory = train<zero::Stage<3>>(run);
+  const Outcome swapped = train<zero::Stage<3>, NvmeEverything>(run, zero::StaticLossScaler{}, on_nvme(root, {}));
+  const zero::MemoryReport& m = swapped.memory;
+  EXPECT_STREQ(m.optimizer_tier, "nvme");
+  EXPECT_STREQ(m.parameters_tier, "nvme");
+  EXPECT_EQ(m.master_weights.memory + m.optimizer_states.memory + m.parameters.memory, 0u);
+  // On disk: what memory held, each layer's block rounded up to whole 4096-byte units.
+  EXPECT_GE(m.master_weights.nvme, memory.memory.master_weights.memory);
+  EXPECT_GE(m.optimizer_states.nvme, memory.memory.optimizer_states.memory);
+  EXPECT_GE(m.parameters.nvme, memory.memory.parameters.memory);
+  EXPECT_GT(m.buffers, memory.memory.buffers) << "the bounce buffers are counted";
+}
+
+TEST(NvmeEngine, AConfigAskingForNvmeNeedsThePlacement) {
+  zero::EngineOptions options;
+  options.offload_optimizer = zero::config::OffloadDevice::nvme;
+  expect_error_contains(
+      [&] {
+        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam,
+                     zero::StaticLossScaler>
+            engine(zero::testing::world(), model(), zero::Adam{}, zero::StaticLossScaler{},
+                   options);
+      },
+      "offload_optimizer.device = \"nvme\", but this engine keeps them in memory");
+  expect_error_contains(
+      [&] {
+        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, NvmeOptimizer, zero::Adam,
+                     zero::StaticLossScaler>
+            engine(zero::testing::world(), model(), zero::Adam{}, zero::StaticLossScaler{}, {});
+      },
+      "optimizer states on NVMe need a directory: set EngineOptions::nvme.optimizer.nvme_path");
+}
+
+} // namespace
