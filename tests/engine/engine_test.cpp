@@ -243,7 +243,8 @@ TEST(Engine, MisuseIsNamed) {
   expect_error([&] { (void)engine.gradients<zero::half>(0); },
                "the compute type is float, not half");
   std::vector<float> wrong(3);
-  expect_error([&] { engine.set_layer(0, wrong); }, "set_layer: layer 0 has 96 elements, got 3");
+  expect_error([&] { engine.set_layer(0, wrong); },
+               "set_layer: layer 0 has 96 elements, rank 0 passed 3");
   auto g = engine.gradients<float>(4);
   std::fill(g.begin(), g.end(), 0.0f);
   engine.grads_ready(4);
@@ -254,6 +255,129 @@ TEST(Engine, MisuseIsNamed) {
     engine.grads_ready(l);
   }
   EXPECT_TRUE(engine.step().applied);
+}
+
+// An engine of `Plan` on the test model with the scenario's initial weights.
+template <class Plan>
+struct Fixture {
+  using Engine =
+      zero::Engine<Plan, zero::MpiCommunicator, zero::host, zero::Adam, zero::StaticLossScaler>;
+  Engine engine;
+  explicit Fixture(zero::EngineOptions options = {}, std::size_t wide_layer = 0)
+      : engine(zero::testing::world(), model(wide_layer), zero::Adam({.lr = 0.01}),
+               zero::StaticLossScaler{}, options) {
+    for (std::size_t l = 0; l < engine.layers(); ++l) {
+      std::vector<float> init(engine.layout().layer(l).numel);
+      for (std::size_t i = 0; i < init.size(); ++i)
+        init[i] = initial_value(l, i);
+      engine.set_layer(l, init);
+    }
+  }
+  // One micro-step's backward with gradients 0.1 * weight + rank-dependent noise.
+  void backward(int step) {
+    for (std::size_t l = engine.layers(); l-- > 0;) {
+      auto weights = engine.acquire(l);
+      write_gradients<float>(engine.template gradients<float>(l), weights.template values<float>(),
+                             Scenario{}, zero::testing::world().rank(), step, 0, l,
+                             zero::testing::world().size());
+      engine.grads_ready(l);
+    }
+  }
+};
+
+TEST(Engine, Stage1HandlesKeptAcrossTheStepSeeTheNewWeights) {
+  // Stages 1/2 all-gather after step() returns; a handle kept from before must not see a layer
+  // half gathered.
+  Fixture<zero::Stage<1>> f({}, 300000);
+  std::vector<zero::LayerParameters> kept;
+  for (std::size_t l = 0; l < f.engine.layers(); ++l)
+    kept.push_back(f.engine.acquire(l));
+  f.backward(0);
+  ASSERT_TRUE(f.engine.step().applied);
+  // Read the kept views first: get_layer's own collective would wait for the gathers.
+  std::vector<std::vector<float>> seen;
+  for (const auto& handle : kept) {
+    const auto values = handle.values<float>();
+    seen.emplace_back(values.begin(), values.end());
+  }
+  for (std::size_t l = 0; l < f.engine.layers(); ++l) {
+    const std::vector<float> master = f.engine.get_layer(l);
+    ASSERT_EQ(seen[l].size(), master.size());
+    for (std::size_t i = 0; i < master.size(); ++i)
+      ASSERT_EQ(seen[l][i], master[i]) << "layer " << l << " element " << i;
+  }
+}
+
+TEST(Engine, AStepRefusedForAHeldLayerChangesNothing) {
+  // Stage 3 cannot update a layer while it is gathered for someone: step() says so before any
+  // collective, and the retry gives the weights of a clean run (the step counter did not move).
+  Fixture<zero::Stage<3>> refused, clean;
+  refused.backward(0);
+  clean.backward(0);
+  {
+    auto held = refused.engine.acquire(0);
+    expect_error_contains([&] { (void)refused.engine.step(); },
+                          "step() while layer 0 is still acquired");
+  }
+  ASSERT_TRUE(refused.engine.step().applied);
+  ASSERT_TRUE(clean.engine.step().applied);
+  EXPECT_EQ(refused.engine.optimizer().step_count(), 1);
+  for (std::size_t l = 0; l < clean.engine.layers(); ++l)
+    EXPECT_EQ(refused.engine.get_layer(l), clean.engine.get_layer(l)) << "layer " << l;
+}
+
+TEST(Engine, Stage3SetLayerAfterAPrefetchIsSeen) {
+  Fixture<zero::Stage<3>> f;
+  { auto w0 = f.engine.acquire(0); } // prefetches layer 1
+  std::vector<float> hundred(f.engine.layout().layer(1).numel, 100.0f);
+  f.engine.set_layer(1, hundred);
+  const auto w1 = f.engine.acquire(1);
+  for (float v : w1.values<float>())
+    ASSERT_EQ(v, 100.0f);
+}
+
+TEST(Engine, OnlyRankZerosValuesCount) {
+  // The other ranks may pass anything, nothing included, without anyone waiting forever.
+  Fixture<zero::Stage<2>> f;
+  auto& world = zero::testing::world();
+  std::vector<float> values(f.engine.layout().layer(2).numel, 0.5f);
+  f.engine.set_layer(2, world.rank() == 0 ? zero::View<const float>(values)
+                                          : zero::View<const float>());
+  for (float v : f.engine.get_layer(2))
+    ASSERT_EQ(v, 0.5f);
+}
+
+TEST(Engine, ALayerWithoutElementsMayComeLast) {
+  // Handing over an empty layer changes nothing, in whichever order it comes.
+  auto& world = zero::testing::world();
+  std::vector<zero::ParameterSpec> params = {{"empty", 0, DType::float32, 0},
+                                             {"w", 10, DType::float32, 1}};
+  zero::EngineOptions options;
+  options.gradient_accumulation_steps = 2;
+  zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam,
+               zero::StaticLossScaler>
+      engine(world, params, zero::Adam{}, zero::StaticLossScaler{}, options);
+  for (int micro = 0; micro < 2; ++micro)
+    for (std::size_t l : {std::size_t{1}, std::size_t{0}}) {
+      auto g = engine.gradients<float>(l);
+      std::fill(g.begin(), g.end(), 1.0f);
+      engine.grads_ready(l);
+    }
+  EXPECT_TRUE(engine.step().applied);
+}
+
+TEST(Engine, RanksGivenDifferentOptionsAreToldWhich) {
+  auto& world = zero::testing::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  zero::EngineOptions options;
+  options.reduce_bucket_elements = world.rank() == 1 ? 999 : 1000;
+  expect_error_contains(
+      [&] {
+        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam,
+                     zero::StaticLossScaler>
+            engine(world, model(), zero::Adam{}, zero::StaticLossScaler{}, options);
+      },
+      "rank 1 was given a different EngineOptions::reduce_bucket_elements than rank 0");
 }
 
 } // namespace

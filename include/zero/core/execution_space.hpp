@@ -4,13 +4,15 @@
 // Thrust-style:
 //
 //   zero::fused_step(zero::HostThreads{}, update, master, states, grads, multiplier, out);
-//   double s = zero::sum_of_squares(exec, grads);
 //   zero::convert(exec, from, to);
+//   zero::accumulate(exec, grads, sums);
 //
-// HostThreads runs them on the calling thread and its OpenMP team, one contiguous range per
-// thread, and returns when they are done. The engine's stores are written against an execution
-// space, so a GPU engine adds a space (kernels on a CUDA stream, fence() = synchronise) and the
-// overloads of its kernels, not a second engine.
+// HostThreads runs them on the calling thread (fused_step also on its OpenMP team, one contiguous
+// range per thread) and returns when they are done, so its fence() has nothing to wait for. The
+// engine's stores call their kernels through an execution space; a GPU engine adds a space
+// (kernels on a CUDA stream, fence() = synchronise) with its overloads. What else it needs (device
+// versions of the stores' remaining host loops: norms, image packing) is listed in
+// docs/engine-design.md.
 
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"

@@ -33,9 +33,12 @@
 #include "zero/stage/placement.hpp"
 #include "zero/stage/plan.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -43,8 +46,18 @@
 
 namespace zero {
 
-template <ShardingPlanType Plan, Communicator Comm, class Where, Optimizer Opt, LossScaler Scaler>
+template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler>
 class Engine {
+  static_assert(ReducingCommunicator<Comm>,
+                "zero: the engine reduces gradients: its communicator needs all_reduce and "
+                "reduce_scatter (zero::ReducingCommunicator)");
+  static_assert(GatheringCommunicator<Comm>,
+                "zero: the engine all-gathers parameters (stage 3 before each layer's compute, "
+                "stages 1/2 after the step) and broadcasts the initial weights: its communicator "
+                "needs all_gather and broadcast (zero::GatheringCommunicator)");
+  static_assert(Communicator<Comm>,
+                "zero: the engine gives itself its own groups with split(color, key) and needs "
+                "barrier() (zero::Communicator)");
   using Placement = placement_of<Where>;
   static_assert(PlacementType<Placement>,
                 "zero: the engine's third parameter is a memory space (zero::host) or a "
@@ -75,6 +88,7 @@ class Engine {
         groups_(comm), model_(make_layout_checked(groups_.shard(), std::move(parameters)),
                               groups_.shard().rank(), groups_.world().rank()),
         micro_(*model_.sharded, options_.gradient_accumulation_steps) {
+    agree_on_options(groups_.world(), options_);
     check_requested_place(options_.offload_optimizer,
                           std::same_as<typename Placement::optimizer_states, nvme>,
                           "zero_optimization.offload_optimizer.device", "optimizer_states_in");
@@ -110,18 +124,23 @@ class Engine {
   void set_layer(std::size_t l, View<const float> values) {
     check_layer(l);
     const std::size_t numel = layout().layer(l).numel;
-    require(values.size() == numel, "set_layer: layer " + std::to_string(l) + " has " +
-                                        std::to_string(numel) + " elements, got " +
-                                        std::to_string(values.size()));
-    std::vector<float> agreed(values.begin(), values.end());
+    // Only rank 0's values count, so only rank 0's size is checked: a rank that throws alone
+    // would leave the others waiting in the broadcast.
+    std::vector<std::int64_t> size{static_cast<std::int64_t>(values.size())};
+    groups_.world().broadcast(size, 0).wait();
+    require(static_cast<std::size_t>(size[0]) == numel,
+            "set_layer: layer " + std::to_string(l) + " has " + std::to_string(numel) +
+                " elements, rank 0 passed " + std::to_string(size[0]));
+    std::vector<float> agreed(numel);
+    if (groups_.world().rank() == 0) std::copy(values.begin(), values.end(), agreed.begin());
     groups_.world().broadcast(agreed, 0).wait();
-    with_states([&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
+    with_states(*this, [&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
   }
 
   // Layer l's fp32 master weights, all of them. Collective (gathers the shards).
   std::vector<float> get_layer(std::size_t l) {
     check_layer(l);
-    return with_states([&](auto& s) { return s.layer(l); });
+    return with_states(*this, [&](auto& s) { return s.layer(l); });
   }
 
   // --- forward and backward ----------------------------------------------------------------------
@@ -129,7 +148,7 @@ class Engine {
   // gathering the next layer).
   LayerParameters acquire(std::size_t l) {
     check_layer(l);
-    return with_states([&](auto& s) { return s.acquire(l); });
+    return with_states(*this, [&](auto& s) { return s.acquire(l); });
   }
 
   // Where backward writes layer l's gradient (its parameters in order, compute type). Every
@@ -140,7 +159,7 @@ class Engine {
     require(dtype_of<T> == options_.compute_dtype, std::string("gradients: the compute type is ") +
                                                        to_string(options_.compute_dtype) +
                                                        ", not " + to_string(dtype_of<T>));
-    return with_states([&](auto& s) -> View<T> {
+    return with_states(*this, [&](auto& s) -> View<T> {
       if constexpr (std::is_same_v<typename std::decay_t<decltype(s)>::value_type, T>)
         return s.gradients(l);
       else
@@ -151,8 +170,8 @@ class Engine {
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void grads_ready(std::size_t l) {
     check_layer(l);
-    const MicroSteps::Arrival arrival = micro_.arrive(l);
-    with_states([&](auto& s) { s.grads_ready(l, arrival); });
+    if (const auto arrival = micro_.arrive(l))
+      with_states(*this, [&](auto& s) { s.grads_ready(l, *arrival); });
   }
 
   // --- the step ---------------------------------------------------------------------------------
@@ -162,7 +181,8 @@ class Engine {
     micro_.require_complete();
     StepResult result;
     Stopwatch clock;
-    with_states([&](auto& s) {
+    with_states(*this, [&](auto& s) {
+      s.require_nothing_acquired(); // before any collective: a refusal leaves nothing half done
       s.finish_reduction(groups_.replica());
       result.seconds.reduction_wait = clock.lap();
       result.reduction = s.reduction();
@@ -178,7 +198,7 @@ class Engine {
         result.clip_coefficient = options_.gradient_clipping > 0
                                       ? clip_coefficient(norm, options_.gradient_clipping)
                                       : 1.0;
-        s.update(optimizer_.begin_step(), static_cast<float>(result.clip_coefficient * unscale));
+        s.update(optimizer_, static_cast<float>(result.clip_coefficient * unscale));
         result.seconds.update = clock.lap();
       }
       scaler_.update(!norm.finite);
@@ -199,14 +219,14 @@ class Engine {
   // option to typed forward and backward code.
   template <class F>
   decltype(auto) visit_compute_type(F&& f) {
-    return with_states([&](auto& s) -> decltype(auto) {
+    return with_states(*this, [&](auto& s) -> decltype(auto) {
       return f(typename std::decay_t<decltype(s)>::value_type{});
     });
   }
 
   // --- reports ----------------------------------------------------------------------------------
   MemoryReport memory() const {
-    return const_cast<Engine&>(*this).with_states([](const auto& s) { return s.memory(); });
+    return with_states(*this, [](const auto& s) { return s.memory(); });
   }
 
   // The paper's formula for this model, plan and precision (Ψ without padding, N = shard group).
@@ -249,6 +269,23 @@ class Engine {
       p.dtype = DType::float32; // the layout counts elements; the stores pick their types
     return make_layout(comm, typename Plan::partitioner{}, std::span<const ParameterSpec>(params));
   }
+  // Collective: throws on every rank, naming the setting, unless all ranks share the settings
+  // the collectives depend on.
+  static void agree_on_options(Counted& world, const EngineOptions& options) {
+    const auto settings = options.shared_settings();
+    std::vector<std::int64_t> mine;
+    for (const auto& [name, value] : settings)
+      mine.push_back(static_cast<std::int64_t>(value));
+    std::vector<std::int64_t> all(mine.size() * std::size_t(world.size()));
+    world.all_gather(std::span<const std::int64_t>(mine), all).wait();
+    for (int r = 1; r < world.size(); ++r)
+      for (std::size_t k = 0; k < mine.size(); ++k)
+        if (all[std::size_t(r) * mine.size() + k] != all[k])
+          fail(ErrorKind::mismatch,
+               "engine: rank " + std::to_string(r) + " was given a different EngineOptions::" +
+                   settings[k].first + " than rank 0; every rank must pass the same options");
+  }
+
   // A DeepSpeed config names where states go; the placement type decides. They must agree
   // ("cpu" is host memory, where a host engine keeps them anyway).
   static void check_requested_place(config::OffloadDevice asked, bool on_nvme, const char* key,
@@ -268,15 +305,15 @@ class Engine {
                               std::to_string(layers()) + ")");
   }
   // f(states) with the states of the compute type (built in the constructor).
-  template <class F>
-  decltype(auto) with_states(F&& f) {
-    switch (states_.index()) {
-    case 2:
-      return f(std::get<2>(states_));
-    case 3:
-      return f(std::get<3>(states_));
+  template <class Self, class F>
+  static decltype(auto) with_states(Self& self, F&& f) {
+    switch (self.options_.compute_dtype) {
+    case DType::float16:
+      return f(std::get<States<half>>(self.states_));
+    case DType::bfloat16:
+      return f(std::get<States<bfloat16>>(self.states_));
     default:
-      return f(std::get<1>(states_));
+      return f(std::get<States<float>>(self.states_));
     }
   }
 

@@ -85,6 +85,7 @@ class GradientStore {
   // Where backward writes layer l's gradient (its parameters in order): every element.
   View<T> gradients(std::size_t l) {
     const std::size_t numel = model_.sharded->layer(l).numel;
+    if (numel == 0) return {}; // nothing to write, nothing to hand over
     if constexpr (!Plan::gradients)
       return written_->block(l).first(numel);
     else
@@ -93,12 +94,12 @@ class GradientStore {
 
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void ready(std::size_t l, MicroSteps::Arrival arrival) {
-    if (arrival.first) begin_micro_step(arrival.boundary);
+    if (arrival.opens_micro_step) begin_micro_step(arrival.in_last_micro_step);
     const View<const T> grads = gradients(l);
     if (accumulate_locally_) {
       const View<float> sum = accumulator_->block(l).first(grads.size());
       accumulate(exec_, grads, sum);
-      if (arrival.boundary) reducer_->add(l, View<const float>(sum));
+      if (arrival.in_last_micro_step) reducer_->add(l, View<const float>(sum));
     } else {
       reducer_->add(l, grads);
     }

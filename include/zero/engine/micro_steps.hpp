@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,37 +17,36 @@ namespace zero {
 class MicroSteps {
  public:
   struct Arrival {
-    bool first = false;    // the first layer of a micro-step
-    bool boundary = false; // in the step's last micro-step
+    bool opens_micro_step = false;   // the first layer handed over in this micro-step
+    bool in_last_micro_step = false; // the step's last micro-step (gradient accumulation)
   };
 
   MicroSteps(const ShardLayout& layout, int accumulation)
-      : accumulation_(accumulation), arrived_(layout.layer_count(), false) {
-    for (std::size_t l = 0; l < layout.layer_count(); ++l)
-      if (layout.layer(l).numel > 0) ++expected_;
-    empty_.resize(layout.layer_count());
-    for (std::size_t l = 0; l < layout.layer_count(); ++l)
+      : accumulation_(accumulation), arrived_(layout.layer_count(), false),
+        empty_(layout.layer_count(), false) {
+    for (std::size_t l = 0; l < layout.layer_count(); ++l) {
       empty_[l] = layout.layer(l).numel == 0;
+      if (!empty_[l]) ++expected_;
+    }
   }
 
   int accumulation() const noexcept { return accumulation_; }
   int completed() const noexcept { return micro_; }
 
   // Records layer l's gradient of this micro-step; throws for a second hand-over or one past the
-  // last micro-step.
-  Arrival arrive(std::size_t l) {
-    require(!arrived_.at(l),
+  // last micro-step. A layer without elements has no gradient: handing it over changes nothing
+  // (nullopt), in whichever order it comes.
+  std::optional<Arrival> arrive(std::size_t l) {
+    if (empty_.at(l)) return std::nullopt;
+    require(!arrived_[l],
             "grads_ready: layer " + std::to_string(l) + " was handed over twice in one micro-step");
     require(micro_ < accumulation_, "grads_ready: all " + std::to_string(accumulation_) +
                                         " micro-steps of this step are done; call step()");
-    const Arrival arrival{!started_, micro_ + 1 == accumulation_};
-    started_ = true;
+    const Arrival arrival{count_ == 0, micro_ + 1 == accumulation_};
     arrived_[l] = true;
-    if (!empty_[l]) ++count_;
-    if (count_ == expected_) {
+    if (++count_ == expected_) {
       ++micro_;
       count_ = 0;
-      started_ = false;
       std::fill(arrived_.begin(), arrived_.end(), false);
     }
     return arrival;
@@ -64,7 +64,6 @@ class MicroSteps {
   int accumulation_;
   std::vector<bool> arrived_, empty_;
   std::size_t expected_ = 0, count_ = 0;
-  bool started_ = false;
   int micro_ = 0;
 };
 

@@ -89,10 +89,15 @@ class ModelStates {
   }
   double local_sum_of_squares() { return gradients_.local_sum_of_squares(); }
 
-  // Updates what this rank owns and shares the new weights.
-  template <ElementwiseUpdate U>
-  void update(const U& update, float grad_multiplier) {
+  // step() may change the weights: stage 3 refuses while a layer is held.
+  void require_nothing_acquired() const { parameters_.require_nothing_acquired(); }
+
+  // Updates what this rank owns and shares the new weights: the optimizer's step counter moves
+  // once nothing can refuse the update any more.
+  template <Optimizer O>
+  void update(O& optimizer, float grad_multiplier) {
     parameters_.begin_update();
+    const auto update = optimizer.begin_step();
     gradients_.visit_reduced([&](auto& reduced) {
       using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
       if constexpr (GradientElement<G>)
@@ -106,12 +111,7 @@ class ModelStates {
   void end_step() { gradients_.clear(); }
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
-  double gather_exposed_seconds() const noexcept {
-    if constexpr (Plan::parameters)
-      return parameters_.gather_exposed_seconds();
-    else
-      return 0.0;
-  }
+  double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
   MemoryReport memory() const {
     MemoryReport m;
     m.parameters = parameters_.parameter_bytes();

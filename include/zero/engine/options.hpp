@@ -7,9 +7,13 @@
 #include "zero/core/error.hpp"
 #include "zero/offload/offload_options.hpp"
 
+#include <array>
+#include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace zero {
 
@@ -41,6 +45,20 @@ struct EngineOptions {
   config::OffloadDevice offload_param = config::OffloadDevice::none;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
+
+  // The settings every rank must share, by name: they decide which collectives the engine makes
+  // (and the weights), so ranks given different ones would hang or diverge.
+  std::array<std::pair<const char*, std::uint64_t>, 9> shared_settings() const {
+    return {{{"compute_dtype", std::uint64_t(compute_dtype)},
+             {"reduce_dtype", std::uint64_t(reduction_dtype())},
+             {"reduce_bucket_elements", reduce_bucket_elements},
+             {"gradient_accumulation_steps", std::uint64_t(gradient_accumulation_steps)},
+             {"gradient_clipping", std::bit_cast<std::uint64_t>(gradient_clipping)},
+             {"deterministic", std::uint64_t(deterministic)},
+             {"persistence_threshold", persistence_threshold},
+             {"prefetch_elements", prefetch_elements},
+             {"max_live_elements", max_live_elements}}};
+  }
 
   void validate() const {
     require(compute_dtype == DType::float32 || compute_dtype == DType::float16 ||

@@ -1,6 +1,6 @@
 #pragma once
 // RankGroups: the communicators an engine talks through, made from the caller's at construction.
-// The world (initial broadcasts, the loss-scale agreement), the shard group that splits the model
+// The world (initial broadcasts, the options' agreement), the shard group that splits the model
 // states (all ranks, or `shard_within<N>` consecutive ranks) and, for shard_within plans, the
 // replica group of ranks holding the same shard. Each counts its own traffic, so a step's
 // communication can be shown next to the ZeRO paper's volumes.

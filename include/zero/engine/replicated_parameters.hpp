@@ -17,6 +17,7 @@
 #include "zero/shard/sharded_tensor.hpp"
 #include "zero/stage/plan.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <vector>
@@ -29,7 +30,8 @@ class ReplicatedParameters {
 
  public:
   ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions&)
-      : comm_(shard), model_(model), copy_(shard, model.replica), gathers_(model.layers()) {
+      : comm_(shard), model_(model), copy_(shard, model.replica), gathers_(model.layers()),
+        holders_(model.layers(), 0) {
     if constexpr (Plan::optimizer_states)
       if (!model.images.all_in_order()) staging_.emplace(shard, model.replica);
   }
@@ -37,7 +39,7 @@ class ReplicatedParameters {
   ReplicatedParameters& operator=(const ReplicatedParameters&) = delete;
   ~ReplicatedParameters() {
     for (Work& w : gathers_)
-      if (w.pending()) w.wait(); // never leave a gather on freed buffers
+      detail::wait_quietly(w); // never leave a gather on freed buffers
   }
 
   // Layer l's weights, its parameters in order.
@@ -46,9 +48,16 @@ class ReplicatedParameters {
     convert_n(values.data(), copy_.block(l).data(), values.size());
   }
 
+  // A view of layer l's weights; handles may be kept across step(), which then completes their
+  // layers' gathers before it returns.
   LayerParameters acquire(std::size_t l) {
-    finish_gather(l);
-    return LayerParameters(*model_.sharded, l, View<const T>(values(l)), nullptr);
+    const auto start = std::chrono::steady_clock::now();
+    if (finish_gather(l))
+      exposed_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++holders_[l];
+    return LayerParameters(*model_.sharded, l, View<const T>(values(l)),
+                           [this](std::size_t layer) { --holders_[layer]; });
   }
 
   // Where the step writes the new values of what this rank updates of layer l.
@@ -69,11 +78,16 @@ class ReplicatedParameters {
   // launched once the whole update is done (run alongside it, they would compete with it for
   // memory bandwidth) and overlap the next forward instead.
   void end_update() {
-    if constexpr (Plan::optimizer_states)
+    if constexpr (Plan::optimizer_states) {
       for (std::size_t l = 0; l < gathers_.size(); ++l)
         gathers_[l] = gather_layer_image(comm_, *model_.sharded, l, View<const T>(update_target(l)),
                                          image(l));
+      for (std::size_t l = 0; l < gathers_.size(); ++l)
+        if (holders_[l] > 0) finish_gather(l); // a handle kept across the step reads it now
+    }
   }
+  void require_nothing_acquired() const {} // views may stay across the step
+  double gather_exposed_seconds() const noexcept { return exposed_seconds_; }
 
   StateBytes parameter_bytes() const noexcept { return {copy_.bytes_resident(), 0}; }
   std::size_t buffer_bytes() const noexcept { return staging_ ? staging_->bytes_resident() : 0; }
@@ -84,11 +98,13 @@ class ReplicatedParameters {
   View<T> image(std::size_t l) {
     return model_.images.in_order(l) ? copy_.block(l) : staging_->block(l);
   }
-  void finish_gather(std::size_t l) {
-    if (!gathers_[l].pending()) return;
+  // Completes layer l's gather, if one is in flight; tells whether there was one.
+  bool finish_gather(std::size_t l) {
+    if (!gathers_[l].pending()) return false;
     gathers_[l].wait();
     if (!model_.images.in_order(l))
       model_.images.unpack(l, staging_->block(l).data(), copy_.block(l).data());
+    return true;
   }
 
   Comm& comm_;
@@ -96,6 +112,8 @@ class ReplicatedParameters {
   Tensor copy_;
   std::optional<Tensor> staging_; // layers whose image is not in order (stages 1/2)
   std::vector<Work> gathers_;
+  std::vector<int> holders_;
+  double exposed_seconds_ = 0; // acquire() waited for a gather the step launched
 };
 
 } // namespace zero

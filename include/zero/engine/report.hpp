@@ -63,10 +63,12 @@ struct StepResult {
   // Global L2 norm of the unscaled, averaged gradients (NaN or infinite on overflow).
   double grad_norm = 0.0;
   double clip_coefficient = 1.0;
-  ReducerStats reduction;            // the gradient buckets of the last micro-step
-  CommStats communication;           // every collective of this step, forward and backward included
-  double gather_exposed_seconds = 0; // stage 3: time acquire() waited for gathers this step
-  StepTimes seconds;                 // this rank's step()
+  ReducerStats reduction;  // the gradient buckets of the last micro-step
+  CommStats communication; // every collective of this step, forward and backward included
+  // Time acquire() waited for parameters to be gathered since the last step (stage 3's gathers;
+  // stages 1/2: the all-gathers the last step launched).
+  double gather_exposed_seconds = 0;
+  StepTimes seconds; // this rank's step()
 };
 
 } // namespace zero

@@ -33,6 +33,7 @@ class ShardedParameters {
   // Layer l's weights, its parameters in order: this rank keeps its block. Collective when the
   // layer stays gathered.
   void set_layer(std::size_t l, View<const float> values) {
+    gather_.invalidate(blocks_, l);
     model_.images.pack(l, values.data(), model_.my_flat_range(l), shard_.block(l).data());
     if (gather_.persistent(l)) gather_.refresh_persistent(blocks_);
   }
@@ -44,6 +45,7 @@ class ShardedParameters {
 
   View<T> update_target(std::size_t l) { return shard_.block(l); }
   void layer_updated(std::size_t) {}
+  void require_nothing_acquired() const { gather_.require_nothing_acquired(); }
   void begin_update() { gather_.begin_update(blocks_); }
   void end_update() { gather_.refresh_persistent(blocks_); }
 

@@ -22,7 +22,6 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
-#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,26 +72,35 @@ class ParameterGather {
   ParameterGather& operator=(const ParameterGather&) = delete;
   ~ParameterGather() {
     for (Slot& s : slots_)
-      if (s.work.pending()) s.work.wait(); // never leave a gather on freed buffers
+      detail::wait_quietly(s.work); // never leave a gather on freed buffers
   }
 
   // The parameters of layer l in order; the caller must call release(l) when done.
   template <BlockSource<T> Source>
   View<const T> acquire(Source& source, std::size_t l) {
     Slot& s = slots_.at(l);
-    if (s.persistent) return s.persistent->view().first(layout_.layer(l).numel);
-    if (s.holders == 0 && !s.buffer) launch(source, l, /*prefetch=*/false);
+    const std::size_t numel = layout_.layer(l).numel;
+    if (s.persistent) {
+      predict_and_prefetch(source, l); // past a small layer kept gathered, to the next one
+      return s.persistent->view().first(numel);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (s.holders == 0 && !s.ordered) launch(source, l, /*prefetch=*/false);
     if (s.work.pending()) {
-      const auto start = std::chrono::steady_clock::now();
       s.work.wait();
-      exposed_seconds_ +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       prefetched_ -= layout_.layer(l).flat_numel;
     }
+    exposed_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     complete(source, l);
     ++s.holders;
-    predict_and_prefetch(source, l);
-    return pool_[*s.buffer].view().first(layout_.layer(l).numel);
+    try {
+      predict_and_prefetch(source, l);
+    } catch (...) {
+      release(l); // no handle will release it
+      throw;
+    }
+    return pool_[*s.ordered].view().first(numel);
   }
 
   void release(std::size_t l) {
@@ -103,24 +111,30 @@ class ParameterGather {
     if (--s.holders == 0) drop(l);
   }
 
-  // Before the weights change: no layer may be held; prefetches are waited for and dropped, and
-  // the direction guess starts over.
+  // The weights may change only while no layer is held.
+  void require_nothing_acquired() const {
+    for (std::size_t l = 0; l < slots_.size(); ++l)
+      require(slots_[l].holders == 0, "engine: step() while layer " + std::to_string(l) +
+                                          " is still acquired; release its handle first");
+  }
+
+  // Before the weights change: prefetches are waited for and dropped, and the direction guess
+  // starts over.
   template <BlockSource<T> Source>
   void begin_update(Source& source) {
-    for (std::size_t l = 0; l < slots_.size(); ++l) {
-      Slot& s = slots_[l];
-      require(s.holders == 0, "engine: step() while layer " + std::to_string(l) +
-                                  " is still acquired; release its handle first");
-      if (s.buffer) {
-        if (s.work.pending()) {
-          s.work.wait();
-          prefetched_ -= layout_.layer(l).flat_numel;
-        }
-        complete(source, l);
-        drop(l);
-      }
-    }
+    require_nothing_acquired();
+    for (std::size_t l = 0; l < slots_.size(); ++l)
+      forget(source, l);
     last_ = std::nullopt;
+  }
+
+  // Layer l's block is about to change (set_layer): a prefetched copy of it would be stale.
+  template <BlockSource<T> Source>
+  void invalidate(Source& source, std::size_t l) {
+    require(slots_.at(l).holders == 0, "engine: set_layer(" + std::to_string(l) +
+                                           ") while the layer is acquired; release its handle "
+                                           "first");
+    forget(source, l);
   }
 
   // After the weights changed: gathers the persistent layers again.
@@ -152,21 +166,34 @@ class ParameterGather {
  private:
   struct Slot {
     std::optional<Buffer<T>> persistent;
-    std::optional<std::size_t> buffer; // into pool_: the layer's parameters in order
-    std::optional<std::size_t> image;  // into pool_: its image while in flight, if not in order
-    Work work;                         // the gather in flight
-    bool source_held = false;          // the source's block is read by the gather
+    std::optional<std::size_t> ordered; // into pool_: the layer's parameters in order
+    std::optional<std::size_t> image;   // into pool_: its image while in flight, if not in order
+    Work work;                          // the gather in flight
+    bool source_held = false;           // the source's block is read by the gather
     int holders = 0;
   };
+
+  // A gathered or prefetched copy of layer l that nobody holds goes away.
+  template <class Source>
+  void forget(Source& source, std::size_t l) {
+    Slot& s = slots_[l];
+    if (!s.ordered) return;
+    if (s.work.pending()) {
+      s.work.wait();
+      prefetched_ -= layout_.layer(l).flat_numel;
+    }
+    complete(source, l);
+    drop(l);
+  }
 
   template <class Source>
   void launch(Source& source, std::size_t l, bool prefetch) {
     Slot& s = slots_[l];
-    s.buffer = take_buffer();
+    s.ordered = take_buffer();
     if (!images_.in_order(l)) s.image = take_buffer();
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
-    const std::size_t target = s.image ? *s.image : *s.buffer;
+    const std::size_t target = s.image ? *s.image : *s.ordered;
     s.work = gather_layer_image(comm_, layout_, l, source.block(l),
                                 pool_[target].view().first(layout_.layer(l).flat_numel));
     s.source_held = true;
@@ -185,15 +212,15 @@ class ParameterGather {
       s.source_held = false;
     }
     if (!s.image) return;
-    images_.unpack(l, pool_[*s.image].data(), pool_[*s.buffer].data());
+    images_.unpack(l, pool_[*s.image].data(), pool_[*s.ordered].data());
     free_.push_back(*s.image);
     s.image.reset();
   }
 
   void drop(std::size_t l) {
     Slot& s = slots_[l];
-    free_.push_back(*s.buffer);
-    s.buffer.reset();
+    free_.push_back(*s.ordered);
+    s.ordered.reset();
     live_ -= layout_.layer(l).flat_numel;
   }
 
@@ -208,16 +235,21 @@ class ParameterGather {
   }
 
   // Forward walks layers up, backward down; after the last layer forward comes backward's turn,
-  // and nothing is gathered past layer 0 going down (the step changes the weights first).
-  std::optional<std::size_t> after(std::size_t l) const {
-    const std::size_t layers = slots_.size();
-    if (forward_) {
-      if (l + 1 < layers) return l + 1;
-      if (l > 0) return l - 1;
-      return std::nullopt;
+  // and nothing is gathered past layer 0 going down (the step changes the weights first). Layers
+  // kept gathered are stepped over.
+  std::optional<std::size_t> predicted_next(std::size_t l) const {
+    bool up = forward_;
+    for (std::size_t at = l;;) {
+      if (up && at + 1 < slots_.size()) {
+        ++at;
+      } else if (at > 0) {
+        up = false;
+        --at;
+      } else {
+        return std::nullopt;
+      }
+      if (!slots_[at].persistent) return at;
     }
-    if (l > 0) return l - 1;
-    return std::nullopt;
   }
 
   template <class Source>
@@ -227,17 +259,16 @@ class ParameterGather {
     else if (l < *last_)
       forward_ = false;
     last_ = l;
-    const std::optional<std::size_t> next = after(l);
+    const std::optional<std::size_t> next = predicted_next(l);
     if (!next) return;
     Slot& s = slots_[*next];
     const std::size_t size = layout_.layer(*next).flat_numel;
-    if (s.persistent || s.buffer || s.holders > 0) return;
+    if (s.ordered || s.holders > 0) return;
     if (prefetched_ + size > limits_.prefetch_elements || live_ + size > limits_.max_live_elements)
       return;
     launch(source, *next, /*prefetch=*/true);
     // One further ahead: a source that reads from disk starts reading it now.
-    if (const auto later = after(*next); later && !slots_[*later].persistent)
-      source.prefetch(*later);
+    if (const auto later = predicted_next(*next)) source.prefetch(*later);
   }
 
   Comm& comm_;
@@ -245,8 +276,7 @@ class ParameterGather {
   const LayerImages& images_;
   Limits limits_;
   std::vector<Slot> slots_;
-  // A deque: handed-out views point into its buffers, which must not move when it grows.
-  std::deque<Buffer<T>> pool_;
+  std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
   std::size_t largest_ = 0;
   std::vector<std::size_t> free_;
   std::optional<std::size_t> last_;

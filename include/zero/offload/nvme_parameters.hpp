@@ -74,6 +74,8 @@ class NvmeParameters {
   // Layer l's weights, its parameters in order: this rank keeps its block. Collective when the
   // layer stays gathered.
   void set_layer(std::size_t l, View<const float> values) {
+    gather_.invalidate(blocks_, l);
+    blocks_.release(l); // a block read ahead would be stale
     const View<T> block = update_target(l);
     model_.images.pack(l, values.data(), model_.my_flat_range(l), block.data());
     layer_updated(l);
@@ -102,6 +104,7 @@ class NvmeParameters {
     writes_[staging_in_use_] = write_block(l, staging_in_use_);
     staged_layer_.reset();
   }
+  void require_nothing_acquired() const { gather_.require_nothing_acquired(); }
   void begin_update() {
     gather_.begin_update(blocks_);
     blocks_.drop_reads();

@@ -1,9 +1,9 @@
 #pragma once
 // Which gradient elements travel together. A bucket is a list of slices, each "positions [lo, hi)
 // of every rank's block of layer l". Buckets are filled from the last layer backwards (the order
-// backward produces gradients), hold at most `bucket_elements` elements, and cut a layer that does
-// not fit into several buckets, so their memory never depends on the model's size (ZeRO-R's
-// constant buffers).
+// backward produces gradients), hold at most `bucket_elements` elements over all ranks' sections,
+// and cut a layer that does not fit into several buckets, so their memory never depends on the
+// model's size (ZeRO-R's constant buffers).
 //
 // Inside a bucket, slices are in ascending (layer, lo) order and the buffer is rank-major: rank 0's
 // section (its part of every slice), then rank 1's, ... A rank's part of a slice is [lo, hi)
@@ -42,10 +42,8 @@ class BucketPlan {
   BucketPlan(const ShardLayout& layout, std::size_t bucket_elements)
       : layout_(&layout), ranks_(layout.world_size()), buckets_of_layer_(layout.layer_count()) {
     require(bucket_elements > 0, "reduce bucket size must be at least one element");
-    // Per rank's block, counted at the largest block: at least one element, whatever the size.
-    const std::size_t capacity = std::max<std::size_t>(1, bucket_elements / std::size_t(ranks_));
     Bucket open;
-    std::size_t filled = 0;
+    std::size_t filled = 0; // elements of the open bucket, all ranks' sections
     auto close = [&] {
       index(open);
       largest_ = std::max(largest_, open.elements);
@@ -55,11 +53,18 @@ class BucketPlan {
     };
     for (std::size_t l = layout.layer_count(); l-- > 0;) {
       for (std::size_t hi = layout.layer(l).block_numel; hi > 0;) {
-        const std::size_t lo = hi - std::min(capacity - filled, hi);
+        std::size_t lo = lowest_start(l, hi, bucket_elements - filled);
+        if (lo == hi) { // not even one position fits
+          if (!open.slices.empty()) {
+            close();
+            continue;
+          }
+          lo = hi - 1; // an empty bucket takes one position, whatever the size
+        }
         open.slices.insert(open.slices.begin(), BucketSlice{l, lo, hi});
-        filled += hi - lo;
+        filled += elements(l, lo, hi);
         hi = lo;
-        if (filled == capacity) close();
+        if (lo > 0 || filled == bucket_elements) close(); // full
       }
     }
     if (!open.slices.empty()) close();
@@ -82,8 +87,28 @@ class BucketPlan {
     const std::size_t block = layout_->block(s.layer, r).size();
     return std::min(s.hi, block) - std::min(s.lo, block);
   }
+  // All ranks' parts of positions [lo, hi) of layer l.
+  std::size_t elements(std::size_t l, std::size_t lo, std::size_t hi) const {
+    std::size_t total = 0;
+    for (int r = 0; r < ranks_; ++r)
+      total += part(BucketSlice{l, lo, hi}, r);
+    return total;
+  }
 
  private:
+  // The lowest lo whose positions [lo, hi) of layer l hold at most `room` elements over all ranks
+  // (hi when not even one position fits). With equal blocks that is hi - room / ranks; with
+  // unequal ones a position holds elements only on the ranks whose block reaches it.
+  std::size_t lowest_start(std::size_t l, std::size_t hi, std::size_t room) const {
+    std::size_t fits = hi, fails = 0; // elements(fits, hi) <= room, elements(fails, hi) > room
+    if (elements(l, 0, hi) <= room) return 0;
+    while (fits - fails > 1) {
+      const std::size_t mid = fails + (fits - fails) / 2;
+      (elements(l, mid, hi) <= room ? fits : fails) = mid;
+    }
+    return fits;
+  }
+
   void index(Bucket& bucket) const {
     const auto ranks = static_cast<std::size_t>(ranks_);
     bucket.counts.assign(ranks, 0);

@@ -92,7 +92,7 @@ class BucketedReducer {
   BucketedReducer& operator=(const BucketedReducer&) = delete;
   ~BucketedReducer() {
     for (std::size_t b : in_flight_)
-      state_[b].work.wait(); // never leave collectives on freed buffers
+      detail::wait_quietly(state_[b].work); // never leave collectives on freed buffers
   }
 
   const BucketPlan& plan() const noexcept { return plan_; }

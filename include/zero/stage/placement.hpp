@@ -59,6 +59,10 @@ template <class T, template <class> class Piece>
 inline constexpr bool is_piece = false;
 template <class S, template <class> class Piece>
 inline constexpr bool is_piece<Piece<S>, Piece> = true;
+template <template <class> class Piece, class... Pieces>
+constexpr bool at_most_once() {
+  return ((is_piece<Pieces, Piece> ? 1 : 0) + ... + 0) <= 1;
+}
 template <class T>
 inline constexpr bool is_placement_piece =
     is_piece<T, parameters_in> || is_piece<T, gradients_in> || is_piece<T, optimizer_states_in> ||
@@ -70,6 +74,12 @@ struct Placement {
   static_assert((detail::is_placement_piece<Pieces> && ...),
                 "zero: a Placement is built from parameters_in<S>, gradients_in<S>, "
                 "optimizer_states_in<S> and execute_on<E>");
+  static_assert(detail::at_most_once<parameters_in, Pieces...>() &&
+                    detail::at_most_once<gradients_in, Pieces...>() &&
+                    detail::at_most_once<optimizer_states_in, Pieces...>() &&
+                    detail::at_most_once<execute_on, Pieces...>(),
+                "zero: a Placement names each kind of state (and the execution space) at most "
+                "once");
   using execution_space = typename detail::placed<execute_on, HostThreads, Pieces...>::type;
   using parameters = typename detail::placed<parameters_in, typename execution_space::memory_space,
                                              Pieces...>::type;

@@ -7,7 +7,6 @@
 #include "zero/core/buffer.hpp"
 
 #include <cstddef>
-#include <deque>
 #include <optional>
 #include <vector>
 
@@ -44,7 +43,7 @@ class LayerScratch {
 
  private:
   std::size_t largest_;
-  std::deque<Buffer<T>> buffers_; // handed-out views must not move when the pool grows
+  std::vector<Buffer<T>> buffers_; // handed-out views point into the buffers' heap memory
   std::vector<std::optional<std::size_t>> of_layer_;
   std::vector<std::size_t> free_;
 };
