@@ -31,7 +31,12 @@ inline const char* usage =
     "  --deterministic         bitwise reproducible across stages and bucket sizes\n"
     "  --optimizer adam|adamw|sgd, --lr X, --weight-decay X, --momentum X (sgd)\n"
     "  --bucket N              reduction bucket, elements (default 65536; DeepSpeed's is 5e8)\n"
-    "  --config FILE           DeepSpeed ds_config.json (flags given explicitly win)\n"
+    "  --config FILE           DeepSpeed ds_config.json (flags given explicitly win); its\n"
+    "                          offload_optimizer/offload_param \"nvme\" put states on NVMe\n"
+    "  --nvme DIR              fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
+    "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
+    "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
+    "  --remove-stale-swap     delete swap files a crashed run left in DIR instead of refusing\n"
     "  --data-npy DIR          train on DIR/x.npy (rows x inputs) and DIR/y.npy (rows x outputs)\n"
     "  --init-npy DIR          initial weights DIR/layer{i}.weight.npy, layer{i}.bias.npy\n"
     "  --save-npy DIR          write the final weights the same way\n"
@@ -58,6 +63,11 @@ struct Flags {
   unsigned seed = 1;
   int print_every = 0;
   std::optional<zero::config::Config> ds; // the parsed --config
+  // The NVMe tier (from --config, overridden by --nvme and friends).
+  bool optimizer_on_nvme = false, parameters_on_nvme = false;
+  std::string nvme_path;
+  std::optional<std::size_t> sub_group_size;
+  bool remove_stale_swap = false;
 };
 
 inline std::vector<std::size_t> parse_widths(std::string_view text) {
@@ -91,7 +101,7 @@ inline Flags parse(int argc, char** argv) {
       pairs.push_back({flag, ""});
       continue;
     }
-    if (flag == "--deterministic") {
+    if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap") {
       pairs.push_back({flag, "1"});
       continue;
     }
@@ -123,6 +133,11 @@ inline Flags parse(int argc, char** argv) {
       f.weight_decay = o.weight_decay;
       f.momentum = o.momentum;
     }
+    using zero::config::OffloadDevice;
+    const auto& z = c.zero_optimization;
+    f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
+    f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
+    if (f.optimizer_on_nvme) f.nvme_path = z.offload_optimizer.nvme_path;
   }
   for (const auto& [flag, value] : pairs) {
     auto number = [&] {
@@ -194,9 +209,22 @@ inline Flags parse(int argc, char** argv) {
       f.seed = unsigned(whole(0));
     else if (flag == "--print-every")
       f.print_every = int(whole(1));
+    else if (flag == "--nvme") {
+      f.optimizer_on_nvme = true;
+      f.nvme_path = value;
+    } else if (flag == "--nvme-params")
+      f.parameters_on_nvme = true;
+    else if (flag == "--sub-group-size")
+      f.sub_group_size = std::size_t(whole(1));
+    else if (flag == "--remove-stale-swap")
+      f.remove_stale_swap = true;
     else
       zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
   }
+  zero::require(!f.parameters_on_nvme || (f.optimizer_on_nvme && f.stage == 3),
+                "parameters on NVMe need --stage 3 and the optimizer states on NVMe too (--nvme)");
+  zero::require(!f.optimizer_on_nvme || f.stage >= 1,
+                "optimizer states on NVMe need --stage 1, 2 or 3 (stage 0 shards nothing)");
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");
   return f;

@@ -19,6 +19,35 @@
 
 extern "C" void openblas_set_num_threads(int);
 
+namespace train {
+// The engine for the plan and placement the flags ask for.
+History run_stage(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                  const Weights& init) {
+#if ZERO_TRAIN_MLP_NVME
+  if (f.parameters_on_nvme) return run_stage3_nvme_params(world, f, data, init);
+  if (f.optimizer_on_nvme) {
+    if (f.stage == 1) return run_stage1_nvme(world, f, data, init);
+    if (f.stage == 2) return run_stage2_nvme(world, f, data, init);
+    return run_stage3_nvme(world, f, data, init);
+  }
+#else
+  zero::require(!f.optimizer_on_nvme,
+                "this train_mlp was built without the NVMe tier (liburing was not found)",
+                zero::ErrorKind::unsupported);
+#endif
+  switch (f.stage) {
+  case 0:
+    return run_stage0(world, f, data, init);
+  case 1:
+    return run_stage1(world, f, data, init);
+  case 2:
+    return run_stage2(world, f, data, init);
+  default:
+    return run_stage3(world, f, data, init);
+  }
+}
+} // namespace train
+
 namespace {
 
 // Ranks sharing a node share its cores: each rank's BLAS and OpenMP get cores / local ranks
@@ -62,7 +91,7 @@ int run(int argc, char** argv) {
     std::printf(
         "train_mlp: ZeRO stage %d, %d ranks x %d thread%s, layers %s, %s, %s, batch %zu (%d "
         "micro-step%s), "
-        "%zu data rows\n\n",
+        "%zu data rows%s\n\n",
         f.stage, ranks, threads, threads > 1 ? "s" : "",
         [&] {
           std::string s;
@@ -72,23 +101,13 @@ int run(int argc, char** argv) {
         }()
             .c_str(),
         zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum,
-        f.grad_accum > 1 ? "s" : "", data.rows);
+        f.grad_accum > 1 ? "s" : "", data.rows,
+        f.parameters_on_nvme
+            ? (", optimizer states and parameters on NVMe in " + f.nvme_path).c_str()
+        : f.optimizer_on_nvme ? (", optimizer states on NVMe in " + f.nvme_path).c_str()
+                              : "");
 
-  train::History h;
-  switch (f.stage) {
-  case 0:
-    h = train::run_stage0(world, f, data, init);
-    break;
-  case 1:
-    h = train::run_stage1(world, f, data, init);
-    break;
-  case 2:
-    h = train::run_stage2(world, f, data, init);
-    break;
-  default:
-    h = train::run_stage3(world, f, data, init);
-    break;
-  }
+  const train::History h = train::run_stage(world, f, data, init);
   const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
   if (rank == 0)
     for (int s = 0; s < f.steps; ++s)

@@ -1,6 +1,7 @@
 #pragma once
-// Builds the engine for a plan and the chosen optimizer, loads the initial weights and trains.
-// Instantiated once per stage (stage0.cpp ... stage3.cpp), so the four compile in parallel.
+// Builds the engine for a plan, a placement and the chosen optimizer, loads the initial weights
+// and trains. Instantiated once per stage and placement (stage0.cpp ... stage3_nvme.cpp), so they
+// compile in parallel.
 
 #include "training.hpp"
 
@@ -9,17 +10,24 @@
 
 namespace train {
 
-template <class Plan, class Optimizer>
+// Where the model states live: all in memory, the optimizer's on NVMe, or (stage 3) the
+// parameters' too.
+using InMemory = zero::Placement<>;
+using NvmeOptimizer = zero::Placement<zero::optimizer_states_in<zero::nvme>>;
+using NvmeEverything =
+    zero::Placement<zero::optimizer_states_in<zero::nvme>, zero::parameters_in<zero::nvme>>;
+
+template <class Plan, class Where, class Optimizer>
 History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
                  const Weights& init, Optimizer optimizer) {
-  using Engine = zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, AnyLossScaler>;
+  using Engine = zero::Engine<Plan, zero::MpiCommunicator, Where, Optimizer, AnyLossScaler>;
   Engine engine = make_engine<Engine>(world, f, std::move(optimizer));
   for (std::size_t l = 0; l < engine.layers(); ++l)
     engine.set_layer(l, init[l]);
   return train(world, f, engine, data);
 }
 
-template <class Plan>
+template <class Plan, class Where = InMemory>
 History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
             const Weights& init) {
   const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
@@ -30,7 +38,7 @@ History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
     s.weight_decay = f.weight_decay;
     s.dampening = o.dampening;
     s.nesterov = o.nesterov;
-    return run_with<Plan>(world, f, data, init, zero::SGD(s));
+    return run_with<Plan, Where>(world, f, data, init, zero::SGD(s));
   }
   if (f.optimizer == "adamw") {
     zero::AdamWOptions a;
@@ -38,19 +46,25 @@ History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
     a.betas = o.betas;
     a.eps = o.eps;
     a.weight_decay = f.weight_decay;
-    return run_with<Plan>(world, f, data, init, zero::AdamW(a));
+    return run_with<Plan, Where>(world, f, data, init, zero::AdamW(a));
   }
   zero::AdamOptions a;
   a.lr = f.lr;
   a.betas = o.betas;
   a.eps = o.eps;
   a.weight_decay = f.weight_decay;
-  return run_with<Plan>(world, f, data, init, zero::Adam(a));
+  return run_with<Plan, Where>(world, f, data, init, zero::Adam(a));
 }
 
 History run_stage0(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
 History run_stage1(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
 History run_stage2(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
 History run_stage3(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+// With the NVMe tier (built with zero::nvme; see CMakeLists.txt).
+History run_stage1_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage2_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage3_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage3_nvme_params(zero::MpiCommunicator&, const Flags&, const Dataset&,
+                               const Weights&);
 
 } // namespace train

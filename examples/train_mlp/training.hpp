@@ -49,6 +49,14 @@ Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
   options.deterministic = f.deterministic;
   options.reduce_bucket_elements = f.bucket;
   if (!f.ds) options.persistence_threshold = 0; // every layer sharded: the demo shows 3Ψ
+  if (!f.nvme_path.empty()) {
+    options.nvme.optimizer.nvme_path = options.nvme.parameters.nvme_path = f.nvme_path;
+    // Flags put every parameter block on NVMe; a config says how many stay in memory.
+    if (!f.ds || f.ds->zero_optimization.offload_param.device != zero::config::OffloadDevice::nvme)
+      options.nvme.parameters.max_in_cpu = 0;
+  }
+  if (f.sub_group_size) options.nvme.optimizer.sub_group_size = *f.sub_group_size;
+  options.nvme.remove_stale = f.remove_stale_swap;
   return Engine(world, f.shape.specs(), std::move(optimizer), make_scaler(f), options);
 }
 

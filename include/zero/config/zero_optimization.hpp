@@ -9,8 +9,9 @@
 
 namespace zero::config {
 
-// Where offloaded state lives. Offload is not built yet: the reader rejects any device other
-// than `none` unless asked to accept it (the estimator does; see config/unbuilt.hpp).
+// Where offloaded state lives: "nvme" is the NVMe tier (ZeRO-Infinity, offload/); "cpu" is host
+// memory, where the host engine keeps model states anyway. The engine's placement type must
+// agree with what a config asks for.
 enum class OffloadDevice { none, cpu, nvme };
 
 constexpr const char* to_string(OffloadDevice device) noexcept {

@@ -1,0 +1,11 @@
+// train_mlp's engine for ZeRO stage 3 with the optimizer states on the NVMe tier.
+#include "run.hpp"
+
+#include <zero/offload/nvme_stores.hpp>
+
+namespace train {
+History run_stage3_nvme(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                        const Weights& init) {
+  return run<zero::Stage<3>, NvmeOptimizer>(world, f, data, init);
+}
+} // namespace train

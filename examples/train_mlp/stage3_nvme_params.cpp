@@ -1,0 +1,12 @@
+// train_mlp's engine for ZeRO stage 3 with the optimizer states and the parameter shards on the
+// NVMe tier.
+#include "run.hpp"
+
+#include <zero/offload/nvme_stores.hpp>
+
+namespace train {
+History run_stage3_nvme_params(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                               const Weights& init) {
+  return run<zero::Stage<3>, NvmeEverything>(world, f, data, init);
+}
+} // namespace train
