@@ -123,6 +123,14 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                 total / n * 1e3, h.steps.size(), h.forward_seconds / n * 1e3,
                 h.backward_seconds / n * 1e3, h.update_seconds / n * 1e3, reduce / n * 1e3,
                 reduce > 0 ? 100.0 * hidden / reduce : 0.0);
+    std::uint64_t read = 0, written = 0;
+    for (const auto& s : h.steps) {
+      read += s.nvme.bytes_read;
+      written += s.nvme.bytes_written;
+    }
+    if (read + written > 0)
+      std::printf("NVMe tier (rank 0): %.3f MB read and %.3f MB written per step\n",
+                  mb(double(read) / n), mb(double(written) / n));
     const double after = h.step_times.after_reduction() / n;
     std::printf("step() once the gradients were reduced: %.3f ms (norm %.3f, update %.3f); the "
                 "fused optimizer pass alone on the same share: %.3f ms (%.2fx)\n",
@@ -172,7 +180,9 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
     const zero::ReducerStats& r = h.steps[s].reduction;
     out << ", \"reduction_seconds\": " << r.communication_seconds
         << ", \"reduction_exposed_seconds\": " << r.exposed_seconds
-        << ", \"hidden_fraction\": " << r.hidden_fraction() << "}";
+        << ", \"hidden_fraction\": " << r.hidden_fraction()
+        << ", \"nvme_bytes_read\": " << h.steps[s].nvme.bytes_read
+        << ", \"nvme_bytes_written\": " << h.steps[s].nvme.bytes_written << "}";
   }
   out << "]\n}\n";
 }

@@ -134,7 +134,10 @@ class Engine {
     std::vector<float> agreed(numel);
     if (groups_.world().rank() == 0) std::copy(values.begin(), values.end(), agreed.begin());
     groups_.world().broadcast(agreed, 0).wait();
-    with_states(*this, [&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
+    with_states(*this, [&](auto& s) {
+      s.set_layer(l, View<const float>(agreed));
+      nvme_before_ = s.nvme_traffic(); // setting weights is not part of the next step's traffic
+    });
   }
 
   // Layer l's fp32 master weights, all of them. Collective (gathers the shards).
@@ -206,6 +209,9 @@ class Engine {
       const double exposed = s.gather_exposed_seconds();
       result.gather_exposed_seconds = exposed - gather_exposed_before_;
       gather_exposed_before_ = exposed;
+      const IoStats traffic = s.nvme_traffic();
+      result.nvme = traffic - nvme_before_;
+      nvme_before_ = traffic;
     });
     micro_.start_step();
     const CommStats total = groups_.total();
@@ -326,6 +332,7 @@ class Engine {
   std::variant<std::monostate, States<float>, States<half>, States<bfloat16>> states_;
   CommStats last_total_;
   double gather_exposed_before_ = 0;
+  IoStats nvme_before_;
 };
 
 } // namespace zero

@@ -112,6 +112,9 @@ class ModelStates {
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
+  // Everything the NVMe tier moved for this rank so far.
+  IoStats nvme_traffic() const { return parameters_.nvme_traffic() + optimizer_.nvme_traffic(); }
+
   MemoryReport memory() const {
     MemoryReport m;
     m.parameters = parameters_.parameter_bytes();

@@ -77,6 +77,7 @@ class OptimizerStore {
 
   StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }
   StateBytes state_bytes() const noexcept { return {states * master_.bytes_resident(), 0}; }
+  IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return 0; }
 
  private:

@@ -90,6 +90,7 @@ class ReplicatedParameters {
   double gather_exposed_seconds() const noexcept { return exposed_seconds_; }
 
   StateBytes parameter_bytes() const noexcept { return {copy_.bytes_resident(), 0}; }
+  IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return staging_ ? staging_->bytes_resident() : 0; }
 
  private:

@@ -3,6 +3,7 @@
 // paper's formula is estimate/memory.hpp), and what one step did and communicated.
 
 #include "zero/comm/counting_communicator.hpp"
+#include "zero/offload/io_stats.hpp"
 #include "zero/reduce/bucketed_reducer.hpp"
 
 #include <cstddef>
@@ -69,6 +70,9 @@ struct StepResult {
   // stages 1/2: the all-gathers the last step launched).
   double gather_exposed_seconds = 0;
   StepTimes seconds; // this rank's step()
+  // What the NVMe tier moved for this rank since the last step (the step's sub-groups, and stage
+  // 3's parameter blocks read for forward and backward); zero without states on NVMe.
+  IoStats nvme;
 };
 
 } // namespace zero

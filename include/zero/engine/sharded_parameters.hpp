@@ -52,6 +52,7 @@ class ShardedParameters {
   StateBytes parameter_bytes() const noexcept {
     return {shard_.bytes_resident() + gather_.persistent_bytes(), 0};
   }
+  IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return gather_.pool_bytes(); }
   double gather_exposed_seconds() const noexcept { return gather_.exposed_seconds(); }
 

@@ -16,6 +16,23 @@ struct IoStats {
   double busy_seconds = 0.0; // wall time with at least one transfer queued or in flight
 
   friend bool operator==(const IoStats&, const IoStats&) = default;
+  IoStats& operator+=(const IoStats& b) noexcept {
+    bytes_read += b.bytes_read;
+    bytes_written += b.bytes_written;
+    read_requests += b.read_requests;
+    write_requests += b.write_requests;
+    busy_seconds += b.busy_seconds;
+    return *this;
+  }
+  friend IoStats operator+(IoStats a, const IoStats& b) noexcept { return a += b; }
+  friend IoStats operator-(IoStats a, const IoStats& b) noexcept {
+    a.bytes_read -= b.bytes_read;
+    a.bytes_written -= b.bytes_written;
+    a.read_requests -= b.read_requests;
+    a.write_requests -= b.write_requests;
+    a.busy_seconds -= b.busy_seconds;
+    return a;
+  }
 };
 
 } // namespace zero

@@ -141,6 +141,7 @@ class NvmeOptimizerStore {
       bytes += tensors_[t].bytes_stored();
     return {0, bytes};
   }
+  IoStats nvme_traffic() const { return tier_.stats(); }
   std::size_t buffer_bytes() const noexcept { return bounce_.count() * bounce_.bytes(); }
 
  private:

@@ -120,6 +120,7 @@ class NvmeParameters {
       if (b) bytes += b->size_bytes();
     return {bytes, shard_.bytes_stored()};
   }
+  IoStats nvme_traffic() const { return tier_.stats(); }
   std::size_t buffer_bytes() const noexcept {
     return gather_.pool_bytes() + blocks_.buffer_bytes() + staging_.count() * staging_.bytes();
   }
