@@ -2,8 +2,9 @@
 // GradientStore<T, Plan, ...>: where gradients are written, accumulated and reduced.
 //   - Backward writes a layer's gradient (its parameters in order, compute type T) into the full
 //     gradient (stages 0/1, a replica) or into a scratch buffer (stages 2/3, which keep none).
-//   - grads_ready hands it to the BucketedReducer at once: all-reduce (stage 0) or reduce-scatter
-//     into this rank's shard (stages 1-3), overlapping the rest of backward.
+//   - grads_ready hands it to the reducer at once: reduce-scatter into this rank's shard through
+//     buckets (stages 1-3, BucketedReducer), or all-reduce where it lies (stage 0,
+//     InPlaceAllReduce), overlapping the rest of backward.
 //   - With gradient accumulation, stages 2/3 reduce every micro-step into float accumulators;
 //     stages 0/1 add locally and reduce once per step, unless deterministic results are asked
 //     for: then they reduce every micro-step too, summing in the same order as 2/3.
@@ -20,12 +21,14 @@
 #include "zero/engine/options.hpp"
 #include "zero/precision/grad_norm.hpp"
 #include "zero/reduce/bucketed_reducer.hpp"
+#include "zero/reduce/in_place_all_reduce.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
 #include "zero/stage/plan.hpp"
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -65,8 +68,15 @@ class GradientStore {
     } else if (accumulating) {
       target = owned_target(make_owned<float>(), Delivery::accumulate);
     } else if (!Plan::optimizer_states && bucket_dtype == dtype_of<T>) {
-      if constexpr (!Plan::optimizer_states)
-        target = owned_target(&*written_, Delivery::assign); // stage 0: reduced in place
+      if constexpr (!Plan::optimizer_states) {
+        // Stage 0 reduces the gradient where backward wrote it: no bucket copies.
+        target = owned_target(&*written_, Delivery::assign);
+        in_place_ = std::make_unique<InPlaceAllReduce<Comm, T>>(
+            shard, *model.sharded, written_->local(), options.reduce_bucket_elements,
+            ReduceOp::avg);
+        target_ = target;
+        return;
+      }
     } else if (bucket_dtype == DType::float32) {
       target = owned_target(make_owned<float>(), Delivery::assign);
     } else {
@@ -100,6 +110,8 @@ class GradientStore {
       const View<float> sum = accumulator_->block(l).first(grads.size());
       accumulate(exec_, grads, sum);
       if (arrival.in_last_micro_step) reducer_->add(l, View<const float>(sum));
+    } else if (in_place_) {
+      in_place_->add(l);
     } else {
       reducer_->add(l, grads);
     }
@@ -110,7 +122,10 @@ class GradientStore {
   void finish() {
     if (!reducing_) return;
     reducing_ = false;
-    reducer_->finish();
+    if (in_place_)
+      in_place_->finish();
+    else
+      reducer_->finish();
   }
 
   // shard_within plans: every shard group reduced its own ranks' gradients; averaging the shards
@@ -146,7 +161,9 @@ class GradientStore {
     std::fill(summed_.begin(), summed_.end(), false);
   }
 
-  const ReducerStats& stats() const noexcept { return reducer_->stats(); }
+  const ReducerStats& stats() const noexcept {
+    return in_place_ ? in_place_->stats() : reducer_->stats();
+  }
   std::size_t gradient_bytes() const noexcept {
     std::size_t bytes = 0;
     if (written_) bytes += written_->bytes_resident();
@@ -155,7 +172,9 @@ class GradientStore {
     if (owned_compute_) bytes += owned_compute_->bytes_resident();
     return bytes;
   }
-  std::size_t buffer_bytes() const noexcept { return reducer_->buffer_bytes() + scratch_.bytes(); }
+  std::size_t buffer_bytes() const noexcept {
+    return (reducer_ ? reducer_->buffer_bytes() : 0) + scratch_.bytes();
+  }
 
  private:
   static std::size_t largest_layer(const ModelLayout& model) {
@@ -194,9 +213,12 @@ class GradientStore {
   void begin_micro_step(bool boundary) {
     finish(); // the previous micro-step's buckets, if still in flight
     if (accumulate_locally_ && !boundary) return;
-    typename BucketedReducer<Comm, Strategy>::LayerReduced on_layer;
+    std::function<void(std::size_t)> on_layer;
     if (boundary) on_layer = [this](std::size_t l) { sum_layer(l); };
-    reducer_->begin(target_, std::move(on_layer));
+    if (in_place_)
+      in_place_->begin(std::move(on_layer));
+    else
+      reducer_->begin(target_, std::move(on_layer));
     reducing_ = true;
   }
 
@@ -234,7 +256,8 @@ class GradientStore {
   std::variant<OwnedTensor<T>*, OwnedTensor<float>*> reduced_{};
   bool accumulate_locally_ = false;
   ReduceTarget target_;
-  std::unique_ptr<BucketedReducer<Comm, Strategy>> reducer_;
+  std::unique_ptr<BucketedReducer<Comm, Strategy>> reducer_; // or, for stage 0:
+  std::unique_ptr<InPlaceAllReduce<Comm, T>> in_place_;
   bool reducing_ = false;
   std::vector<double> layer_sums_;
   std::vector<bool> summed_;
