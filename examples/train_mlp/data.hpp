@@ -44,36 +44,53 @@ struct Dataset {
 // Per layer: the weight ([out, in]) and the bias, end to end, as the engine registers them.
 using Weights = std::vector<std::vector<float>>;
 
-inline Weights torch_like_init(const mlp::Shape& shape, std::uint64_t seed) {
-  Random random(seed);
-  Weights weights;
-  for (std::size_t l = 0; l < shape.layers(); ++l) {
-    const double bound = 1.0 / std::sqrt(double(shape.in(l)));
-    std::vector<float> w(shape.out(l) * shape.in(l) + shape.out(l));
-    for (float& v : w)
-      v = static_cast<float>((2 * random.uniform() - 1) * bound);
-    weights.push_back(std::move(w));
-  }
-  return weights;
+// A layer drawn like torch.nn.Linear: uniform in ±1/sqrt(in), weight then bias.
+inline std::vector<float> torch_like_layer(const mlp::Shape& shape, std::size_t l, Random& random) {
+  const double bound = 1.0 / std::sqrt(double(shape.in(l)));
+  std::vector<float> w(shape.out(l) * shape.in(l) + shape.out(l));
+  for (float& v : w)
+    v = static_cast<float>((2 * random.uniform() - 1) * bound);
+  return w;
 }
 
-inline Weights load_weights(const std::string& dir, const mlp::Shape& shape) {
-  Weights weights;
-  for (std::size_t l = 0; l < shape.layers(); ++l) {
-    const std::string base = dir + "/layer" + std::to_string(l);
-    const npy::Array w = npy::load(base + ".weight.npy");
-    const npy::Array b = npy::load(base + ".bias.npy");
-    zero::require(w.shape.size() == 2 && w.shape[0] == shape.out(l) && w.shape[1] == shape.in(l),
-                  base + ".weight.npy: expected shape (" + std::to_string(shape.out(l)) + ", " +
-                      std::to_string(shape.in(l)) + ") for --layers");
-    zero::require(b.data.size() == shape.out(l),
-                  base + ".bias.npy: expected " + std::to_string(shape.out(l)) + " values");
-    std::vector<float> layer = w.data;
-    layer.insert(layer.end(), b.data.begin(), b.data.end());
-    weights.push_back(std::move(layer));
-  }
-  return weights;
+inline std::vector<float> load_layer(const std::string& dir, const mlp::Shape& shape,
+                                     std::size_t l) {
+  const std::string base = dir + "/layer" + std::to_string(l);
+  const npy::Array w = npy::load(base + ".weight.npy");
+  const npy::Array b = npy::load(base + ".bias.npy");
+  zero::require(w.shape.size() == 2 && w.shape[0] == shape.out(l) && w.shape[1] == shape.in(l),
+                base + ".weight.npy: expected shape (" + std::to_string(shape.out(l)) + ", " +
+                    std::to_string(shape.in(l)) + ") for --layers");
+  zero::require(b.data.size() == shape.out(l),
+                base + ".bias.npy: expected " + std::to_string(shape.out(l)) + " values");
+  std::vector<float> layer = w.data;
+  layer.insert(layer.end(), b.data.begin(), b.data.end());
+  return layer;
 }
+
+// The initial weights, one layer at a time and in order, so that a model larger than memory never
+// holds them all at once: drawn from `seed` (one stream over the layers, as a whole-model draw
+// would be) or read from DIR/layer{i}.weight.npy and layer{i}.bias.npy.
+class InitialWeights {
+ public:
+  InitialWeights(const mlp::Shape& shape, std::uint64_t seed) : shape_(shape), random_(seed) {}
+  InitialWeights(const mlp::Shape& shape, std::string npy_dir)
+      : shape_(shape), random_(0), npy_dir_(std::move(npy_dir)) {}
+
+  std::vector<float> layer(std::size_t l) {
+    zero::require(l == next_, "initial weights are produced in layer order: asked for layer " +
+                                  std::to_string(l) + ", next is " + std::to_string(next_));
+    ++next_;
+    return npy_dir_.empty() ? torch_like_layer(shape_, l, random_)
+                            : load_layer(npy_dir_, shape_, l);
+  }
+
+ private:
+  mlp::Shape shape_;
+  Random random_;
+  std::string npy_dir_;
+  std::size_t next_ = 0;
+};
 
 inline void save_weights(const std::string& dir, const mlp::Shape& shape, const Weights& weights) {
   for (std::size_t l = 0; l < shape.layers(); ++l) {
@@ -90,11 +107,12 @@ inline Dataset teacher_task(const mlp::Shape& shape, std::size_t rows, std::uint
   d.x.resize(rows * d.inputs);
   for (float& v : d.x)
     v = static_cast<float>(random.normal());
-  const Weights teacher = torch_like_init(shape, seed + 1000);
+  InitialWeights teacher(shape, seed + 1000);
   std::vector<float> a(d.x), z;
   for (std::size_t l = 0; l < shape.layers(); ++l) {
     z.assign(rows * shape.out(l), 0.0f);
-    const float* w = teacher[l].data();
+    const std::vector<float> layer = teacher.layer(l);
+    const float* w = layer.data();
     // Teacher weights are scaled up so that the task is not trivially linear.
     std::vector<float> scaled(w, w + shape.out(l) * shape.in(l));
     for (float& v : scaled)

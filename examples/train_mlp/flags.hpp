@@ -37,9 +37,14 @@ inline const char* usage =
     "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
     "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
     "  --remove-stale-swap     delete swap files a crashed run left in DIR instead of refusing\n"
+    "  --no-reference-pass     do not time the fused optimizer pass alone on fresh buffers (they\n"
+    "                          hold the rank's share again, 20 bytes per fp32 element); always\n"
+    "                          skipped with optimizer states on NVMe\n"
+    "  --data-rows N           rows of the synthetic teacher task (default max(4096, 4 x batch));\n"
+    "                          labelling them runs the teacher, a forward pass per row\n"
     "  --data-npy DIR          train on DIR/x.npy (rows x inputs) and DIR/y.npy (rows x outputs)\n"
     "  --init-npy DIR          initial weights DIR/layer{i}.weight.npy, layer{i}.bias.npy\n"
-    "  --save-npy DIR          write the final weights the same way\n"
+    "  --save-npy DIR          write the final weights the same way (only then are they gathered)\n"
     "  --json FILE             loss per step, memory by kind, communication, step times\n"
     "  --seed N                synthetic data and initial weights (default 1)\n"
     "  --print-every N         loss lines (default: about 10 per run)\n";
@@ -62,12 +67,15 @@ struct Flags {
   std::string config, data_npy, init_npy, save_npy, json;
   unsigned seed = 1;
   int print_every = 0;
+  std::size_t data_rows = 0;              // 0: max(4096, 4 x batch)
   std::optional<zero::config::Config> ds; // the parsed --config
   // The NVMe tier (from --config, overridden by --nvme and friends).
   bool optimizer_on_nvme = false, parameters_on_nvme = false;
   std::string nvme_path;
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
+  bool reference_pass =
+      true; // time the fused optimizer pass alone after training (see training.hpp)
 };
 
 inline std::vector<std::size_t> parse_widths(std::string_view text) {
@@ -101,7 +109,8 @@ inline Flags parse(int argc, char** argv) {
       pairs.push_back({flag, ""});
       continue;
     }
-    if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap") {
+    if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
+        flag == "--no-reference-pass") {
       pairs.push_back({flag, "1"});
       continue;
     }
@@ -199,6 +208,8 @@ inline Flags parse(int argc, char** argv) {
       f.bucket = std::size_t(whole(1));
     else if (flag == "--data-npy")
       f.data_npy = value;
+    else if (flag == "--data-rows")
+      f.data_rows = std::size_t(whole(1));
     else if (flag == "--init-npy")
       f.init_npy = value;
     else if (flag == "--save-npy")
@@ -218,6 +229,8 @@ inline Flags parse(int argc, char** argv) {
       f.sub_group_size = std::size_t(whole(1));
     else if (flag == "--remove-stale-swap")
       f.remove_stale_swap = true;
+    else if (flag == "--no-reference-pass")
+      f.reference_pass = false;
     else
       zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
   }
@@ -225,6 +238,8 @@ inline Flags parse(int argc, char** argv) {
                 "parameters on NVMe need --stage 3 and the optimizer states on NVMe too (--nvme)");
   zero::require(!f.optimizer_on_nvme || f.stage >= 1,
                 "optimizer states on NVMe need --stage 1, 2 or 3 (stage 0 shards nothing)");
+  // The reference pass would hold in memory the very states the tier keeps on disk.
+  if (f.optimizer_on_nvme) f.reference_pass = false;
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");
   return f;

@@ -22,7 +22,7 @@ extern "C" void openblas_set_num_threads(int);
 namespace train {
 // The engine for the plan and placement the flags ask for.
 History run_stage(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                  const Weights& init) {
+                  InitialWeights& init) {
 #if ZERO_TRAIN_MLP_NVME
   if (f.parameters_on_nvme) return run_stage3_nvme_params(world, f, data, init);
   if (f.optimizer_on_nvme) {
@@ -83,10 +83,12 @@ int run(int argc, char** argv) {
                                           std::to_string(share) + " equal parts)");
   const train::Dataset data =
       f.data_npy.empty()
-          ? train::teacher_task(f.shape, std::max<std::size_t>(4096, 4 * f.batch), f.seed)
+          ? train::teacher_task(
+                f.shape, f.data_rows ? f.data_rows : std::max<std::size_t>(4096, 4 * f.batch),
+                f.seed)
           : train::load_dataset(f.data_npy, f.shape);
-  const train::Weights init = f.init_npy.empty() ? train::torch_like_init(f.shape, f.seed)
-                                                 : train::load_weights(f.init_npy, f.shape);
+  train::InitialWeights init = f.init_npy.empty() ? train::InitialWeights(f.shape, f.seed)
+                                                  : train::InitialWeights(f.shape, f.init_npy);
   if (rank == 0)
     std::printf(
         "train_mlp: ZeRO stage %d, %d ranks x %d thread%s, layers %s, %s, %s, batch %zu (%d "

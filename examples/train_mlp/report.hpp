@@ -132,11 +132,15 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
       std::printf("NVMe tier (rank 0): %.3f MB read and %.3f MB written per step\n",
                   mb(double(read) / n), mb(double(written) / n));
     const double after = h.step_times.after_reduction() / n;
-    std::printf("step() once the gradients were reduced: %.3f ms (norm %.3f, update %.3f); the "
-                "fused optimizer pass alone on the same share: %.3f ms (%.2fx)\n",
-                after * 1e3, h.step_times.norm / n * 1e3, h.step_times.update / n * 1e3,
-                h.fused_kernel_seconds * 1e3,
-                h.fused_kernel_seconds > 0 ? after / h.fused_kernel_seconds : 0.0);
+    std::printf("step() once the gradients were reduced: %.3f ms (norm %.3f, update %.3f)",
+                after * 1e3, h.step_times.norm / n * 1e3, h.step_times.update / n * 1e3);
+    if (h.fused_kernel_seconds > 0)
+      std::printf("; the fused optimizer pass alone on the same share: %.3f ms (%.2fx)\n",
+                  h.fused_kernel_seconds * 1e3, after / h.fused_kernel_seconds);
+    else
+      std::printf("; the fused optimizer pass alone: not timed (%s)\n",
+                  f.optimizer_on_nvme ? "it would hold the states on NVMe in memory"
+                                      : "--no-reference-pass");
   }
 }
 
@@ -182,7 +186,9 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
         << ", \"reduction_exposed_seconds\": " << r.exposed_seconds
         << ", \"hidden_fraction\": " << r.hidden_fraction()
         << ", \"nvme_bytes_read\": " << h.steps[s].nvme.bytes_read
-        << ", \"nvme_bytes_written\": " << h.steps[s].nvme.bytes_written << "}";
+        << ", \"nvme_bytes_written\": " << h.steps[s].nvme.bytes_written
+        << ", \"step_update_seconds\": " << h.steps[s].seconds.update
+        << ", \"step_after_reduction_seconds\": " << h.steps[s].seconds.after_reduction() << "}";
   }
   out << "]\n}\n";
 }

@@ -19,17 +19,17 @@ using NvmeEverything =
 
 template <class Plan, class Where, class Optimizer>
 History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                 const Weights& init, Optimizer optimizer) {
+                 InitialWeights& init, Optimizer optimizer) {
   using Engine = zero::Engine<Plan, zero::MpiCommunicator, Where, Optimizer, AnyLossScaler>;
   Engine engine = make_engine<Engine>(world, f, std::move(optimizer));
   for (std::size_t l = 0; l < engine.layers(); ++l)
-    engine.set_layer(l, init[l]);
+    engine.set_layer(l, init.layer(l));
   return train(world, f, engine, data);
 }
 
 template <class Plan, class Where = InMemory>
 History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-            const Weights& init) {
+            InitialWeights& init) {
   const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
   if (f.optimizer == "sgd") {
     zero::SGDOptions s;
@@ -56,15 +56,15 @@ History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
   return run_with<Plan, Where>(world, f, data, init, zero::Adam(a));
 }
 
-History run_stage0(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
-History run_stage1(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
-History run_stage2(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
-History run_stage3(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage0(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage1(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage2(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage3(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
 // With the NVMe tier (built with zero::nvme; see CMakeLists.txt).
-History run_stage1_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
-History run_stage2_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
-History run_stage3_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, const Weights&);
+History run_stage1_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage2_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage3_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
 History run_stage3_nvme_params(zero::MpiCommunicator&, const Flags&, const Dataset&,
-                               const Weights&);
+                               InitialWeights&);
 
 } // namespace train

@@ -3,7 +3,7 @@
 
 namespace train {
 History run_stage0(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                   const Weights& init) {
+                   InitialWeights& init) {
   return run<zero::Stage<0>>(world, f, data, init);
 }
 } // namespace train

@@ -3,7 +3,7 @@
 
 namespace train {
 History run_stage1(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                   const Weights& init) {
+                   InitialWeights& init) {
   return run<zero::Stage<1>>(world, f, data, init);
 }
 } // namespace train

@@ -5,7 +5,7 @@
 
 namespace train {
 History run_stage2_nvme(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                        const Weights& init) {
+                        InitialWeights& init) {
   return run<zero::Stage<2>, NvmeOptimizer>(world, f, data, init);
 }
 } // namespace train

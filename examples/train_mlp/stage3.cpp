@@ -3,7 +3,7 @@
 
 namespace train {
 History run_stage3(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                   const Weights& init) {
+                   InitialWeights& init) {
   return run<zero::Stage<3>>(world, f, data, init);
 }
 } // namespace train

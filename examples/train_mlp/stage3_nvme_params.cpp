@@ -6,7 +6,7 @@
 
 namespace train {
 History run_stage3_nvme_params(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
-                               const Weights& init) {
+                               InitialWeights& init) {
   return run<zero::Stage<3>, NvmeEverything>(world, f, data, init);
 }
 } // namespace train

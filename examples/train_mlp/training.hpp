@@ -27,7 +27,8 @@ struct History {
   std::vector<double> step_seconds; // slowest rank
   double forward_seconds = 0, backward_seconds = 0, update_seconds = 0; // this rank, all steps
   zero::StepTimes step_times;      // this rank's step() broken down, summed over the steps
-  double fused_kernel_seconds = 0; // the optimizer pass alone on this rank's share (see below)
+  double fused_kernel_seconds = 0; // the optimizer pass alone on this rank's share (see below);
+                                   // 0: not timed (--no-reference-pass, or states on NVMe)
   std::vector<bool> applied;
   std::vector<double> loss_scale, grad_norm, lr;
   std::vector<zero::StepResult> steps;
@@ -35,7 +36,7 @@ struct History {
   double paper_bytes = 0;
   std::size_t psi = 0, padded = 0;
   int shard_ranks = 1;
-  Weights final_weights;
+  Weights final_weights; // gathered for --save-npy only: they cost 4 bytes per parameter
 };
 
 template <class Engine>
@@ -214,15 +215,16 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     h.step_times.update += r.seconds.update;
     h.step_times.total += r.seconds.total;
   }
-  h.fused_kernel_seconds = fused_kernel_seconds(engine, f.stage, rank);
+  if (f.reference_pass) h.fused_kernel_seconds = fused_kernel_seconds(engine, f.stage, rank);
   h.memory = engine.memory();
   h.paper_bytes = engine.paper_model_state_bytes();
   h.psi = engine.layout().numel();
   for (std::size_t l = 0; l < engine.layers(); ++l)
     h.padded += engine.layout().layer(l).flat_numel;
   h.shard_ranks = engine.shard_ranks();
-  for (std::size_t l = 0; l < engine.layers(); ++l)
-    h.final_weights.push_back(engine.get_layer(l));
+  if (!f.save_npy.empty()) // collective; every rank has the same flags
+    for (std::size_t l = 0; l < engine.layers(); ++l)
+      h.final_weights.push_back(engine.get_layer(l));
   return h;
 }
 

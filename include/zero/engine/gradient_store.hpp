@@ -235,9 +235,8 @@ class GradientStore {
           const Range mine = model_.my_flat_range(l);
           layer_sums_[l] = sum_of_squares(owned.subview(mine.begin, mine.size()));
         } else {
-          const Range mine = model_.my_flat_range(l);
-          std::vector<G> block(mine.size());
-          model_.images.pack(l, owned.data(), mine, block.data());
+          std::vector<G> block(model_.my_block_size(l));
+          model_.pack_my_block(l, owned.data(), block.data());
           layer_sums_[l] = sum_of_squares(View<const G>(block));
         }
       }

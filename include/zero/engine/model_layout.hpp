@@ -24,6 +24,19 @@ struct ModelLayout {
   std::size_t layers() const noexcept { return sharded->layer_count(); }
   // This rank's block of layer l, in the layer's flat buffer.
   Range my_flat_range(std::size_t l) const { return sharded->flat_range(l, rank); }
+  std::size_t my_block_size(std::size_t l) const { return sharded->block(l, rank).size(); }
+
+  // Positions `part` of this rank's block of layer l, taken from the layer's parameters in order
+  // (`ordered`): what a sharded store keeps of a layer it is given whole. Padding becomes zero.
+  template <class From, class To>
+  void pack_my_block(std::size_t l, const From* ordered, To* block, Range part) const {
+    const Range mine = my_flat_range(l);
+    images.pack(l, ordered, Range{mine.begin + part.begin, mine.begin + part.end}, block);
+  }
+  template <class From, class To>
+  void pack_my_block(std::size_t l, const From* ordered, To* block) const {
+    pack_my_block(l, ordered, block, Range{0, my_block_size(l)});
+  }
 
   std::shared_ptr<const ShardLayout> sharded;
   std::shared_ptr<const ShardLayout> replica;

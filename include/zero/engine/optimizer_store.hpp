@@ -42,7 +42,7 @@ class OptimizerStore {
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
     if constexpr (Plan::optimizer_states)
-      model_.images.pack(l, values.data(), model_.my_flat_range(l), master_.block(l).data());
+      model_.pack_my_block(l, values.data(), master_.block(l).data());
     else
       convert_n(values.data(), master_.block(l).data(), values.size());
   }

@@ -34,7 +34,7 @@ class ShardedParameters {
   // layer stays gathered.
   void set_layer(std::size_t l, View<const float> values) {
     gather_.invalidate(blocks_, l);
-    model_.images.pack(l, values.data(), model_.my_flat_range(l), shard_.block(l).data());
+    model_.pack_my_block(l, values.data(), shard_.block(l).data());
     if (gather_.persistent(l)) gather_.refresh_persistent(blocks_);
   }
 

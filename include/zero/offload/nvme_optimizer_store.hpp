@@ -69,11 +69,9 @@ class NvmeOptimizerStore {
 
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
-    const Range mine = model_.my_flat_range(l);
     for_each_chunk(l, [&](Range part) {
       const View<float> buffer = slot_tensor(0, 0);
-      model_.images.pack(l, values.data(), Range{mine.begin + part.begin, mine.begin + part.end},
-                         buffer.data());
+      model_.pack_my_block(l, values.data(), buffer.data(), part);
       master().write(l, part, buffer).wait();
     });
   }
@@ -81,7 +79,7 @@ class NvmeOptimizerStore {
   // Layer l's master weights, all of them, in order. Collective.
   template <class Comm>
   std::vector<float> layer(Comm& shard, std::size_t l) {
-    std::vector<float> block(model_.sharded->block(l, model_.rank).size());
+    std::vector<float> block(model_.my_block_size(l));
     for_each_chunk(l, [&](Range part) {
       const View<float> buffer = slot_tensor(0, 0);
       master().read(l, part, buffer).wait();
@@ -176,7 +174,7 @@ class NvmeOptimizerStore {
   // f(part) for layer l's block on this rank, in slot-sized aligned parts.
   template <class F>
   void for_each_chunk(std::size_t l, F&& f) {
-    const std::size_t block = model_.sharded->block(l, model_.rank).size();
+    const std::size_t block = model_.my_block_size(l);
     const std::size_t chunk = slot_elements_;
     for (std::size_t begin = 0; begin < block; begin += chunk)
       f(Range{begin, std::min(block, begin + chunk)});

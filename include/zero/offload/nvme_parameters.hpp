@@ -77,7 +77,7 @@ class NvmeParameters {
     gather_.invalidate(blocks_, l);
     blocks_.release(l); // a block read ahead would be stale
     const View<T> block = update_target(l);
-    model_.images.pack(l, values.data(), model_.my_flat_range(l), block.data());
+    model_.pack_my_block(l, values.data(), block.data());
     layer_updated(l);
     finish_writes();
     if (gather_.persistent(l)) gather_.refresh_persistent(blocks_);
