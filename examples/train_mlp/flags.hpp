@@ -34,6 +34,7 @@ inline const char* usage =
     "  --config FILE           DeepSpeed ds_config.json (flags given explicitly win); its\n"
     "                          offload_optimizer/offload_param \"nvme\" put states on NVMe\n"
     "  --nvme DIR              fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
+    "                          (without --config: a pipelined step, pipeline_read/write on)\n"
     "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
     "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
     "  --remove-stale-swap     delete swap files a crashed run left in DIR instead of refusing\n"

@@ -55,6 +55,8 @@ Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
     // Flags put every parameter block on NVMe; a config says how many stay in memory.
     if (!f.ds || f.ds->zero_optimization.offload_param.device != zero::config::OffloadDevice::nvme)
       options.nvme.parameters.max_in_cpu = 0;
+    // Without a config the flags ask for the overlapped step (DeepSpeed's defaults leave it off).
+    if (!f.ds) options.nvme.optimizer.pipeline_read = options.nvme.optimizer.pipeline_write = true;
   }
   if (f.sub_group_size) options.nvme.optimizer.sub_group_size = *f.sub_group_size;
   options.nvme.remove_stale = f.remove_stale_swap;

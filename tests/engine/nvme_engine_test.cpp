@@ -147,7 +147,8 @@ TEST(NvmeEngine, TheReportPutsTheStatesOnNvme) {
   const SwapRoot root;
   const Scenario run{.steps = 1, .wide_layer = 5000};
   const Outcome memory = train<zero::Stage<3>>(run);
-  const Outcome swapped = train<zero::Stage<3>, NvmeEverything>(run, zero::StaticLossScaler{}, on_nvme(root, {}));
+  const Outcome swapped =
+      train<zero::Stage<3>, NvmeEverything>(run, zero::StaticLossScaler{}, on_nvme(root, {}));
   const zero::MemoryReport& m = swapped.memory;
   EXPECT_STREQ(m.optimizer_tier, "nvme");
   EXPECT_STREQ(m.parameters_tier, "nvme");
@@ -157,6 +158,14 @@ TEST(NvmeEngine, TheReportPutsTheStatesOnNvme) {
   EXPECT_GE(m.optimizer_states.nvme, memory.memory.optimizer_states.memory);
   EXPECT_GE(m.parameters.nvme, memory.memory.parameters.memory);
   EXPECT_GT(m.buffers, memory.memory.buffers) << "the bounce buffers are counted";
+
+  // max_in_cpu: the first layers' blocks count in memory, and only there.
+  const Outcome split = train<zero::Stage<3>, NvmeEverything>(run, zero::StaticLossScaler{},
+                                                              on_nvme(root, {.max_in_cpu = 400}));
+  const zero::StateBytes& p = split.memory.parameters;
+  EXPECT_GT(p.memory, 0u);
+  EXPECT_LT(p.nvme, m.parameters.nvme);
+  EXPECT_LE(p.memory + p.nvme, m.parameters.nvme) << "a block kept in memory is not on NVMe too";
 }
 
 TEST(NvmeEngine, AConfigAskingForNvmeNeedsThePlacement) {

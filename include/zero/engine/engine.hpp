@@ -91,10 +91,13 @@ class Engine {
     agree_on_options(groups_.world(), options_);
     check_requested_place(options_.offload_optimizer,
                           std::same_as<typename Placement::optimizer_states, nvme>,
-                          "zero_optimization.offload_optimizer.device", "optimizer_states_in");
+                          "zero_optimization.offload_optimizer.device",
+                          "zero::Placement<zero::optimizer_states_in<zero::nvme>>");
     check_requested_place(options_.offload_param,
                           std::same_as<typename Placement::parameters, nvme>,
-                          "zero_optimization.offload_param.device", "parameters_in");
+                          "zero_optimization.offload_param.device",
+                          "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
+                          "zero::parameters_in<zero::nvme>> (stage 3)");
     switch (options_.compute_dtype) {
     case DType::float16:
       states_.template emplace<States<half>>(groups_.shard(), model_, options_);
@@ -295,13 +298,12 @@ class Engine {
   // A DeepSpeed config names where states go; the placement type decides. They must agree
   // ("cpu" is host memory, where a host engine keeps them anyway).
   static void check_requested_place(config::OffloadDevice asked, bool on_nvme, const char* key,
-                                    const char* piece) {
+                                    const char* placement) {
     if (asked == config::OffloadDevice::nvme && !on_nvme)
       fail(ErrorKind::unsupported,
            std::string(key) +
-               " = \"nvme\", but this engine keeps them in memory: give it the "
-               "placement zero::Placement<zero::" +
-               piece + "<zero::nvme>> (and include <zero/offload/nvme_stores.hpp>)");
+               " = \"nvme\", but this engine keeps them in memory: give it the placement " +
+               placement + " (and include <zero/offload/nvme_stores.hpp>)");
     if (asked == config::OffloadDevice::cpu && on_nvme)
       fail(ErrorKind::unsupported,
            std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");

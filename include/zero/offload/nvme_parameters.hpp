@@ -3,7 +3,8 @@
 // (offload_param.device = "nvme"). The first layers whose blocks add up to at most max_in_cpu
 // elements stay in memory, as DeepSpeed's max_in_cpu says; the others live in a swap file.
 // acquire() gathers a layer as the in-memory store does, reading its block through one of
-// `buffer_count` bounce buffers of `buffer_size` elements, the next block read ahead of use. The
+// `buffer_count` bounce buffers, each sized to the rank's largest block (`buffer_size` is the
+// most a buffer may hold), the next block read ahead of use. The
 // optimizer step writes each updated block through a staging buffer, asynchronously.
 
 #include "zero/comm/communicator.hpp"
@@ -114,11 +115,15 @@ class NvmeParameters {
     gather_.refresh_persistent(blocks_);
   }
 
+  // A block kept in memory counts there only: the swap file keeps room for it, but never holds it.
   StateBytes parameter_bytes() const noexcept {
-    std::size_t bytes = gather_.persistent_bytes();
+    std::size_t memory = gather_.persistent_bytes(), kept = 0;
     for (const auto& b : in_memory_)
-      if (b) bytes += b->size_bytes();
-    return {bytes, shard_.bytes_stored()};
+      if (b) {
+        memory += b->size_bytes();
+        kept += NvmeSlice<T>::transfer_elements({0, b->size()}) * sizeof(T);
+      }
+    return {memory, shard_.bytes_stored() - kept};
   }
   IoStats nvme_traffic() const { return tier_.stats(); }
   std::size_t buffer_bytes() const noexcept {
