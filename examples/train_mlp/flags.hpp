@@ -72,7 +72,7 @@ struct Flags {
   std::optional<zero::config::Config> ds; // the parsed --config
   // The NVMe tier (from --config, overridden by --nvme and friends).
   bool optimizer_on_nvme = false, parameters_on_nvme = false;
-  std::string nvme_path;
+  std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
   bool reference_pass =
@@ -147,7 +147,6 @@ inline Flags parse(int argc, char** argv) {
     const auto& z = c.zero_optimization;
     f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
     f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
-    if (f.optimizer_on_nvme) f.nvme_path = z.offload_optimizer.nvme_path;
   }
   for (const auto& [flag, value] : pairs) {
     auto number = [&] {

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <string_view>
 #include <thread>
 
 extern "C" void openblas_set_num_threads(int);
@@ -67,8 +69,20 @@ int share_cores(zero::MpiCommunicator& world) {
   return threads;
 }
 
-int run(int argc, char** argv) {
-  zero::MpiCommunicator world(argc, argv);
+// Where the NVMe tier keeps what, for the run's first line.
+std::string nvme_summary(const train::Flags& f) {
+  if (!f.optimizer_on_nvme) return "";
+  std::string optimizer = f.nvme_path, parameters = f.nvme_path;
+  if (optimizer.empty()) { // from the config
+    optimizer = f.ds->zero_optimization.offload_optimizer.nvme_path;
+    parameters = f.ds->zero_optimization.offload_param.nvme_path;
+  }
+  if (!f.parameters_on_nvme) return ", optimizer states on NVMe in " + optimizer;
+  if (parameters == optimizer) return ", optimizer states and parameters on NVMe in " + optimizer;
+  return ", optimizer states on NVMe in " + optimizer + ", parameters in " + parameters;
+}
+
+int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const int rank = world.rank(), ranks = world.size();
   const train::Flags f = train::parse(argc, argv);
   if (f.steps < 0) {
@@ -103,11 +117,7 @@ int run(int argc, char** argv) {
         }()
             .c_str(),
         zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum,
-        f.grad_accum > 1 ? "s" : "", data.rows,
-        f.parameters_on_nvme
-            ? (", optimizer states and parameters on NVMe in " + f.nvme_path).c_str()
-        : f.optimizer_on_nvme ? (", optimizer states on NVMe in " + f.nvme_path).c_str()
-                              : "");
+        f.grad_accum > 1 ? "s" : "", data.rows, nvme_summary(f).c_str());
 
   const train::History h = train::run_stage(world, f, data, init);
   const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
@@ -126,12 +136,29 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+// An error is reported while the communicator still exists. The library throws on every rank
+// where it can tell (a rank whose swap directory failed tells the others); an error only one rank
+// meets would leave its peers waiting in a collective, so with several ranks it ends the job.
+int run(int argc, char** argv) {
+  zero::MpiCommunicator world(argc, argv);
+  try {
+    return train_on(world, argc, argv);
+  } catch (const zero::Error& e) {
+    const bool stale = std::string_view(e.what()).find("nvme.remove_stale") != std::string::npos;
+    std::fprintf(stderr, "train_mlp: %s%s\n", e.what(),
+                 stale ? " (here: --remove-stale-swap)" : "");
+    std::fflush(stderr);
+    if (world.size() > 1) MPI_Abort(world.native_handle(), 2);
+    return 2;
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const zero::Error& e) {
+  } catch (const zero::Error& e) { // the communicator itself failed
     std::fprintf(stderr, "train_mlp: %s\n", e.what());
     return 2;
   }

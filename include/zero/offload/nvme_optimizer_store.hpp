@@ -9,6 +9,7 @@
 // waited for). The update of a sub-group is the same fused pass as in memory, piece by piece, so
 // the weights are bitwise those of the in-memory store.
 
+#include "zero/comm/agreed.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
@@ -48,13 +49,22 @@ class NvmeOptimizerStore {
   template <class Comm>
   NvmeOptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
       : model_(model), exec_(exec), options_(options.nvme.optimizer),
-        tier_(detail::tier_options(options.nvme, options_.nvme_path, "optimizer",
-                                   "optimizer states", "nvme.optimizer.nvme_path"),
-              model.world_rank),
+        // Opening the directory and locking buffers in RAM can fail on one rank only: agreed, so
+        // that the others do not go on to wait in the tensors' collectives.
+        tier_(agreed(shard, "opening the optimizer states' swap directory",
+                     [&] {
+                       return NvmeTier(detail::tier_options(options.nvme, options_.nvme_path,
+                                                            "optimizer", "optimizer states",
+                                                            "nvme.optimizer.nvme_path"),
+                                       model.world_rank);
+                     })),
         plan_(*model.sharded, model.rank, options_.sub_group_size, unit),
         slot_elements_(std::max(plan_.largest_elements(), unit)),
-        bounce_(tier_.make_bounce_buffers(options_.buffer_count,
-                                          tensors * slot_elements_ * sizeof(float))),
+        bounce_(agreed(shard, "allocating the optimizer states' bounce buffers",
+                       [&] {
+                         return tier_.make_bounce_buffers(options_.buffer_count,
+                                                          tensors * slot_elements_ * sizeof(float));
+                       })),
         tensors_(make_tensors(shard, tier_, std::make_index_sequence<tensors>{})) {
     // Everything starts at zero, as in memory: the moments for good, the master weights until
     // set_layer.

@@ -7,6 +7,7 @@
 // most a buffer may hold), the next block read ahead of use. The
 // optimizer step writes each updated block through a staging buffer, asynchronously.
 
+#include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/engine/layer_parameters.hpp"
@@ -45,17 +46,32 @@ class NvmeParameters {
  public:
   NvmeParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options)
       : model_(model),
-        tier_(detail::tier_options(options.nvme, options.nvme.parameters.nvme_path, "parameters",
-                                   "parameters", "nvme.parameters.nvme_path"),
-              model.world_rank),
+        // What can fail on one rank only is agreed, so that the others do not go on to wait in a
+        // collective (see nvme_optimizer_store.hpp).
+        tier_(agreed(shard, "opening the parameters' swap directory",
+                     [&] {
+                       return NvmeTier(detail::tier_options(
+                                           options.nvme, options.nvme.parameters.nvme_path,
+                                           "parameters", "parameters", "nvme.parameters.nvme_path"),
+                                       model.world_rank);
+                     })),
         shard_(shard, model.sharded,
                Sharded<typename Plan::partitioner, nvme>{.space = {&tier_, "parameters"}}),
         in_memory_(keep_in_memory(model, options.nvme.parameters.max_in_cpu)),
-        buffer_elements_(checked_buffer_size(model, options.nvme.parameters.buffer_size)),
+        buffer_elements_(agreed(
+            shard, "sizing the parameters' buffers",
+            [&] { return checked_buffer_size(model, options.nvme.parameters.buffer_size); })),
         blocks_(shard_, memory_blocks(),
-                tier_.make_bounce_buffers(options.nvme.parameters.buffer_count,
-                                          buffer_elements_ * sizeof(T))),
-        staging_(tier_.make_bounce_buffers(staging_buffers, buffer_elements_ * sizeof(T))),
+                agreed(shard, "allocating the parameters' read buffers",
+                       [&] {
+                         return tier_.make_bounce_buffers(options.nvme.parameters.buffer_count,
+                                                          buffer_elements_ * sizeof(T));
+                       })),
+        staging_(agreed(shard, "allocating the parameters' staging buffers",
+                        [&] {
+                          return tier_.make_bounce_buffers(staging_buffers,
+                                                           buffer_elements_ * sizeof(T));
+                        })),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
                                         options.max_live_elements}) {

@@ -48,6 +48,8 @@ struct NvmeTierOptions {
   // bytes in host memory): a disk or a process that alters a swap file is an error, not noise.
   bool verify_checksums = true;
   bool remove_stale = false; // delete swap files left by a run that died, instead of refusing
+  // What the caller calls remove_stale, for the error that refuses stale files.
+  std::string remove_stale_name = "remove_stale";
   AioOptions aio{};
 };
 
@@ -56,8 +58,8 @@ class NvmeTier {
   NvmeTier(NvmeTierOptions options, int rank) : options_(std::move(options)) {
     options_.aio.validate();
     require(!options_.path.empty(), "NvmeTier: the path (DeepSpeed's nvme_path) is empty");
-    directory_ = std::make_unique<detail::SwapDirectory>(options_.path, options_.owner, rank,
-                                                         options_.remove_stale);
+    directory_ = std::make_unique<detail::SwapDirectory>(
+        options_.path, options_.owner, rank, options_.remove_stale, options_.remove_stale_name);
     direct_io_ = probe_direct_io(directory_->path());
     if (!direct_io_)
       detail::log_error(directory_->path().string() +

@@ -16,6 +16,7 @@
 //
 // The layout is checked across ranks (verify_layout) when the tensor is made from a communicator.
 
+#include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
 #include "zero/comm/reduce_op.hpp"
@@ -351,8 +352,22 @@ class ShardedTensor {
   template <class Comm>
   ShardedTensor(Comm& comm, std::shared_ptr<const ShardLayout> layout, Policy policy,
                 Checked checked)
-      : ShardedTensor(checked_layout(comm, std::move(layout), checked), std::move(policy),
-                      static_cast<int>(comm.rank()), static_cast<int>(comm.size())) {}
+      : ShardedTensor(
+            allocated(comm, checked_layout(comm, std::move(layout), checked), std::move(policy))) {}
+
+  // A slice in memory is allocated; one on NVMe is a file, which a full disk can refuse on one
+  // rank only: every rank learns of it, rather than some waiting for the failed one.
+  template <class Comm>
+  static ShardedTensor allocated(Comm& comm, std::shared_ptr<const ShardLayout> layout,
+                                 Policy policy) {
+    const int rank = static_cast<int>(comm.rank()), size = static_cast<int>(comm.size());
+    if constexpr (in_memory)
+      return ShardedTensor(std::move(layout), std::move(policy), rank, size);
+    else
+      return agreed(comm, "creating the swap file of a ShardedTensor on NVMe", [&] {
+        return ShardedTensor(std::move(layout), std::move(policy), rank, size);
+      });
+  }
 
   ShardedTensor(std::shared_ptr<const ShardLayout> layout, Policy policy, int rank, int comm_size)
       : policy_(std::move(policy)), layout_(std::move(layout)), rank_(rank), comm_size_(comm_size),

@@ -22,12 +22,6 @@
 namespace zero {
 
 namespace detail {
-inline std::string without_prefix(std::string_view message) {
-  constexpr std::string_view prefix = "zero: ";
-  if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
-  return std::string(message);
-}
-
 template <class Comm, class Build>
 ShardLayout agreed_layout(Comm& comm, Build&& build) {
   std::optional<ShardLayout> layout;

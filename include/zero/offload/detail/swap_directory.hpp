@@ -51,7 +51,7 @@ inline std::string read_holder(int fd) {
 class SwapDirectory {
  public:
   SwapDirectory(const std::filesystem::path& nvme_path, const std::string& owner, int rank,
-                bool remove_stale) {
+                bool remove_stale, const std::string& remove_stale_name = "remove_stale") {
     namespace fs = std::filesystem;
     require(rank >= 0, "NvmeTier: rank must be >= 0, got " + std::to_string(rank));
     require(owner.find('/') == std::string::npos && owner != "." && owner != "..",
@@ -87,7 +87,7 @@ class SwapDirectory {
                (here ? ": another NvmeTier of this process uses the same nvme_path, owner and rank"
                      : ""));
     }
-    claim(remove_stale);
+    claim(remove_stale, remove_stale_name);
   }
   SwapDirectory(const SwapDirectory&) = delete;
   SwapDirectory& operator=(const SwapDirectory&) = delete;
@@ -142,7 +142,7 @@ class SwapDirectory {
   }
 
   // With the lock held: refuse (or delete) what a dead run left, then write ourselves in.
-  void claim(bool remove_stale) {
+  void claim(bool remove_stale, const std::string& remove_stale_name) {
     const std::vector<std::filesystem::path> stale = entries();
     if (!stale.empty()) {
       const std::string holder = read_holder(lock_fd_);
@@ -154,8 +154,8 @@ class SwapDirectory {
         ::close(lock_fd_);
         fail(ErrorKind::invalid_argument,
              "swap directory " + path_.string() + " holds " + what +
-                 ". Delete the directory if no job is using it, or set remove_stale = true to "
-                 "have the NVMe tier delete them");
+                 ". Delete the directory if no job is using it, or set " + remove_stale_name +
+                 " = true to have the NVMe tier delete them");
       }
       remove_files();
       log_error("removed from swap directory " + path_.string() + " " + what);

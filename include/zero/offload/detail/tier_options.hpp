@@ -23,6 +23,7 @@ inline NvmeTierOptions tier_options(const NvmeOptions& nvme, const std::filesyst
   options.pin_memory = nvme.pin_memory;
   options.verify_checksums = nvme.verify_checksums;
   options.remove_stale = nvme.remove_stale;
+  options.remove_stale_name = "EngineOptions::nvme.remove_stale";
   options.aio = nvme.aio;
   return options;
 }

@@ -5,6 +5,7 @@
 // down to the first parameter that differs, with a second and third all-gather only on that path.
 
 #include "zero/comm/communicator.hpp"
+#include "zero/comm/detail/text_records.hpp"
 #include "zero/core/error.hpp"
 #include "zero/shard/detail/parameter_table.hpp"
 #include "zero/shard/shard_layout.hpp"
@@ -42,38 +43,6 @@ inline std::vector<std::int64_t> summarize(const LayoutClaim& claim) {
     s[summary::layout_hash] = static_cast<std::int64_t>(claim.layout->hash());
   }
   return s;
-}
-
-// Strings travel in fixed-size records so that every rank's contribution has the same size.
-inline constexpr std::size_t record_bytes = 192;
-
-inline std::vector<std::uint8_t> to_record(std::string_view text) {
-  std::vector<std::uint8_t> record(record_bytes, 0);
-  std::memcpy(record.data(), text.data(), std::min(text.size(), record_bytes - 1));
-  return record;
-}
-inline std::string from_record(const std::uint8_t* record) {
-  const auto* chars = reinterpret_cast<const char*>(record);
-  return std::string(chars, std::find(chars, chars + record_bytes, '\0'));
-}
-
-template <GatheringCommunicator Comm>
-std::vector<std::string> gather_text(Comm& comm, std::string_view mine) {
-  const auto ranks = static_cast<std::size_t>(comm.size());
-  const auto record = to_record(mine);
-  std::vector<std::uint8_t> all(record_bytes * ranks);
-  comm.all_gather(record, all).wait();
-  std::vector<std::string> texts;
-  for (std::size_t r = 0; r < ranks; ++r)
-    texts.push_back(from_record(all.data() + r * record_bytes));
-  return texts;
-}
-
-inline std::string rank_list(const std::vector<std::string>& per_rank) {
-  std::string text;
-  for (std::size_t r = 0; r < per_rank.size(); ++r)
-    text += (r == 0 ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + per_rank[r];
-  return text;
 }
 
 // Called on every rank after the summaries differ in the parameter lists: names the first

@@ -1,0 +1,67 @@
+#pragma once
+// agreed(comm, what, build): build() on every rank of comm, then one small collective in which
+// the ranks tell each other whether it worked. Where it threw on some rank, it throws on every
+// rank, naming that rank and its message:
+//
+//   NvmeTier tier = agreed(comm, "opening the swap directory", [&] { return NvmeTier(...); });
+//
+// Use it for local work that can fail on one rank only (a full disk, a path one node lacks, a
+// memory lock refused) when a collective follows: without it the failing rank unwinds while its
+// peers wait in that collective for good.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/comm/detail/text_records.hpp"
+#include "zero/comm/reduce_op.hpp"
+#include "zero/core/error.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace zero {
+
+template <class Comm, class Build>
+requires GatheringCommunicator<Comm> || ReducingCommunicator<Comm> std::invoke_result_t<Build&>
+agreed(Comm& comm, std::string_view what, Build&& build) {
+  using Result = std::invoke_result_t<Build&>;
+  static_assert(!std::is_void_v<Result>, "zero::agreed: build() returns what it built");
+  // Long enough for a message naming two paths; longer ones reach the other ranks cut short.
+  constexpr std::size_t message_bytes = 1024;
+  std::optional<Result> result;
+  std::int64_t failed_kind = -1; // the ErrorKind of this rank's failure, -1 when it worked
+  std::string message;
+  try {
+    result.emplace(build());
+  } catch (const Error& e) {
+    failed_kind = static_cast<std::int64_t>(e.kind());
+    message = detail::without_prefix(e.what());
+  } catch (const std::exception& e) {
+    failed_kind = static_cast<std::int64_t>(ErrorKind::io);
+    message = e.what();
+  }
+  const std::string failed_on = std::string(what) + " failed on rank ";
+  if constexpr (GatheringCommunicator<Comm>) {
+    std::vector<std::int64_t> mine{failed_kind}, all(static_cast<std::size_t>(comm.size()));
+    comm.all_gather(mine, all).wait();
+    for (std::size_t r = 0; r < all.size(); ++r)
+      if (all[r] >= 0) {
+        const auto messages = detail::gather_text(comm, message, message_bytes);
+        fail(static_cast<ErrorKind>(all[r]), failed_on + std::to_string(r) + ": " + messages[r]);
+      }
+  } else {
+    std::vector<std::int64_t> worst{failed_kind};
+    comm.all_reduce(worst, ReduceOp::max).wait();
+    if (worst[0] >= 0)
+      fail(failed_kind >= 0 ? static_cast<ErrorKind>(failed_kind) : ErrorKind::io,
+           failed_kind >= 0 ? failed_on + std::to_string(comm.rank()) + ": " + message
+                            : failed_on + "another rank (its own error says why)");
+  }
+  return std::move(*result);
+}
+
+} // namespace zero
