@@ -32,7 +32,8 @@ def run(binary, stage, args):
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr[-2000:]}")
-        report = json.load(open(out.name))
+        with open(out.name) as f:
+            report = json.load(f)
     steps = report["step_seconds"]
     rank0 = report["rank0_seconds"]
     result = {"step_ms": statistics.median(steps[args.warmup:]) * 1e3,

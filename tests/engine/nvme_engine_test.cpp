@@ -168,6 +168,33 @@ TEST(NvmeEngine, TheReportPutsTheStatesOnNvme) {
   EXPECT_LE(p.memory + p.nvme, m.parameters.nvme) << "a block kept in memory is not on NVMe too";
 }
 
+// A directory only one rank lacks: every rank's engine throws, naming that rank, and none is left
+// waiting in a collective the failing rank never reaches. Each store's directory in turn.
+TEST(NvmeEngine, AFaultOnOneRankStopsEveryRank) {
+  const SwapRoot root;
+  auto& world = zero::testing::world();
+  const int last = world.size() - 1;
+  const std::filesystem::path missing = root.path() / "missing";
+  const std::string needle = "failed on rank " + std::to_string(last) + ": nvme_path " +
+                             missing.string() + " does not exist";
+  for (const bool parameters : {false, true}) {
+    zero::EngineOptions options = on_nvme(root, {});
+    if (world.rank() == last)
+      (parameters ? options.nvme.parameters.nvme_path : options.nvme.optimizer.nvme_path) = missing;
+    expect_error_contains(
+        [&] {
+          zero::Engine<zero::Stage<3>, zero::MpiCommunicator, NvmeEverything, zero::Adam,
+                       zero::StaticLossScaler>
+              engine(world, model(), zero::Adam{}, zero::StaticLossScaler{}, options);
+        },
+        needle);
+  }
+  EXPECT_TRUE(root.holds_no_files()) << "the ranks that built their files removed them";
+  std::vector<int> one{1}; // every rank is here, and the communicator still works
+  world.all_reduce(one, zero::ReduceOp::sum).wait();
+  EXPECT_EQ(one[0], world.size());
+}
+
 TEST(NvmeEngine, AConfigAskingForNvmeNeedsThePlacement) {
   zero::EngineOptions options;
   options.offload_optimizer = zero::config::OffloadDevice::nvme;

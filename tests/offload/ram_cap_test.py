@@ -125,7 +125,8 @@ def main():
         if control.returncode == 0:
             fail(f"the control (states in memory) completed under the {cap / MB:.0f} MB cap: the "
                  "cap does not bind, so the NVMe run's success shows nothing")
-        if not oom_kills and not any(w in control.output for w in ("memory", "bad_alloc")):
+        out_of_memory = ("bad_alloc", "Cannot allocate memory", "out of memory")
+        if not oom_kills and not any(w in control.output for w in out_of_memory):
             fail("the control failed, but neither by an OOM kill nor for want of memory:\n"
                  + control.describe())
     print(f"PASS: {states / MB:.0f} MB of optimizer states train under a {cap / MB:.0f} MB RAM "

@@ -1,13 +1,15 @@
 #pragma once
 // agreed(comm, what, build): build() on every rank of comm, then one small collective in which
 // the ranks tell each other whether it worked. Where it threw on some rank, it throws on every
-// rank, naming that rank and its message:
+// rank, naming the first such rank and its message (with a communicator that can only reduce,
+// the others learn that some rank failed, not which):
 //
 //   NvmeTier tier = agreed(comm, "opening the swap directory", [&] { return NvmeTier(...); });
 //
 // Use it for local work that can fail on one rank only (a full disk, a path one node lacks, a
 // memory lock refused) when a collective follows: without it the failing rank unwinds while its
-// peers wait in that collective for good.
+// peers wait in that collective for good. build() itself must not communicate. It returns what
+// build() returns (or nothing).
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/text_records.hpp"
@@ -29,20 +31,26 @@ template <class Comm, class Build>
 requires GatheringCommunicator<Comm> || ReducingCommunicator<Comm> std::invoke_result_t<Build&>
 agreed(Comm& comm, std::string_view what, Build&& build) {
   using Result = std::invoke_result_t<Build&>;
-  static_assert(!std::is_void_v<Result>, "zero::agreed: build() returns what it built");
+  constexpr bool returns = !std::is_void_v<Result>;
   // Long enough for a message naming two paths; longer ones reach the other ranks cut short.
   constexpr std::size_t message_bytes = 1024;
-  std::optional<Result> result;
+  std::optional<std::conditional_t<returns, Result, bool>> result;
   std::int64_t failed_kind = -1; // the ErrorKind of this rank's failure, -1 when it worked
   std::string message;
   try {
-    result.emplace(build());
+    if constexpr (returns)
+      result.emplace(build());
+    else
+      build();
   } catch (const Error& e) {
     failed_kind = static_cast<std::int64_t>(e.kind());
     message = detail::without_prefix(e.what());
   } catch (const std::exception& e) {
     failed_kind = static_cast<std::int64_t>(ErrorKind::io);
     message = e.what();
+  } catch (...) {
+    failed_kind = static_cast<std::int64_t>(ErrorKind::io);
+    message = "an exception that is not a std::exception";
   }
   const std::string failed_on = std::string(what) + " failed on rank ";
   if constexpr (GatheringCommunicator<Comm>) {
@@ -61,7 +69,7 @@ agreed(Comm& comm, std::string_view what, Build&& build) {
            failed_kind >= 0 ? failed_on + std::to_string(comm.rank()) + ": " + message
                             : failed_on + "another rank (its own error says why)");
   }
-  return std::move(*result);
+  if constexpr (returns) return std::move(*result);
 }
 
 } // namespace zero

@@ -18,6 +18,7 @@
 // compute type, which is chosen at run time (EngineOptions::compute_dtype) once, here.
 // All ranks must call the same methods in the same order (they are collectives).
 
+#include "zero/comm/agreed.hpp"
 #include "zero/comm/counting_communicator.hpp"
 #include "zero/engine/micro_steps.hpp"
 #include "zero/engine/model_layout.hpp"
@@ -98,16 +99,13 @@ class Engine {
                           "zero_optimization.offload_param.device",
                           "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
                           "zero::parameters_in<zero::nvme>> (stage 3)");
-    switch (options_.compute_dtype) {
-    case DType::float16:
-      states_.template emplace<States<half>>(groups_.shard(), model_, options_);
-      break;
-    case DType::bfloat16:
-      states_.template emplace<States<bfloat16>>(groups_.shard(), model_, options_);
-      break;
-    default:
-      states_.template emplace<States<float>>(groups_.shard(), model_, options_);
-    }
+    // The stores agree within the shard group on what can fail on one rank; with several groups
+    // (shard_within), the groups agree too, or one group's failure would leave the others waiting
+    // in the first world collective.
+    if (groups_.shard().size() == groups_.world().size())
+      make_states();
+    else
+      agreed(groups_.world(), "building the model states", [&] { make_states(); });
   }
 
   Engine(const Engine&) = delete;
@@ -293,6 +291,19 @@ class Engine {
           fail(ErrorKind::mismatch,
                "engine: rank " + std::to_string(r) + " was given a different EngineOptions::" +
                    settings[k].first + " than rank 0; every rank must pass the same options");
+  }
+
+  void make_states() {
+    switch (options_.compute_dtype) {
+    case DType::float16:
+      states_.template emplace<States<half>>(groups_.shard(), model_, options_);
+      break;
+    case DType::bfloat16:
+      states_.template emplace<States<bfloat16>>(groups_.shard(), model_, options_);
+      break;
+    default:
+      states_.template emplace<States<float>>(groups_.shard(), model_, options_);
+    }
   }
 
   // A DeepSpeed config names where states go; the placement type decides. They must agree

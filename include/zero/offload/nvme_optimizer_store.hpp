@@ -68,10 +68,12 @@ class NvmeOptimizerStore {
         tensors_(make_tensors(shard, tier_, std::make_index_sequence<tensors>{})) {
     // Everything starts at zero, as in memory: the moments for good, the master weights until
     // set_layer.
-    std::memset(bounce_[0].data(), 0, bounce_[0].size());
-    for (Tensor& t : tensors_)
-      for (std::size_t l = 0; l < model.layers(); ++l)
-        for_each_chunk(l, [&](Range part) { t.write(l, part, slot_tensor(0, 0)).wait(); });
+    agreed(shard, "writing the optimizer states' initial values", [&] {
+      std::memset(bounce_[0].data(), 0, bounce_[0].size());
+      for (Tensor& t : tensors_)
+        for (std::size_t l = 0; l < model.layers(); ++l)
+          for_each_chunk(l, [&](Range part) { t.write(l, part, slot_tensor(0, 0)).wait(); });
+    });
   }
 
   NvmeOptimizerStore(const NvmeOptimizerStore&) = delete;

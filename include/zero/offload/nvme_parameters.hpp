@@ -57,7 +57,9 @@ class NvmeParameters {
                      })),
         shard_(shard, model.sharded,
                Sharded<typename Plan::partitioner, nvme>{.space = {&tier_, "parameters"}}),
-        in_memory_(keep_in_memory(model, options.nvme.parameters.max_in_cpu)),
+        in_memory_(
+            agreed(shard, "allocating the parameter blocks kept in memory",
+                   [&] { return keep_in_memory(model, options.nvme.parameters.max_in_cpu); })),
         buffer_elements_(agreed(
             shard, "sizing the parameters' buffers",
             [&] { return checked_buffer_size(model, options.nvme.parameters.buffer_size); })),
@@ -76,9 +78,11 @@ class NvmeParameters {
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
                                         options.max_live_elements}) {
     // Every block starts at zero, as in memory, until set_layer.
-    std::memset(staging_[0].data(), 0, staging_[0].size());
-    for (std::size_t l = 0; l < model.layers(); ++l)
-      if (!in_memory_[l]) write_block(l, 0).wait();
+    agreed(shard, "writing the parameters' initial blocks", [&] {
+      std::memset(staging_[0].data(), 0, staging_[0].size());
+      for (std::size_t l = 0; l < model.layers(); ++l)
+        if (!in_memory_[l]) write_block(l, 0).wait();
+    });
   }
 
   NvmeParameters(const NvmeParameters&) = delete;
