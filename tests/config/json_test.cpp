@@ -137,10 +137,10 @@ TEST(ConfigJson, UnbuiltFeaturesAreRejectedByName) {
       "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}},
     "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true},
     "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}})";
-  expect_error(
-      text, ErrorKind::unsupported,
-      {"ds_config.json: not supported yet:", "activation_checkpointing.partition_activations = true",
-       "activation_checkpointing.cpu_checkpointing = true", "optimizer.type = \"Lamb\""});
+  expect_error(text, ErrorKind::unsupported,
+               {"ds_config.json: not supported yet:",
+                "activation_checkpointing.partition_activations = true",
+                "activation_checkpointing.cpu_checkpointing = true", "optimizer.type = \"Lamb\""});
   // Accepted on request (the estimator), with a warning rather than silence.
   const auto parsed = parse(text, config::UnbuiltFeatures::accept);
   EXPECT_EQ(parsed.config.zero_optimization.offload_param.device, config::OffloadDevice::nvme);
