@@ -25,6 +25,12 @@ class AnyLossScaler {
   bool last_step_skipped() const {
     return std::visit([](const auto& s) { return s.last_step_skipped(); }, scaler_);
   }
+  zero::LossScalerState state() const {
+    return std::visit([](const auto& s) { return s.state(); }, scaler_);
+  }
+  void load_state(const zero::LossScalerState& state) {
+    std::visit([&](auto& s) { s.load_state(state); }, scaler_);
+  }
 
  private:
   std::variant<zero::StaticLossScaler, zero::DynamicLossScaler> scaler_;

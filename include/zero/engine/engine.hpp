@@ -18,6 +18,10 @@
 // compute type, which is chosen at run time (EngineOptions::compute_dtype) once, here.
 // All ranks must call the same methods in the same order (they are collectives).
 
+#include "zero/checkpoint/directory.hpp"
+#include "zero/checkpoint/reshard.hpp"
+#include "zero/checkpoint/run_state.hpp"
+#include "zero/checkpoint/state_save.hpp"
 #include "zero/comm/agreed.hpp"
 #include "zero/comm/counting_communicator.hpp"
 #include "zero/engine/micro_steps.hpp"
@@ -38,7 +42,10 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -110,6 +117,13 @@ class Engine {
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+  // A background save still running is waited for, but not completed (that needs every rank):
+  // call wait_for_checkpoint() before the engine goes.
+  ~Engine() {
+    if (pending_save_)
+      detail::log_error("engine destroyed with a checkpoint save in flight: it was not completed "
+                        "(call wait_for_checkpoint() first)");
+  }
 
   // --- model ------------------------------------------------------------------------------------
   const ShardLayout& layout() const noexcept { return *model_.sharded; }
@@ -231,6 +245,115 @@ class Engine {
     });
   }
 
+  // --- checkpoints (docs/checkpoints.md)
+  // ----------------------------------------------------------- Saves the fp32 master weights, the
+  // optimizer's moments and step, the loss scaler, and what `options` adds, as DIR/TAG, then points
+  // DIR/latest at it. Collective, between steps. Each rank holding a shard writes it (replicas do
+  // not); rank 0 writes the manifest once all are durable. With options.async, this returns once
+  // the states are copied, and the save completes at the next checkpoint call or
+  // wait_for_checkpoint(). Directories must be shared by all ranks.
+  void save_checkpoint(const std::filesystem::path& dir, const std::string& tag,
+                       const CheckpointOptions& options = {}) {
+    wait_for_checkpoint();
+    require_between_steps("save_checkpoint");
+    auto& world = groups_.world();
+    const bool async = options.async;
+    if constexpr (std::same_as<typename Placement::optimizer_states, nvme>)
+      require(!async,
+              "save_checkpoint: an asynchronous save would copy the optimizer states "
+              "from NVMe into host memory; save them synchronously",
+              ErrorKind::unsupported);
+    checkpoint::Manifest manifest = describe_run(tag, options);
+    agreed(world, "preparing the checkpoint " + (dir / tag).string(), [&] {
+      if (world.rank() != 0) return;
+      checkpoint::prepare(dir, tag);
+      if (!options.user_state.empty())
+        manifest.user_state = checkpoint::write_small_file(
+            checkpoint::partial_dir(dir, tag) / checkpoint::user_state_file, options.user_state);
+    });
+    const auto partial = checkpoint::partial_dir(dir, tag);
+    with_states(*this, [&](auto& s) {
+      auto& store = s.optimizer_states();
+      if (!saves_states())
+        pending_save_.emplace();
+      else if (async)
+        pending_save_.emplace(checkpoint::StateSave::in_background(partial, store));
+      else
+        pending_save_.emplace(checkpoint::StateSave::now(partial, store));
+    });
+    pending_dir_ = dir;
+    pending_manifest_ = std::move(manifest);
+    if (!async) wait_for_checkpoint();
+  }
+
+  // Completes a save in flight (waits for its writers, then rank 0 publishes it). Collective; a
+  // writer that failed on any rank throws here on every rank.
+  void wait_for_checkpoint() {
+    if (!pending_save_) return;
+    auto& world = groups_.world();
+    checkpoint::StateSave save = std::move(*pending_save_);
+    pending_save_.reset();
+    const checkpoint::Manifest manifest = std::move(pending_manifest_);
+    agreed(world, "writing the checkpoint's state files", [&] {
+      save.join();
+      checkpoint::crash_point("states-written", world.rank());
+    });
+    agreed(world, "publishing the checkpoint " + (pending_dir_ / manifest.tag).string(), [&] {
+      if (world.rank() == 0)
+        checkpoint::commit(pending_dir_, manifest.tag, manifest, saving_ranks());
+    });
+  }
+
+  // Loads DIR/TAG (or the checkpoint DIR/latest names, or DIR when it is one checkpoint), saved
+  // at any world size, stage or partitioner: each rank reads only what it now keeps. Restores the
+  // optimizer's step and learning rate and the loss scaler's state, and `lr_scheduler` when given.
+  // Collective, between steps; an error on any rank throws on every rank, nothing half-loaded is
+  // used.
+  LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir,
+                                   const std::optional<std::string>& tag = std::nullopt,
+                                   LrScheduler* lr_scheduler = nullptr) {
+    wait_for_checkpoint();
+    require_between_steps("load_checkpoint");
+    auto& world = groups_.world();
+    Scaler scaler = scaler_;
+    LoadedCheckpoint loaded = agreed(world, "loading the checkpoint", [&] {
+      LoadedCheckpoint info;
+      info.path = checkpoint::resolve(dir, tag);
+      const checkpoint::Manifest m = checkpoint::read_manifest(info.path);
+      checkpoint::check_parameters(m, layout().parameters(), info.path);
+      checkpoint::check_optimizer<Opt>(m, info.path);
+      scaler.load_state(m.scaler);
+      require(!lr_scheduler || m.lr_scheduler_last_batch_iteration,
+              "load_checkpoint: " + info.path.string() + " has no learning-rate schedule state",
+              ErrorKind::mismatch);
+      info.tag = m.tag;
+      info.optimizer_step = m.optimizer_step;
+      info.scaler_iteration = m.scaler.iteration;
+      info.saved_world_size = m.world_size;
+      info.saved_stage = m.stage;
+      info.saved_partitioner = m.partitioner;
+      if (m.user_state) info.user_state = read_user_state(info.path, *m.user_state);
+      checkpoint::StateReader reader(info.path, m);
+      with_states(*this, [&](auto& s) {
+        auto& store = s.optimizer_states();
+        store.write_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {
+          reader.fill(t, store.kept_layout(), store.kept_rank(), l, part, into.data());
+        });
+      });
+      optimizer_.set_step_count(m.optimizer_step);
+      optimizer_.set_lr(m.lr);
+      if (lr_scheduler)
+        lr_scheduler->set_last_batch_iteration(*m.lr_scheduler_last_batch_iteration);
+      return info;
+    });
+    scaler_ = std::move(scaler);
+    with_states(*this, [&](auto& s) {
+      s.refresh_parameters();
+      nvme_before_ = s.nvme_traffic(); // loading is not part of the next step's traffic
+    });
+    return loaded;
+  }
+
   // --- reports ----------------------------------------------------------------------------------
   MemoryReport memory() const {
     return with_states(*this, [](const auto& s) { return s.memory(); });
@@ -319,6 +442,54 @@ class Engine {
       fail(ErrorKind::unsupported,
            std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
   }
+  // Checkpoints are taken between steps: no micro-step half done, no layer held.
+  void require_between_steps(const char* what) {
+    require(micro_.at_step_start(), std::string(what) +
+                                        ": call it between steps (after step(), before the next "
+                                        "micro-step's gradients)");
+    with_states(*this, [](auto& s) { s.require_nothing_acquired(); });
+  }
+  // Which ranks write states: one copy of each shard (the first shard group), or rank 0 when the
+  // states are not sharded.
+  int saving_ranks() const { return Plan::optimizer_states ? groups_.shard().size() : 1; }
+  bool saves_states() { return groups_.world().rank() < saving_ranks(); }
+
+  checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOptions& options) {
+    checkpoint::check_tag(tag);
+    checkpoint::Manifest m;
+    m.tag = tag;
+    m.world_size = groups_.world().size();
+    m.stage = Plan::stage;
+    m.shard_ranks = groups_.shard().size();
+    m.compute_dtype = to_string(options_.compute_dtype);
+    m.parameters = checkpoint::saved_parameters(layout().parameters());
+    with_states(*this, [&](auto& s) {
+      m.partitioner = std::string(s.optimizer_states().kept_layout().policy());
+    });
+    checkpoint::describe_optimizer(m, optimizer_);
+    m.scaler = scaler_.state();
+    if (options.lr_scheduler) {
+      m.lr_scheduler_type = schedule_name(options.lr_scheduler->schedule());
+      m.lr_scheduler_last_batch_iteration = options.lr_scheduler->last_batch_iteration();
+    }
+    return m;
+  }
+  static std::vector<std::byte> read_user_state(const std::filesystem::path& dir,
+                                                const checkpoint::OtherFile& entry) {
+    std::vector<std::byte> bytes(entry.bytes);
+    const checkpoint::FileHandle f(dir / entry.name, O_RDONLY);
+    require(f.size() == entry.bytes,
+            "checkpoint: " + (dir / entry.name).string() + " has " + std::to_string(f.size()) +
+                " bytes, the manifest says " + std::to_string(entry.bytes),
+            ErrorKind::io);
+    f.read_all(bytes.data(), bytes.size(), 0);
+    require(checkpoint::checksum(bytes.data(), bytes.size()) == entry.xxh3,
+            "checkpoint: " + (dir / entry.name).string() +
+                " is corrupt: its checksum does not match the manifest",
+            ErrorKind::io);
+    return bytes;
+  }
+
   void check_layer(std::size_t l) const {
     require(l < layers(), "engine: no layer " + std::to_string(l) + " (the model has " +
                               std::to_string(layers()) + ")");
@@ -346,6 +517,10 @@ class Engine {
   CommStats last_total_;
   double gather_exposed_before_ = 0;
   IoStats nvme_before_;
+  // A save in flight: this rank's writer, and what rank 0 publishes once all are done.
+  std::optional<checkpoint::StateSave> pending_save_;
+  std::filesystem::path pending_dir_;
+  checkpoint::Manifest pending_manifest_;
 };
 
 } // namespace zero

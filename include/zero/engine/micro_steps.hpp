@@ -59,6 +59,8 @@ class MicroSteps {
                 "first");
   }
   void start_step() noexcept { micro_ = 0; }
+  // No gradient of the next step handed over yet.
+  bool at_step_start() const noexcept { return micro_ == 0 && count_ == 0; }
 
  private:
   int accumulation_;

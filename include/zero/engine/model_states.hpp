@@ -68,7 +68,8 @@ class ModelStates {
 
   ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options)
       : shard_(shard), parameters_(shard, model, options),
-        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {}
+        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}),
+        layers_(model.layers()) {}
 
   ModelStates(const ModelStates&) = delete;
   ModelStates& operator=(const ModelStates&) = delete;
@@ -110,6 +111,17 @@ class ModelStates {
   }
   void end_step() { gradients_.clear(); }
 
+  // --- checkpoints: the optimizer store's states, and the compute copy derived from them --------
+  using optimizer_states_type = OptimizerStates;
+  OptimizerStates& optimizer_states() noexcept { return optimizer_; }
+  // After loading master weights: every layer's compute copy from them. Collective.
+  void refresh_parameters() {
+    for (std::size_t l = 0; l < layers_; ++l) {
+      const std::vector<float> values = optimizer_.layer(shard_, l);
+      parameters_.set_layer(l, View<const float>(values));
+    }
+  }
+
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
   // Everything the NVMe tier moved for this rank so far.
@@ -133,6 +145,7 @@ class ModelStates {
   Parameters parameters_;
   Gradients gradients_;
   OptimizerStates optimizer_;
+  std::size_t layers_;
 };
 
 } // namespace zero

@@ -75,12 +75,41 @@ class OptimizerStore {
     }
   }
 
+  // --- checkpoints ------------------------------------------------------------------------------
+  // What this rank keeps: its blocks of this layout (its shard, or rank 0 of the replica).
+  const ShardLayout& kept_layout() const noexcept {
+    return Plan::optimizer_states ? *model_.sharded : *model_.replica;
+  }
+  int kept_rank() const noexcept { return Plan::optimizer_states ? model_.rank : 0; }
+  // f(tensor, layer, part, values) over every tensor (0: master weights, then the moments) of
+  // every layer: positions `part` of this rank's block.
+  template <class F>
+  void read_states(F&& f) const {
+    for (std::size_t l = 0; l < model_.layers(); ++l)
+      for (std::size_t t = 0; t < 1 + states; ++t) {
+        const View<const float> block = tensor(t).block(l);
+        f(t, l, Range{0, block.size()}, block);
+      }
+  }
+  // f(tensor, layer, part, into) fills positions `part` of this rank's block; the store keeps it.
+  template <class F>
+  void write_states(F&& f) {
+    for (std::size_t l = 0; l < model_.layers(); ++l)
+      for (std::size_t t = 0; t < 1 + states; ++t) {
+        const View<float> block = tensor(t).block(l);
+        f(t, l, Range{0, block.size()}, block);
+      }
+  }
+
   StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }
   StateBytes state_bytes() const noexcept { return {states * master_.bytes_resident(), 0}; }
   IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return 0; }
 
  private:
+  const Tensor& tensor(std::size_t t) const { return t == 0 ? master_ : states_[t - 1]; }
+  Tensor& tensor(std::size_t t) { return t == 0 ? master_ : states_[t - 1]; }
+
   template <class Comm>
   Tensor make(Comm& shard) const {
     return Tensor(shard, Plan::optimizer_states ? model_.sharded : model_.replica);

@@ -105,6 +105,30 @@ class NvmeOptimizerStore {
     return values;
   }
 
+  // --- checkpoints (as OptimizerStore), through one bounce slot ---------------------------------
+  const ShardLayout& kept_layout() const noexcept { return *model_.sharded; }
+  int kept_rank() const noexcept { return model_.rank; }
+  template <class F>
+  void read_states(F&& f) {
+    for (std::size_t l = 0; l < model_.layers(); ++l)
+      for_each_chunk(l, [&](Range part) {
+        for (std::size_t t = 0; t < tensors; ++t) {
+          tensors_[t].read(l, part, slot_tensor(0, t)).wait();
+          f(t, l, part, View<const float>(slot_tensor(0, t).subview(0, part.size())));
+        }
+      });
+  }
+  template <class F>
+  void write_states(F&& f) {
+    for (std::size_t l = 0; l < model_.layers(); ++l)
+      for_each_chunk(l, [&](Range part) {
+        for (std::size_t t = 0; t < tensors; ++t) {
+          f(t, l, part, slot_tensor(0, t).subview(0, part.size()));
+          tensors_[t].write(l, part, slot_tensor(0, t)).wait();
+        }
+      });
+  }
+
   // One update of this rank's shard, sub-group by sub-group (see the top of this file).
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {

@@ -25,12 +25,25 @@
 
 namespace zero {
 
-// The interface the engine needs from a loss scaler.
+// Everything about a loss scaler that changes from step to step: what a checkpoint saves.
+struct LossScalerState {
+  bool dynamic = false;
+  double scale = 1.0;
+  std::int64_t iteration = 0;                // update() calls so far (DeepSpeed's cur_iter)
+  std::int64_t last_overflow_iteration = -1; // DeepSpeed's last_overflow_iter
+  int hysteresis_left = 0;                   // DeepSpeed's cur_hysteresis (dynamic only)
+  bool last_step_skipped = false;
+};
+
+// The interface the engine needs from a loss scaler: the scale, one update per step, and its
+// state for checkpoints.
 template <class S>
-concept LossScaler = requires(S& s, const S& cs, bool overflow) {
+concept LossScaler = requires(S& s, const S& cs, bool overflow, const LossScalerState& state) {
   { cs.scale() } -> std::same_as<double>;
   s.update(overflow);
   { cs.last_step_skipped() } -> std::same_as<bool>;
+  { cs.state() } -> std::convertible_to<LossScalerState>;
+  s.load_state(state);
 };
 
 // A fixed scale (DeepSpeed's "loss_scale": N > 0, and 1 for bf16 or fp32 training). Overflowing
@@ -44,11 +57,31 @@ class StaticLossScaler {
   }
 
   double scale() const noexcept { return scale_; }
-  void update(bool overflow) noexcept { last_step_skipped_ = overflow; }
+  void update(bool overflow) noexcept {
+    if (overflow) last_overflow_iteration_ = iteration_;
+    ++iteration_;
+    last_step_skipped_ = overflow;
+  }
   bool last_step_skipped() const noexcept { return last_step_skipped_; }
+
+  LossScalerState state() const noexcept {
+    return {false, scale_, iteration_, last_overflow_iteration_, 0, last_step_skipped_};
+  }
+  // The scale stays the one this scaler was made with (a bf16 run may resume an fp16 one); the
+  // counters come from the checkpoint.
+  void load_state(const LossScalerState& state) {
+    require(state.iteration >= 0 && state.last_overflow_iteration >= -1 &&
+                state.last_overflow_iteration < state.iteration,
+            "StaticLossScaler::load_state: inconsistent state");
+    iteration_ = state.iteration;
+    last_overflow_iteration_ = state.last_overflow_iteration;
+    last_step_skipped_ = state.last_step_skipped;
+  }
 
  private:
   double scale_;
+  std::int64_t iteration_ = 0;
+  std::int64_t last_overflow_iteration_ = -1;
   bool last_step_skipped_ = false;
 };
 
@@ -110,14 +143,7 @@ struct DynamicLossScalerOptions {
 
 class DynamicLossScaler {
  public:
-  // Everything that changes from step to step: what a checkpoint saves.
-  struct State {
-    double scale = 0.0;
-    std::int64_t iteration = 0;                // update() calls so far (DeepSpeed's cur_iter)
-    std::int64_t last_overflow_iteration = -1; // DeepSpeed's last_overflow_iter
-    int hysteresis_left = 0;                   // DeepSpeed's cur_hysteresis
-    bool last_step_skipped = false;
-  };
+  using State = LossScalerState;
 
   explicit DynamicLossScaler(DynamicLossScalerOptions options = {}) : options_(options) {
     const auto& o = options_;
@@ -131,6 +157,7 @@ class DynamicLossScaler {
             "DynamicLossScaler: min_scale must be positive and finite");
     require(o.init_scale >= o.min_scale,
             "DynamicLossScaler: init_scale must be at least min_scale");
+    state_.dynamic = true;
     state_.scale = o.init_scale;
     state_.hysteresis_left = o.hysteresis;
   }
@@ -140,6 +167,10 @@ class DynamicLossScaler {
   const DynamicLossScalerOptions& options() const noexcept { return options_; }
   const State& state() const noexcept { return state_; }
   void load_state(const State& state) {
+    require(state.dynamic,
+            "DynamicLossScaler::load_state: the state is of a static loss scale "
+            "(a checkpoint saved without dynamic loss scaling)",
+            ErrorKind::mismatch);
     require(state.scale > 0.0 && std::isfinite(state.scale) && state.hysteresis_left >= 1 &&
                 state.iteration >= 0 && state.last_overflow_iteration >= -1 &&
                 state.last_overflow_iteration < state.iteration,

@@ -75,6 +75,12 @@ class LrScheduler {
 
   // The index of the last applied step (-1 before the first), what a checkpoint stores.
   std::int64_t last_batch_iteration() const noexcept { return last_batch_iteration_; }
+  // Resumes the schedule (from a checkpoint).
+  void set_last_batch_iteration(std::int64_t iteration) {
+    require(iteration >= -1, "LrScheduler: last_batch_iteration must be -1 or a step index, got " +
+                                 std::to_string(iteration));
+    last_batch_iteration_ = iteration;
+  }
   const LrSchedule& schedule() const noexcept { return schedule_; }
 
  private:

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace zero {
 
@@ -24,6 +25,8 @@ struct ParameterSpec {
   std::size_t numel = 0;
   DType dtype = DType::float32;
   int layer = 0;
+  // Its dimensions, for checkpoints and consolidated files; empty means one dimension of numel.
+  std::vector<std::size_t> shape = {};
 };
 
 // A half-open interval [begin, end) of positions.

@@ -1,0 +1,307 @@
+#pragma once
+// The manifest of a checkpoint (manifest.json): everything needed to resume a run from its files,
+// at any world size, stage or partitioner. One per checkpoint, written last by rank 0.
+//
+// A state file holds one saving rank's share of the fp32 master weights and optimizer moments as
+// a sequence of records, each `count` floats of one tensor (0: master weights, then the moments in
+// the optimizer's order) at positions [shard_begin, shard_begin + count) of the saving rank's
+// shard. Its pieces say which parameter elements sit at which shard positions (the saved layout),
+// so a reader finds any element of any tensor without knowing how the saver was laid out. Every
+// file carries the XXH3 checksum of each `chunk_bytes` chunk and of the whole file.
+
+#include "zero/core/error.hpp"
+#include "zero/precision/loss_scaler.hpp"
+#include "zero/shard/parameter.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace zero::checkpoint {
+
+inline constexpr const char* format_name = "zero-checkpoint";
+inline constexpr int format_version = 1;
+inline constexpr const char* manifest_file = "manifest.json";
+inline constexpr const char* latest_file = "latest";
+inline constexpr const char* user_state_file = "user_state.bin";
+inline constexpr std::size_t default_chunk_bytes = std::size_t(1) << 20;
+
+struct SavedParameter {
+  std::string name;
+  std::vector<std::size_t> shape; // empty: one dimension of numel
+  std::size_t numel = 0;
+  int layer = 0;
+  friend bool operator==(const SavedParameter&, const SavedParameter&) = default;
+};
+
+// `count` floats of tensor `tensor` at shard positions [shard_begin, shard_begin + count), stored
+// at byte `file_offset`.
+struct Record {
+  std::size_t tensor = 0;
+  std::size_t shard_begin = 0;
+  std::size_t count = 0;
+  std::size_t file_offset = 0;
+};
+
+// `length` elements of parameter `parameter` from `parameter_offset`, at shard position
+// `shard_offset` of the file's saving rank.
+struct Piece {
+  std::size_t parameter = 0;
+  std::size_t parameter_offset = 0;
+  std::size_t length = 0;
+  std::size_t shard_offset = 0;
+};
+
+struct StateFile {
+  std::string name; // relative to the checkpoint directory
+  std::size_t bytes = 0;
+  std::uint64_t xxh3 = 0; // of the whole file
+  std::size_t chunk_bytes = default_chunk_bytes;
+  std::vector<std::uint64_t> chunks; // XXH3 of each chunk
+  std::vector<Record> records;
+  std::vector<Piece> pieces;
+};
+
+struct OtherFile {
+  std::string name;
+  std::size_t bytes = 0;
+  std::uint64_t xxh3 = 0;
+};
+
+struct Manifest {
+  int version = format_version;
+  std::string tag;
+  int world_size = 1;
+  int stage = 0;
+  std::string partitioner; // the saved layout's policy
+  int shard_ranks = 1;     // ranks sharing one copy of the states
+  std::string compute_dtype;
+  std::vector<SavedParameter> parameters;
+  std::string optimizer;
+  std::vector<std::string> optimizer_states; // names of tensors 1.. (tensor 0: master weights)
+  std::int64_t optimizer_step = 0;
+  double lr = 0;
+  nlohmann::json hyperparameters = nlohmann::json::object();
+  LossScalerState scaler;
+  std::optional<std::int64_t> lr_scheduler_last_batch_iteration;
+  std::string lr_scheduler_type;
+  std::optional<OtherFile> user_state;
+  std::vector<StateFile> files;
+
+  std::size_t tensors() const noexcept { return 1 + optimizer_states.size(); }
+  std::size_t numel() const noexcept {
+    std::size_t n = 0;
+    for (const auto& p : parameters)
+      n += p.numel;
+    return n;
+  }
+};
+
+inline std::string hex64(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+inline std::uint64_t parse_hex64(const std::string& text) {
+  require(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
+          "not a 16-digit checksum: '" + text + "'");
+  return std::stoull(text, nullptr, 16);
+}
+
+// --- to JSON ------------------------------------------------------------------------------------
+inline nlohmann::json to_json(const StateFile& f) {
+  nlohmann::json chunks = nlohmann::json::array();
+  for (auto c : f.chunks)
+    chunks.push_back(hex64(c));
+  nlohmann::json records = nlohmann::json::array();
+  for (const Record& r : f.records)
+    records.push_back({r.tensor, r.shard_begin, r.count, r.file_offset});
+  nlohmann::json pieces = nlohmann::json::array();
+  for (const Piece& p : f.pieces)
+    pieces.push_back({p.parameter, p.parameter_offset, p.length, p.shard_offset});
+  return {{"name", f.name},        {"bytes", f.bytes},
+          {"xxh3", hex64(f.xxh3)}, {"chunk_bytes", f.chunk_bytes},
+          {"chunks", chunks},      {"records", records},
+          {"pieces", pieces}};
+}
+
+inline nlohmann::json to_json(const Manifest& m) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& p : m.parameters)
+    params.push_back(
+        {{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"layer", p.layer}});
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : m.files)
+    files.push_back(to_json(f));
+  nlohmann::json j = {
+      {"format", format_name},
+      {"version", m.version},
+      {"tag", m.tag},
+      {"world_size", m.world_size},
+      {"plan",
+       {{"stage", m.stage}, {"partitioner", m.partitioner}, {"shard_ranks", m.shard_ranks}}},
+      {"compute_dtype", m.compute_dtype},
+      {"parameters", params},
+      {"optimizer",
+       {{"type", m.optimizer},
+        {"states", m.optimizer_states},
+        {"step", m.optimizer_step},
+        {"lr", m.lr},
+        {"hyperparameters", m.hyperparameters}}},
+      {"loss_scaler",
+       {{"kind", m.scaler.dynamic ? "dynamic" : "static"},
+        {"scale", m.scaler.scale},
+        {"iteration", m.scaler.iteration},
+        {"last_overflow_iteration", m.scaler.last_overflow_iteration},
+        {"hysteresis_left", m.scaler.hysteresis_left},
+        {"last_step_skipped", m.scaler.last_step_skipped}}},
+      {"files", files}};
+  j["lr_scheduler"] =
+      m.lr_scheduler_last_batch_iteration
+          ? nlohmann::json{{"type", m.lr_scheduler_type},
+                           {"last_batch_iteration", *m.lr_scheduler_last_batch_iteration}}
+          : nlohmann::json(nullptr);
+  j["user_state"] = m.user_state ? nlohmann::json{{"name", m.user_state->name},
+                                                  {"bytes", m.user_state->bytes},
+                                                  {"xxh3", hex64(m.user_state->xxh3)}}
+                                 : nlohmann::json(nullptr);
+  return j;
+}
+
+// --- from JSON ----------------------------------------------------------------------------------
+namespace detail {
+template <class T>
+T field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key))
+    fail(ErrorKind::io, where + ": the key \"" + key + "\" is missing");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(ErrorKind::io, where + ": \"" + key + "\" has the wrong type");
+  }
+}
+} // namespace detail
+
+inline StateFile state_file_from_json(const nlohmann::json& j, const std::string& where) {
+  using detail::field;
+  StateFile f;
+  f.name = field<std::string>(j, "name", where);
+  const std::string at = where + " (file " + f.name + ")";
+  f.bytes = field<std::size_t>(j, "bytes", at);
+  f.xxh3 = parse_hex64(field<std::string>(j, "xxh3", at));
+  f.chunk_bytes = field<std::size_t>(j, "chunk_bytes", at);
+  require(f.chunk_bytes > 0 && f.chunk_bytes % sizeof(float) == 0, at + ": bad chunk_bytes");
+  for (const auto& c : field<std::vector<std::string>>(j, "chunks", at))
+    f.chunks.push_back(parse_hex64(c));
+  require(f.chunks.size() == (f.bytes + f.chunk_bytes - 1) / f.chunk_bytes,
+          at + ": the number of chunk checksums does not match the file size");
+  for (const auto& r : field<std::vector<std::array<std::size_t, 4>>>(j, "records", at)) {
+    f.records.push_back({r[0], r[1], r[2], r[3]});
+    require(r[3] + r[2] * sizeof(float) <= f.bytes, at + ": a record lies beyond the file's end");
+  }
+  for (const auto& p : field<std::vector<std::array<std::size_t, 4>>>(j, "pieces", at))
+    f.pieces.push_back({p[0], p[1], p[2], p[3]});
+  return f;
+}
+
+inline Manifest manifest_from_json(const nlohmann::json& j, const std::string& where) {
+  using detail::field;
+  Manifest m;
+  if (!j.is_object() || j.value("format", std::string()) != format_name)
+    fail(ErrorKind::io, where + ": not a zero checkpoint manifest (no \"format\": \"" +
+                            std::string(format_name) + "\")");
+  m.version = field<int>(j, "version", where);
+  if (m.version > format_version)
+    fail(ErrorKind::unsupported, where + ": format version " + std::to_string(m.version) +
+                                     " is newer than this library reads (" +
+                                     std::to_string(format_version) + "); update zero to load it");
+  m.tag = field<std::string>(j, "tag", where);
+  m.world_size = field<int>(j, "world_size", where);
+  const auto plan = field<nlohmann::json>(j, "plan", where);
+  m.stage = field<int>(plan, "stage", where + ": plan");
+  m.partitioner = field<std::string>(plan, "partitioner", where + ": plan");
+  m.shard_ranks = field<int>(plan, "shard_ranks", where + ": plan");
+  m.compute_dtype = field<std::string>(j, "compute_dtype", where);
+  for (const auto& p : field<nlohmann::json>(j, "parameters", where)) {
+    SavedParameter s;
+    s.name = field<std::string>(p, "name", where + ": parameters");
+    s.shape = field<std::vector<std::size_t>>(p, "shape", where + ": parameter " + s.name);
+    s.numel = field<std::size_t>(p, "numel", where + ": parameter " + s.name);
+    s.layer = field<int>(p, "layer", where + ": parameter " + s.name);
+    m.parameters.push_back(std::move(s));
+  }
+  const auto opt = field<nlohmann::json>(j, "optimizer", where);
+  m.optimizer = field<std::string>(opt, "type", where + ": optimizer");
+  m.optimizer_states = field<std::vector<std::string>>(opt, "states", where + ": optimizer");
+  m.optimizer_step = field<std::int64_t>(opt, "step", where + ": optimizer");
+  m.lr = field<double>(opt, "lr", where + ": optimizer");
+  m.hyperparameters = field<nlohmann::json>(opt, "hyperparameters", where + ": optimizer");
+  const auto sc = field<nlohmann::json>(j, "loss_scaler", where);
+  const std::string sw = where + ": loss_scaler";
+  const std::string kind = field<std::string>(sc, "kind", sw);
+  require(kind == "dynamic" || kind == "static", sw + ": kind is neither dynamic nor static",
+          ErrorKind::io);
+  m.scaler = {kind == "dynamic",
+              field<double>(sc, "scale", sw),
+              field<std::int64_t>(sc, "iteration", sw),
+              field<std::int64_t>(sc, "last_overflow_iteration", sw),
+              field<int>(sc, "hysteresis_left", sw),
+              field<bool>(sc, "last_step_skipped", sw)};
+  if (j.contains("lr_scheduler") && !j.at("lr_scheduler").is_null()) {
+    const auto& s = j.at("lr_scheduler");
+    m.lr_scheduler_type = field<std::string>(s, "type", where + ": lr_scheduler");
+    m.lr_scheduler_last_batch_iteration =
+        field<std::int64_t>(s, "last_batch_iteration", where + ": lr_scheduler");
+  }
+  if (j.contains("user_state") && !j.at("user_state").is_null()) {
+    const auto& u = j.at("user_state");
+    m.user_state = OtherFile{field<std::string>(u, "name", where + ": user_state"),
+                             field<std::size_t>(u, "bytes", where + ": user_state"),
+                             parse_hex64(field<std::string>(u, "xxh3", where + ": user_state"))};
+  }
+  for (const auto& f : field<nlohmann::json>(j, "files", where))
+    m.files.push_back(state_file_from_json(f, where));
+  for (const StateFile& f : m.files)
+    for (const Piece& p : f.pieces)
+      require(p.parameter < m.parameters.size() &&
+                  p.parameter_offset + p.length <= m.parameters[p.parameter].numel,
+              where + ": file " + f.name + " has a piece outside its parameter", ErrorKind::io);
+  return m;
+}
+
+// Reads DIR/manifest.json; errors name the directory and what is wrong with it.
+inline Manifest read_manifest(const std::filesystem::path& dir) {
+  const auto path = dir / manifest_file;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    fail(ErrorKind::io, "checkpoint: " + dir.string() + " is not a directory");
+  if (!std::filesystem::exists(path, ec))
+    fail(ErrorKind::io,
+         "checkpoint: " + dir.string() + " is not a checkpoint (it has no " + manifest_file + ")");
+  std::ifstream in(path);
+  if (!in) fail(ErrorKind::io, "checkpoint: cannot open " + path.string());
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::io, "checkpoint: " + path.string() + " is not valid JSON: " + e.what());
+  }
+  try {
+    return manifest_from_json(j, path.string());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(ErrorKind::io, "checkpoint: " + path.string() + ": " + e.what());
+  }
+}
+
+} // namespace zero::checkpoint

@@ -1,0 +1,127 @@
+#pragma once
+// What a checkpoint holds besides the model states, and the checks that a checkpoint fits the run
+// loading it: the same parameters (names and sizes, in order), the same optimizer, a loss scaler
+// that can take the saved state.
+
+#include "zero/checkpoint/manifest.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/optim/optimizer.hpp"
+#include "zero/optim/sgd.hpp"
+#include "zero/schedule/lr_scheduler.hpp"
+#include "zero/shard/parameter.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+// What save_checkpoint stores beyond the engine's own state.
+struct CheckpointOptions {
+  // Opaque bytes the caller gets back from load_checkpoint (data position, RNG state, ...).
+  std::vector<std::byte> user_state = {};
+  // Its position is saved, and restored by load_checkpoint when one is passed there too.
+  const LrScheduler* lr_scheduler = nullptr;
+  // Copy this rank's states to host memory and write them from a background thread; the save
+  // completes (and errors surface, on every rank) at the next save, load or
+  // wait_for_checkpoint().
+  bool async = false;
+};
+
+// What load_checkpoint found.
+struct LoadedCheckpoint {
+  std::filesystem::path path; // the checkpoint's directory
+  std::string tag;
+  std::int64_t optimizer_step = 0;   // applied steps when it was saved
+  std::int64_t scaler_iteration = 0; // steps (applied or skipped) when it was saved
+  int saved_world_size = 1;
+  int saved_stage = 0;
+  std::string saved_partitioner;
+  std::vector<std::byte> user_state;
+};
+
+namespace checkpoint {
+
+inline nlohmann::json hyperparameters(const AdamOptions& o) {
+  return {{"betas", o.betas},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"maximize", o.maximize}};
+}
+inline nlohmann::json hyperparameters(const AdamWOptions& o) {
+  return {{"betas", o.betas},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"maximize", o.maximize}};
+}
+inline nlohmann::json hyperparameters(const SGDOptions& o) {
+  return {{"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov},
+          {"maximize", o.maximize}};
+}
+
+template <Optimizer Opt>
+std::string optimizer_name() {
+  if constexpr (requires { Opt::name; })
+    return std::string(Opt::name);
+  else
+    return "unnamed optimizer with " + std::to_string(Opt::state_tensors) + " state tensor(s)";
+}
+
+template <Optimizer Opt>
+void describe_optimizer(Manifest& m, const Opt& optimizer) {
+  m.optimizer = optimizer_name<Opt>();
+  for (const auto name : Opt::state_names)
+    m.optimizer_states.emplace_back(name);
+  m.optimizer_step = optimizer.step_count();
+  m.lr = optimizer.lr();
+  if constexpr (requires { hyperparameters(optimizer.options()); })
+    m.hyperparameters = hyperparameters(optimizer.options());
+}
+
+template <Optimizer Opt>
+void check_optimizer(const Manifest& m, const std::filesystem::path& where) {
+  const std::string mine = optimizer_name<Opt>();
+  std::vector<std::string> states;
+  for (const auto name : Opt::state_names)
+    states.emplace_back(name);
+  if (m.optimizer != mine || m.optimizer_states != states)
+    fail(ErrorKind::mismatch, "checkpoint: " + where.string() + " was saved by " + m.optimizer +
+                                  ", but this engine's optimizer is " + mine +
+                                  " (its states cannot be converted)");
+}
+
+inline void check_parameters(const Manifest& m, std::span<const ParameterSpec> mine,
+                             const std::filesystem::path& where) {
+  const std::string at = "checkpoint: " + where.string() + " is of a different model: ";
+  for (std::size_t p = 0; p < std::min(mine.size(), m.parameters.size()); ++p) {
+    const SavedParameter& s = m.parameters[p];
+    const ParameterSpec& q = mine[p];
+    if (s.name != q.name)
+      fail(ErrorKind::mismatch, at + "parameter #" + std::to_string(p) + " is '" + s.name +
+                                    "' there and '" + q.name + "' here");
+    if (s.numel != q.numel || (!s.shape.empty() && !q.shape.empty() && s.shape != q.shape))
+      fail(ErrorKind::mismatch, at + "'" + q.name + "' has " + std::to_string(s.numel) +
+                                    " elements there and " + std::to_string(q.numel) + " here");
+  }
+  if (mine.size() != m.parameters.size())
+    fail(ErrorKind::mismatch, at + "it has " + std::to_string(m.parameters.size()) +
+                                  " parameters, this engine " + std::to_string(mine.size()));
+}
+
+inline std::vector<SavedParameter> saved_parameters(std::span<const ParameterSpec> parameters) {
+  std::vector<SavedParameter> saved;
+  for (const ParameterSpec& p : parameters)
+    saved.push_back({p.name, p.shape, p.numel, p.layer});
+  return saved;
+}
+
+} // namespace checkpoint
+} // namespace zero

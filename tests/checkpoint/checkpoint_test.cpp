@@ -1,0 +1,427 @@
+// Checkpoints through the engine: resuming equals not stopping (bitwise, every stage and
+// precision), loading at another world size, stage or partitioner gives back exactly the saved
+// states, asynchronous saves, and every kind of bad checkpoint named.
+
+#include "comm_test.hpp"
+
+#include <zero/checkpoint/reshard.hpp>
+#include <zero/engine/engine.hpp>
+#include <zero/optim/adam.hpp>
+#include <zero/optim/sgd.hpp>
+#include <zero/shard/per_parameter.hpp>
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using zero::DType;
+using zero::MpiCommunicator;
+
+std::vector<zero::ParameterSpec> model() {
+  const std::size_t shapes[][3] = {{12, 7, 12}, {5, 1, 5}, {40, 33, 40}, {3, 1, 3}, {257, 8, 8}};
+  std::vector<zero::ParameterSpec> params;
+  for (int l = 0; l < 5; ++l) {
+    const auto* s = shapes[l];
+    params.push_back(
+        {"layer" + std::to_string(l) + ".weight", s[0] * s[1], DType::float32, l, {s[0], s[1]}});
+    params.push_back({"layer" + std::to_string(l) + ".bias", s[2], DType::float32, l, {s[2]}});
+  }
+  return params;
+}
+
+// A directory every rank of `comm` agrees on, removed by rank 0 at the end.
+struct SharedDir {
+  fs::path path;
+  MpiCommunicator* comm;
+  explicit SharedDir(MpiCommunicator& c) : comm(&c) {
+    std::vector<std::int64_t> n{std::int64_t(std::random_device{}() & 0x7fffffff)};
+    c.broadcast(n, 0).wait();
+    path = fs::temp_directory_path() / ("zero-checkpoint-test-" + std::to_string(n[0]));
+    if (c.rank() == 0) fs::create_directories(path);
+    c.barrier();
+  }
+  ~SharedDir() {
+    comm->barrier();
+    if (comm->rank() == 0) fs::remove_all(path);
+  }
+};
+
+struct Run {
+  DType dtype = DType::float32;
+  int overflow_step = -1; // the last rank sees an infinity at this step
+};
+
+template <class Plan, class Opt = zero::Adam, class Scaler = zero::StaticLossScaler>
+using Engine = zero::Engine<Plan, MpiCommunicator, zero::host, Opt, Scaler>;
+
+template <class E>
+void initialise(E& engine) {
+  for (std::size_t l = 0; l < engine.layers(); ++l) {
+    std::vector<float> init(engine.layout().layer(l).numel);
+    for (std::size_t i = 0; i < init.size(); ++i)
+      init[i] = static_cast<float>(std::sin(0.37 * double(i) + double(l))) * 0.5f;
+    engine.set_layer(l, init);
+  }
+}
+
+// Steps [from, to): gradients depend on the step, the rank's position and the weights, and are
+// scaled by the engine's loss scale, as a scaled loss's would be.
+template <class E>
+void train(E& engine, int from, int to, int rank, int ranks, const Run& run = {}) {
+  engine.visit_compute_type([&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (zero::GradientElement<T>) {
+      for (int step = from; step < to; ++step) {
+        for (std::size_t l = 0; l < engine.layers(); ++l)
+          (void)engine.acquire(l);
+        for (std::size_t l = engine.layers(); l-- > 0;) {
+          auto weights = engine.acquire(l);
+          const auto w = weights.template values<T>();
+          auto out = engine.template gradients<T>(l);
+          for (std::size_t i = 0; i < out.size(); ++i) {
+            const float noise =
+                float((i * 13 + l * 7 + std::size_t(rank) * 31 + std::size_t(step) * 17) % 97) /
+                    97.0f -
+                0.5f;
+            float g = (0.3f * zero::convert<float>(w[i]) + noise) * float(engine.loss_scale());
+            if (step == run.overflow_step && rank == ranks - 1 && l == 2 && i == 5)
+              g = std::numeric_limits<float>::infinity();
+            out[i] = zero::convert<T>(g);
+          }
+          engine.grads_ready(l);
+        }
+        (void)engine.step();
+      }
+    }
+  });
+}
+
+template <class E>
+std::vector<std::vector<float>> weights(E& engine) {
+  std::vector<std::vector<float>> all;
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    all.push_back(engine.get_layer(l));
+  return all;
+}
+
+void expect_bitwise(const std::vector<std::vector<float>>& a,
+                    const std::vector<std::vector<float>>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t l = 0; l < a.size(); ++l) {
+    ASSERT_EQ(a[l].size(), b[l].size());
+    for (std::size_t i = 0; i < a[l].size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(a[l][i]), std::bit_cast<std::uint32_t>(b[l][i]))
+          << what << ": layer " << l << " element " << i << ": " << a[l][i] << " vs " << b[l][i];
+  }
+}
+
+// Every tensor of every parameter of a checkpoint, read whole: how two checkpoints are compared.
+std::vector<std::vector<float>> contents(const fs::path& dir) {
+  const auto m = zero::checkpoint::read_manifest(dir);
+  zero::checkpoint::StateReader reader(dir, m);
+  std::vector<std::vector<float>> all;
+  for (std::size_t t = 0; t < m.tensors(); ++t)
+    for (std::size_t p = 0; p < m.parameters.size(); ++p) {
+      std::vector<float> v(m.parameters[p].numel);
+      reader.read_parameter(t, p, {0, v.size()}, v.data());
+      all.push_back(std::move(v));
+    }
+  return all;
+}
+
+template <class E>
+E make(MpiCommunicator& comm, DType dtype,
+       typename E::scaler_type scaler = typename E::scaler_type()) {
+  zero::EngineOptions options;
+  options.compute_dtype = dtype;
+  options.deterministic = true;
+  options.reduce_bucket_elements = 300;
+  return E(comm, model(), typename E::optimizer_type({.lr = 0.01, .weight_decay = 0.01}), scaler,
+           options);
+}
+
+zero::DynamicLossScaler small_dynamic_scaler() {
+  zero::DynamicLossScalerOptions o;
+  o.init_scale = 1024;
+  o.scale_window = 2; // the scale moves within a few steps, so its state matters
+  o.hysteresis = 2;
+  return zero::DynamicLossScaler(o);
+}
+
+// 2K steps in one go, and K + save + load into a new engine + K, agree bitwise.
+template <class Plan, class Scaler = zero::StaticLossScaler>
+void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {}) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  constexpr int k = 3;
+  using E = Engine<Plan, zero::Adam, Scaler>;
+  std::vector<std::vector<float>> straight, resumed;
+  zero::LossScalerState straight_scaler, resumed_scaler;
+  {
+    E e(world, model(), zero::Adam({.lr = 0.01, .weight_decay = 0.01}), scaler, [&] {
+      zero::EngineOptions o;
+      o.compute_dtype = dtype;
+      o.deterministic = true;
+      o.reduce_bucket_elements = 300;
+      return o;
+    }());
+    initialise(e);
+    train(e, 0, k, world.rank(), world.size(), run);
+    e.save_checkpoint(dir.path, "step3");
+    train(e, k, 2 * k, world.rank(), world.size(), run);
+    straight = weights(e);
+    straight_scaler = e.scaler().state();
+  }
+  {
+    zero::EngineOptions o;
+    o.compute_dtype = dtype;
+    o.deterministic = true;
+    o.reduce_bucket_elements = 300;
+    E e(world, model(), zero::Adam({.lr = 0.01, .weight_decay = 0.01}), scaler, o);
+    const auto loaded = e.load_checkpoint(dir.path);
+    EXPECT_EQ(loaded.tag, "step3");
+    train(e, k, 2 * k, world.rank(), world.size(), run);
+    resumed = weights(e);
+    resumed_scaler = e.scaler().state();
+  }
+  expect_bitwise(straight, resumed, "resumed run");
+  EXPECT_EQ(straight_scaler.scale, resumed_scaler.scale);
+  EXPECT_EQ(straight_scaler.iteration, resumed_scaler.iteration);
+  EXPECT_EQ(straight_scaler.hysteresis_left, resumed_scaler.hysteresis_left);
+}
+
+TEST(Checkpoint, ResumeIsBitwiseAtEveryStageInFp32) {
+  expect_resume_is_bitwise<zero::Stage<0>>(DType::float32);
+  expect_resume_is_bitwise<zero::Stage<1>>(DType::float32);
+  expect_resume_is_bitwise<zero::Stage<2>>(DType::float32);
+  expect_resume_is_bitwise<zero::Stage<3>>(DType::float32);
+}
+
+TEST(Checkpoint, ResumeIsBitwiseInFp16WithTheLossScalersState) {
+  // An overflow before the save leaves the scaler mid-hysteresis; one after it must be seen alike.
+  for (int overflow : {1, 4}) {
+    expect_resume_is_bitwise<zero::Stage<1>>(DType::float16, small_dynamic_scaler(),
+                                             {DType::float16, overflow});
+    expect_resume_is_bitwise<zero::Stage<3>>(DType::float16, small_dynamic_scaler(),
+                                             {DType::float16, overflow});
+  }
+}
+
+TEST(Checkpoint, ResumeIsBitwiseInBf16) {
+  expect_resume_is_bitwise<zero::Stage<2>>(DType::bfloat16);
+  expect_resume_is_bitwise<zero::Stage<3>>(DType::bfloat16);
+}
+
+// Saved by all ranks at stage 1, loaded by groups of 1 and (with 3 ranks) 2 ranks at stages 0 and
+// 3 with another partitioner: every master weight and moment comes back bitwise, and training
+// goes on.
+template <class LoadPlan>
+void expect_reshard(const fs::path& saved, MpiCommunicator& group, const std::string& tag) {
+  auto e = make<Engine<LoadPlan>>(group, DType::float32);
+  const auto loaded = e.load_checkpoint(saved);
+  EXPECT_EQ(loaded.saved_world_size, zero::testing::world().size());
+  e.save_checkpoint(saved.parent_path() / ("again-" + tag), "copy");
+  group.barrier();
+  const auto a = contents(saved), b = contents(saved.parent_path() / ("again-" + tag) / "copy");
+  expect_bitwise(a, b,
+                 "states after loading at " + std::to_string(group.size()) + " rank(s), " + tag);
+  train(e, 3, 4, group.rank(), group.size());
+}
+
+TEST(Checkpoint, LoadsAtAnotherWorldSizeStageAndPartitioner) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  {
+    auto e = make<Engine<zero::Stage<1>>>(world, DType::float32);
+    initialise(e);
+    train(e, 0, 3, world.rank(), world.size());
+    e.save_checkpoint(dir.path / "run", "step3");
+  }
+  const fs::path saved = dir.path / "run" / "step3";
+  // Groups: {0} alone, and the rest together (two ranks when there are three).
+  MpiCommunicator group = world.split(world.rank() == 0 ? 0 : 1, world.rank());
+  using PerParameter3 =
+      zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                         zero::shard_parameters, zero::partition_with<zero::PerParameter>>;
+  const std::string side = world.rank() == 0 ? "a" : "b";
+  expect_reshard<zero::Stage<0>>(saved, group, "stage0-" + side);
+  expect_reshard<PerParameter3>(saved, group, "stage3-" + side);
+  expect_reshard<zero::Stage<2>>(saved, group, "stage2-" + side);
+}
+
+TEST(Checkpoint, AsynchronousSaveEqualsASynchronousOne) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  auto e = make<Engine<zero::Stage<2>>>(world, DType::float32);
+  initialise(e);
+  train(e, 0, 2, world.rank(), world.size());
+  e.save_checkpoint(dir.path, "sync");
+  e.save_checkpoint(dir.path, "async", {.async = true});
+  train(e, 2, 4, world.rank(), world.size()); // goes on while the states are written
+  e.wait_for_checkpoint();
+  expect_bitwise(contents(dir.path / "sync"), contents(dir.path / "async"), "async save");
+  EXPECT_EQ(zero::checkpoint::latest_tag(dir.path), "async");
+}
+
+TEST(Checkpoint, AWriterThatFailsOnOneRankFailsTheSaveOnEveryRank) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  auto e = make<Engine<zero::Stage<1>>>(world, DType::float32);
+  initialise(e);
+  e.save_checkpoint(dir.path, "good");
+  const std::string last = std::to_string(world.size() - 1);
+  ::setenv("ZERO_CHECKPOINT_FAIL", ("writer:" + last).c_str(), 1);
+  e.save_checkpoint(dir.path, "bad", {.async = true});
+  train(e, 0, 1, world.rank(), world.size());
+  try {
+    e.wait_for_checkpoint();
+    ADD_FAILURE() << "the failed writer was not reported";
+  } catch (const zero::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("failed on rank " + last), std::string::npos)
+        << error.what();
+  }
+  ::unsetenv("ZERO_CHECKPOINT_FAIL");
+  world.barrier();
+  EXPECT_EQ(zero::checkpoint::latest_tag(dir.path), "good");
+  EXPECT_FALSE(fs::exists(dir.path / "bad"));
+  // The engine goes on, and saves again.
+  e.save_checkpoint(dir.path, "after");
+  EXPECT_EQ(zero::checkpoint::latest_tag(dir.path), "after");
+}
+
+// Loading a damaged or foreign checkpoint fails on every rank with a message naming the problem.
+template <class E, class Damage>
+void expect_load_error(const fs::path& dir, Damage&& damage, const std::string& needle, E& engine) {
+  auto& world = zero::testing::world();
+  world.barrier();
+  if (world.rank() == 0) damage();
+  world.barrier();
+  try {
+    (void)engine.load_checkpoint(dir);
+    ADD_FAILURE() << "loaded a checkpoint that should fail with: " << needle;
+  } catch (const zero::Error& error) {
+    EXPECT_NE(std::string(error.what()).find(needle), std::string::npos) << error.what();
+  }
+}
+
+TEST(Checkpoint, BadCheckpointsAreNamed) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  auto e = make<Engine<zero::Stage<1>>>(world, DType::float32);
+  initialise(e);
+  train(e, 0, 1, world.rank(), world.size());
+  const int last = world.size() - 1;
+  const auto fresh = [&](const std::string& tag) {
+    e.save_checkpoint(dir.path / tag, "t");
+    return dir.path / tag / "t";
+  };
+  const auto shard = [&](const fs::path& c) { return c / zero::checkpoint::state_file_name(last); };
+  {
+    const auto c = fresh("missing");
+    expect_load_error(
+        c, [&] { fs::remove(shard(c)); }, "is missing", e);
+  }
+  {
+    const auto c = fresh("flipped");
+    expect_load_error(
+        c,
+        [&] {
+          std::fstream f(shard(c), std::ios::in | std::ios::out | std::ios::binary);
+          f.seekg(100);
+          char byte = 0;
+          f.read(&byte, 1);
+          byte = char(byte ^ 0x10);
+          f.seekp(100);
+          f.write(&byte, 1);
+        },
+        "is corrupt", e);
+  }
+  {
+    const auto c = fresh("truncated");
+    expect_load_error(
+        c, [&] { fs::resize_file(shard(c), fs::file_size(shard(c)) - 8); }, "is truncated", e);
+  }
+  {
+    const auto c = fresh("newer");
+    expect_load_error(
+        c,
+        [&] {
+          std::ifstream in(c / "manifest.json");
+          nlohmann::json j;
+          in >> j;
+          j["version"] = 99;
+          std::ofstream(c / "manifest.json") << j.dump();
+        },
+        "newer than this library reads", e);
+  }
+  expect_load_error(
+      dir.path, [] {}, "is not a checkpoint directory", e);
+  {
+    // Another model: one parameter renamed.
+    const auto c = fresh("model");
+    auto params = model();
+    params[3].name = "layer1.other";
+    Engine<zero::Stage<1>> other(world, params, zero::Adam(), zero::StaticLossScaler(), {});
+    expect_load_error(
+        c, [] {}, "is of a different model: parameter #3 is 'layer1.bias' there", other);
+  }
+  {
+    const auto c = fresh("optimizer");
+    Engine<zero::Stage<1>, zero::SGD> sgd(world, model(), zero::SGD({.lr = 0.1}),
+                                          zero::StaticLossScaler(), {});
+    expect_load_error(
+        c, [] {}, "was saved by Adam, but this engine's optimizer is SGD", sgd);
+  }
+  // A failed load leaves the engine usable: a good checkpoint loads.
+  const auto good = fresh("good");
+  EXPECT_NO_THROW((void)e.load_checkpoint(good));
+}
+
+TEST(Checkpoint, TheLatestCheckpointIsNeverSavedOver) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  auto e = make<Engine<zero::Stage<3>>>(world, DType::float32);
+  initialise(e);
+  e.save_checkpoint(dir.path, "a");
+  e.save_checkpoint(dir.path, "b");
+  EXPECT_THROW(e.save_checkpoint(dir.path, "b"), zero::Error);
+  e.save_checkpoint(dir.path, "a"); // not the latest: replaced
+  EXPECT_EQ(zero::checkpoint::latest_tag(dir.path), "a");
+  EXPECT_THROW(e.save_checkpoint(dir.path, "../x"), zero::Error);
+  EXPECT_THROW(e.save_checkpoint(dir.path, "latest"), zero::Error);
+}
+
+TEST(Checkpoint, UserStateAndScheduleComeBack) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  auto e = make<Engine<zero::Stage<2>>>(world, DType::float32);
+  initialise(e);
+  zero::LrScheduler schedule(
+      zero::WarmupLR{.warmup_min_lr = 0, .warmup_max_lr = 0.01, .warmup_num_steps = 10}, 0.01);
+  for (int i = 0; i < 4; ++i)
+    schedule.step();
+  const std::string blob = "data position 1234, rng 0xfeed";
+  std::vector<std::byte> bytes(blob.size());
+  std::memcpy(bytes.data(), blob.data(), blob.size());
+  e.save_checkpoint(dir.path, "s", {.user_state = bytes, .lr_scheduler = &schedule});
+  zero::LrScheduler resumed(
+      zero::WarmupLR{.warmup_min_lr = 0, .warmup_max_lr = 0.01, .warmup_num_steps = 10}, 0.01);
+  const auto loaded = e.load_checkpoint(dir.path, "s", &resumed);
+  EXPECT_EQ(resumed.last_batch_iteration(), schedule.last_batch_iteration());
+  ASSERT_EQ(loaded.user_state.size(), bytes.size());
+  EXPECT_EQ(std::memcmp(loaded.user_state.data(), bytes.data(), bytes.size()), 0);
+}
+
+} // namespace
