@@ -47,6 +47,12 @@ inline const char* usage =
     "  --init-npy DIR          initial weights DIR/layer{i}.weight.npy, layer{i}.bias.npy\n"
     "  --save-npy DIR          write the final weights the same way (only then are they gathered)\n"
     "  --json FILE             loss per step, memory by kind, communication, step times\n"
+    "  --save-checkpoint DIR   save a checkpoint into DIR (tag stepK) at the end, and every\n"
+    "                          --save-every K steps; --async-checkpoint writes it in the "
+    "background\n"
+    "  --load-checkpoint DIR   resume from DIR's latest checkpoint (or DIR, one checkpoint), "
+    "saved\n"
+    "                          at any rank count or stage; --steps stays the run's total\n"
     "  --seed N                synthetic data and initial weights (default 1)\n"
     "  --print-every N         loss lines (default: about 10 per run)\n";
 
@@ -66,6 +72,9 @@ struct Flags {
   // Small enough that a model this size fills several buckets, so reduction overlaps backward.
   std::size_t bucket = 65536;
   std::string config, data_npy, init_npy, save_npy, json;
+  std::string save_checkpoint, load_checkpoint;
+  int save_every = 0; // 0: only at the end
+  bool async_checkpoint = false;
   unsigned seed = 1;
   int print_every = 0;
   std::size_t data_rows = 0;              // 0: max(4096, 4 x batch)
@@ -111,7 +120,7 @@ inline Flags parse(int argc, char** argv) {
       continue;
     }
     if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
-        flag == "--no-reference-pass") {
+        flag == "--no-reference-pass" || flag == "--async-checkpoint") {
       pairs.push_back({flag, "1"});
       continue;
     }
@@ -216,6 +225,14 @@ inline Flags parse(int argc, char** argv) {
       f.save_npy = value;
     else if (flag == "--json")
       f.json = value;
+    else if (flag == "--save-checkpoint")
+      f.save_checkpoint = value;
+    else if (flag == "--save-every")
+      f.save_every = int(whole(1));
+    else if (flag == "--load-checkpoint")
+      f.load_checkpoint = value;
+    else if (flag == "--async-checkpoint")
+      f.async_checkpoint = true;
     else if (flag == "--seed")
       f.seed = unsigned(whole(0));
     else if (flag == "--print-every")
@@ -240,6 +257,8 @@ inline Flags parse(int argc, char** argv) {
                 "optimizer states on NVMe need --stage 1, 2 or 3 (stage 0 shards nothing)");
   // The reference pass would hold in memory the very states the tier keeps on disk.
   if (f.optimizer_on_nvme) f.reference_pass = false;
+  zero::require(!f.save_checkpoint.empty() || (f.save_every == 0 && !f.async_checkpoint),
+                "--save-every and --async-checkpoint need --save-checkpoint DIR");
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");
   return f;

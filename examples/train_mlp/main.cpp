@@ -122,11 +122,15 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const train::History h = train::run_stage(world, f, data, init);
   const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
   if (rank == 0)
-    for (int s = 0; s < f.steps; ++s)
-      if (s % every == 0 || s + 1 == f.steps || !h.applied[std::size_t(s)]) train::print_step(s, h);
+    for (int s = h.first_step; s < f.steps; ++s)
+      if (s % every == 0 || s + 1 == f.steps || !h.applied[std::size_t(s - h.first_step)])
+        train::print_step(s, h);
   const auto memory = train::gather_memory(world, h);
   if (rank == 0) {
-    train::print_summary(f, h, memory, ranks);
+    if (h.steps.empty())
+      std::printf("nothing to train: the checkpoint has done all %d steps\n", f.steps);
+    else
+      train::print_summary(f, h, memory, ranks);
     if (!f.json.empty()) train::write_json(f.json, f, h, memory, ranks);
     if (!f.save_npy.empty()) {
       std::filesystem::create_directories(f.save_npy);

@@ -37,9 +37,14 @@ struct Shape {
     std::vector<zero::ParameterSpec> specs;
     for (std::size_t l = 0; l < layers(); ++l) {
       const int layer = static_cast<int>(l);
+      // Shapes as torch.nn.Linear's: weight [out, in], bias [out].
+      specs.push_back({"layer" + std::to_string(l) + ".weight",
+                       out(l) * in(l),
+                       zero::DType::float32,
+                       layer,
+                       {out(l), in(l)}});
       specs.push_back(
-          {"layer" + std::to_string(l) + ".weight", out(l) * in(l), zero::DType::float32, layer});
-      specs.push_back({"layer" + std::to_string(l) + ".bias", out(l), zero::DType::float32, layer});
+          {"layer" + std::to_string(l) + ".bias", out(l), zero::DType::float32, layer, {out(l)}});
     }
     return specs;
   }

@@ -24,7 +24,7 @@ inline double mb(double bytes) {
 }
 
 inline void print_step(int step, const History& h) {
-  const auto i = std::size_t(step);
+  const auto i = std::size_t(step - h.first_step);
   std::printf("step %5d  loss %.6f  %s  scale %-8g grad-norm %-10.4g lr %-9.3g %7.2f ms\n",
               step + 1, h.loss[i], h.applied[i] ? "      " : "SKIPPED", h.loss_scale[i],
               h.grad_norm[i], h.lr[i], h.step_seconds[i] * 1e3);
@@ -157,7 +157,8 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
   out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \""
       << zero::to_string(f.dtype) << "\",\n  \"psi\": " << h.psi
       << ",\n  \"psi_padded\": " << h.padded << ",\n  \"shard_ranks\": " << h.shard_ranks
-      << ",\n  \"loss\": " << list(h.loss) << ",\n  \"step_seconds\": " << list(h.step_seconds)
+      << ",\n  \"first_step\": " << h.first_step << ",\n  \"loss\": " << list(h.loss)
+      << ",\n  \"step_seconds\": " << list(h.step_seconds)
       << ",\n  \"applied\": " << list(h.applied) << ",\n  \"loss_scale\": " << list(h.loss_scale)
       << ",\n  \"grad_norm\": " << list(h.grad_norm)
       << ",\n  \"rank0_seconds\": {\"forward\": " << h.forward_seconds

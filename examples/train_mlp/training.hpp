@@ -16,13 +16,16 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 namespace train {
 
 struct History {
+  int first_step = 0;               // steps before it came from a checkpoint; vectors start here
   std::vector<double> loss;         // global mean over the step's rows
   std::vector<double> step_seconds; // slowest rank
   double forward_seconds = 0, backward_seconds = 0, update_seconds = 0; // this rank, all steps
@@ -171,6 +174,53 @@ double fused_kernel_seconds(Engine& engine, int stage, int rank) {
   });
 }
 
+// Checkpoints of train_mlp carry the number of steps done as their user state.
+template <class Engine>
+void save(Engine& engine, const Flags& f, int steps_done,
+          const std::optional<zero::LrScheduler>& scheduler, int rank) {
+  const auto start = std::chrono::steady_clock::now();
+  // example-begin checkpoint-save
+  const std::string done = "train_mlp steps " + std::to_string(steps_done);
+  zero::CheckpointOptions options;
+  options.user_state.resize(done.size());
+  std::memcpy(options.user_state.data(), done.data(), done.size());
+  options.lr_scheduler = scheduler ? &*scheduler : nullptr;
+  options.async = f.async_checkpoint;
+  engine.save_checkpoint(f.save_checkpoint, "step" + std::to_string(steps_done), options);
+  // example-end checkpoint-save
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (rank == 0)
+    std::printf("checkpoint step%d %s %s in %.3f s\n", steps_done,
+                f.async_checkpoint ? "snapshot taken for" : "saved to", f.save_checkpoint.c_str(),
+                seconds);
+}
+
+// Loads --load-checkpoint; returns the number of steps it had done.
+template <class Engine>
+int resume(Engine& engine, const Flags& f, std::optional<zero::LrScheduler>& scheduler, int rank) {
+  const auto start = std::chrono::steady_clock::now();
+  // example-begin checkpoint-load
+  const zero::LoadedCheckpoint c =
+      engine.load_checkpoint(f.load_checkpoint, std::nullopt, scheduler ? &*scheduler : nullptr);
+  // example-end checkpoint-load
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string text(reinterpret_cast<const char*>(c.user_state.data()), c.user_state.size());
+  const std::string prefix = "train_mlp steps ";
+  zero::require(text.starts_with(prefix),
+                "--load-checkpoint: " + c.path.string() + " was not saved by train_mlp",
+                zero::ErrorKind::mismatch);
+  const int done = std::stoi(text.substr(prefix.size()));
+  zero::require(done <= f.steps, "--load-checkpoint: " + c.path.string() + " has done " +
+                                     std::to_string(done) + " steps, more than --steps " +
+                                     std::to_string(f.steps));
+  if (rank == 0)
+    std::printf("resumed from %s in %.3f s: %d step(s) done, saved by %d rank(s) at stage %d\n\n",
+                c.path.c_str(), seconds, done, c.saved_world_size, c.saved_stage);
+  return done;
+}
+
 template <class Engine>
 History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Dataset& data) {
   History h;
@@ -178,8 +228,10 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
   const std::size_t micro_rows = f.batch / std::size_t(f.grad_accum) / std::size_t(ranks);
   std::optional<zero::LrScheduler> scheduler;
   if (f.ds && f.ds->scheduler) scheduler.emplace(f.ds->scheduler->schedule, f.lr);
-  std::size_t cursor = 0;
-  for (int step = 0; step < f.steps; ++step) {
+  if (!f.load_checkpoint.empty()) h.first_step = resume(engine, f, scheduler, rank);
+  // The data position follows from the step.
+  std::size_t cursor = std::size_t(h.first_step) * f.batch % data.rows;
+  for (int step = h.first_step; step < f.steps; ++step) {
     if (scheduler) engine.optimizer().set_lr(scheduler->lr());
     const auto start = std::chrono::steady_clock::now();
     double loss = 0;
@@ -216,6 +268,17 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     h.step_times.norm += r.seconds.norm;
     h.step_times.update += r.seconds.update;
     h.step_times.total += r.seconds.total;
+    const bool last = step + 1 == f.steps;
+    if (!f.save_checkpoint.empty() &&
+        (last || (f.save_every > 0 && (step + 1) % f.save_every == 0)))
+      save(engine, f, step + 1, scheduler, rank);
+  }
+  if (f.async_checkpoint) {
+    const auto start = std::chrono::steady_clock::now();
+    engine.wait_for_checkpoint(); // an asynchronous save completes (or fails) here
+    if (rank == 0)
+      std::printf("checkpoint completed %.3f s after the run's end\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   if (f.reference_pass) h.fused_kernel_seconds = fused_kernel_seconds(engine, f.stage, rank);
   h.memory = engine.memory();

@@ -6,10 +6,11 @@
 //   DIR/TAG/states.rankR.bin one per saving rank
 //   DIR/.TAG.partial/        where a save is written; renamed to DIR/TAG when complete
 //
-// A save killed at any moment leaves DIR/latest naming the previous checkpoint, which nothing in a
-// save touches, and at worst a DIR/.TAG.partial that the next save of TAG removes. The tag that
-// DIR/latest names cannot be saved over (there would be no intact checkpoint while it is
-// replaced); other existing tags are replaced.
+// A save killed at any moment leaves DIR/latest naming a complete checkpoint: the previous one,
+// which nothing in a save touches, until the new one is complete. Saving over an existing tag
+// replaces it; saving over the tag DIR/latest names first points DIR/latest at the complete new
+// copy (.TAG.partial), then swaps the directories, then points DIR/latest back at TAG, and a
+// reader or the next save finishes a swap that was interrupted.
 
 #include "zero/checkpoint/files.hpp"
 #include "zero/checkpoint/manifest.hpp"
@@ -40,6 +41,14 @@ inline std::filesystem::path partial_dir(const std::filesystem::path& dir, const
 }
 inline std::string state_file_name(int saving_rank) {
   return "states.rank" + std::to_string(saving_rank) + ".bin";
+}
+
+// TAG when `name` is ".TAG.partial" (where DIR/latest points while TAG is being replaced).
+inline std::optional<std::string> replaced_tag(const std::string& name) {
+  const std::string suffix = ".partial";
+  if (name.size() > 1 + suffix.size() && name.front() == '.' && name.ends_with(suffix))
+    return name.substr(1, name.size() - 1 - suffix.size());
+  return std::nullopt;
 }
 
 // The tag DIR/latest names, if any.
@@ -79,16 +88,16 @@ inline std::filesystem::path resolve(const std::filesystem::path& dir,
 }
 
 // Rank 0, before anything is written: DIR exists, TAG may be written, DIR/.TAG.partial is new.
+inline void finish_replacement(const std::filesystem::path& dir, const std::string& tag);
+
 inline void prepare(const std::filesystem::path& dir, const std::string& tag) {
   check_tag(tag);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail(ErrorKind::io, "checkpoint: cannot create " + dir.string() + ": " + ec.message());
-  if (latest_tag(dir) == tag && std::filesystem::exists(dir / tag, ec))
-    fail(ErrorKind::invalid_argument,
-         "checkpoint: '" + tag + "' is the latest checkpoint in " + dir.string() +
-             "; saving over it would leave no intact checkpoint while it is replaced. Choose "
-             "another tag");
+  // DIR/latest points into a replacement that was interrupted: finish it first.
+  if (const auto latest = latest_tag(dir))
+    if (const auto replaced = replaced_tag(*latest)) finish_replacement(dir, *replaced);
   const auto partial = partial_dir(dir, tag);
   std::filesystem::remove_all(partial, ec); // a save of this tag that was killed
   if (ec)
@@ -100,8 +109,9 @@ inline void prepare(const std::filesystem::path& dir, const std::string& tag) {
 
 // Test hooks. ZERO_CHECKPOINT_CRASH=point[:rank] kills this process (SIGKILL, as a node failure
 // would) when a save reaches `point` on that rank (every rank without ":rank"); points, in order:
-// states-written, manifest-written, renamed. ZERO_CHECKPOINT_FAIL=writer[:rank] makes that rank's
-// state-file writer fail, as a full disk would.
+// states-written, manifest-written, latest-moved (only when the latest tag is saved over), renamed.
+// ZERO_CHECKPOINT_FAIL=writer[:rank] makes that rank's state-file writer fail, as a full disk
+// would.
 namespace detail {
 inline bool hook_set(const char* variable, const char* point, int rank) {
   const char* setting = std::getenv(variable);
@@ -119,6 +129,12 @@ inline void failure_point(const char* point, int rank) {
   if (detail::hook_set("ZERO_CHECKPOINT_FAIL", point, rank))
     fail(ErrorKind::io,
          std::string("checkpoint: a failure injected at '") + point + "' (ZERO_CHECKPOINT_FAIL)");
+}
+
+inline void point_latest_at(const std::filesystem::path& dir, const std::string& name) {
+  const std::string line = name + "\n";
+  write_small_file(dir / latest_file, std::as_bytes(std::span<const char>(line)));
+  sync_directory(dir);
 }
 
 // Rank 0, once every saving rank's state file and its description (a .json beside it) are
@@ -141,16 +157,28 @@ inline void commit(const std::filesystem::path& dir, const std::string& tag, Man
   sync_directory(partial);
   crash_point("manifest-written", 0);
   std::error_code ec;
+  if (latest_tag(dir) == tag && std::filesystem::exists(dir / tag, ec)) {
+    // Replacing the latest: while the directories swap, DIR/latest names the new, complete copy.
+    point_latest_at(dir, partial.filename().string());
+    crash_point("latest-moved", 0);
+  }
+  finish_replacement(dir, tag);
+}
+
+// DIR/.TAG.partial (complete) becomes DIR/TAG, and DIR/latest names it.
+inline void finish_replacement(const std::filesystem::path& dir, const std::string& tag) {
+  std::error_code ec;
+  const auto partial = partial_dir(dir, tag);
   const auto final_dir = dir / tag;
   const auto replaced = dir / ("." + tag + ".replaced");
-  std::filesystem::remove_all(replaced, ec);
-  if (std::filesystem::exists(final_dir, ec)) std::filesystem::rename(final_dir, replaced);
-  std::filesystem::rename(partial, final_dir);
-  sync_directory(dir);
+  if (std::filesystem::exists(partial, ec)) {
+    std::filesystem::remove_all(replaced, ec);
+    if (std::filesystem::exists(final_dir, ec)) std::filesystem::rename(final_dir, replaced);
+    std::filesystem::rename(partial, final_dir);
+    sync_directory(dir);
+  }
   crash_point("renamed", 0);
-  const std::string line = tag + "\n";
-  write_small_file(dir / latest_file, std::as_bytes(std::span<const char>(line)));
-  sync_directory(dir);
+  point_latest_at(dir, tag);
   std::filesystem::remove_all(replaced, ec);
 }
 

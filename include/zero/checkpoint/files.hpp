@@ -200,6 +200,11 @@ class VerifiedReader {
                                 std::to_string(at + n) + ") does not match the manifest");
     }
   }
+  // Frees the window (a reader of many files keeps few windows).
+  void release() {
+    window_ = {};
+    window_begin_ = window_end_ = 0;
+  }
   bool holds(std::size_t begin, std::size_t end) const noexcept {
     return begin >= window_begin_ && end <= window_end_;
   }

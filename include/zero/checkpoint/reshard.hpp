@@ -22,7 +22,8 @@ namespace zero::checkpoint {
 
 class StateReader {
  public:
-  // Largest read at once per file; reads are widened to whole chunks around what is asked.
+  // Largest read at once per file; reads are widened to whole chunks around what is asked. At most
+  // four files keep a window: memory is bounded by about 4 x 64 MiB.
   static constexpr std::size_t window_bytes = std::size_t(64) << 20;
 
   StateReader(std::filesystem::path dir, const Manifest& manifest)
@@ -162,8 +163,16 @@ class StateReader {
     }
   }
 
+  // The reader of file f; at most `windows_kept` files keep their window, so memory stays bounded
+  // however many files the checkpoint has.
   VerifiedReader& open(std::size_t f) {
     if (!readers_[f]) readers_[f] = std::make_unique<VerifiedReader>(dir_, manifest_.files[f]);
+    std::erase(recent_, f);
+    recent_.insert(recent_.begin(), f);
+    if (recent_.size() > windows_kept) {
+      readers_[recent_.back()]->release();
+      recent_.pop_back();
+    }
     return *readers_[f];
   }
   std::string tensor_name(std::size_t t) const {
@@ -172,7 +181,9 @@ class StateReader {
 
   std::filesystem::path dir_;
   const Manifest& manifest_;
+  static constexpr std::size_t windows_kept = 4;
   std::vector<std::unique_ptr<VerifiedReader>> readers_;
+  std::vector<std::size_t> recent_; // files with a window, most recent first
   std::vector<std::vector<SavedPiece>> pieces_;
   std::vector<std::vector<std::vector<Record>>> records_; // [file][tensor]
 };

@@ -92,10 +92,22 @@ void check_optimizer(const Manifest& m, const std::filesystem::path& where) {
   std::vector<std::string> states;
   for (const auto name : Opt::state_names)
     states.emplace_back(name);
-  if (m.optimizer != mine || m.optimizer_states != states)
+  const auto list = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const auto& n : names)
+      text += (text.empty() ? "" : ", ") + n;
+    return text.empty() ? std::string("none") : text;
+  };
+  if (m.optimizer != mine)
     fail(ErrorKind::mismatch, "checkpoint: " + where.string() + " was saved by " + m.optimizer +
                                   ", but this engine's optimizer is " + mine +
                                   " (its states cannot be converted)");
+  if (m.optimizer_states != states)
+    fail(ErrorKind::mismatch, "checkpoint: " + where.string() + " has the optimizer states " +
+                                  list(m.optimizer_states) + ", but this engine's " + mine +
+                                  " keeps " + list(states) +
+                                  " (momentum on in one, off in the "
+                                  "other?)");
 }
 
 inline void check_parameters(const Manifest& m, std::span<const ParameterSpec> mine,

@@ -1,0 +1,83 @@
+// Checkpoints of states on the NVMe tier: read and written through the stores' bounce buffers in
+// pieces, they hold the same bytes as the same run's states in memory, and load into either
+// placement at another world size.
+
+#include "checkpoint_scenario.hpp"
+
+#include <zero/offload/nvme_stores.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using namespace zero::testing::checkpoints;
+namespace fs = std::filesystem;
+
+using NvmeEverything =
+    zero::Placement<zero::optimizer_states_in<zero::nvme>, zero::parameters_in<zero::nvme>>;
+using Stage3 = zero::Stage<3>;
+using OnNvme = Engine<Stage3, zero::Adam, zero::StaticLossScaler, NvmeEverything>;
+using InMemory = Engine<Stage3>;
+
+zero::EngineOptions on_nvme(const fs::path& swap) {
+  zero::EngineOptions o;
+  o.compute_dtype = zero::DType::float32;
+  o.deterministic = true;
+  o.reduce_bucket_elements = 300;
+  o.nvme.optimizer.nvme_path = o.nvme.parameters.nvme_path = swap;
+  o.nvme.optimizer.sub_group_size = 1024; // layers cut into several pieces
+  o.nvme.parameters.max_in_cpu = 0;
+  o.nvme.parameters.buffer_size = 1 << 16;
+  return o;
+}
+
+TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  const int rank = world.rank(), ranks = world.size();
+  if (rank == 0)
+    for (const char* swap : {"swap", "swapa", "swapb"})
+      fs::create_directories(dir.path / swap);
+  world.barrier();
+  {
+    auto nvme = make<OnNvme>(world, zero::DType::float32, zero::StaticLossScaler(),
+                             on_nvme(dir.path / "swap"));
+    initialise(nvme);
+    train(nvme, 0, 3, rank, ranks);
+    nvme.save_checkpoint(dir.path / "nvme", "s");
+    EXPECT_THROW(nvme.save_checkpoint(dir.path / "nvme", "t", {.async = true}), zero::Error);
+  }
+  {
+    auto memory = make<InMemory>(world, zero::DType::float32);
+    initialise(memory);
+    train(memory, 0, 3, rank, ranks);
+    memory.save_checkpoint(dir.path / "memory", "s");
+  }
+  expect_bitwise(contents(dir.path / "nvme" / "s"), contents(dir.path / "memory" / "s"),
+                 "NVMe against memory");
+  // Each loaded into the other placement, by a group of another size: the same weights after a
+  // further step.
+  zero::MpiCommunicator group = world.split(world.rank() == 0 ? 0 : 1, world.rank());
+  const std::string side = world.rank() == 0 ? "a" : "b";
+  std::vector<std::vector<float>> from_memory, from_nvme;
+  {
+    auto nvme = make<OnNvme>(group, zero::DType::float32, zero::StaticLossScaler(),
+                             on_nvme(dir.path / ("swap" + side)));
+    (void)nvme.load_checkpoint(dir.path / "memory");
+    nvme.save_checkpoint(dir.path / ("again-" + side), "s");
+    train(nvme, 3, 4, group.rank(), group.size());
+    from_memory = weights(nvme);
+  }
+  {
+    auto memory = make<InMemory>(group, zero::DType::float32);
+    (void)memory.load_checkpoint(dir.path / "nvme");
+    train(memory, 3, 4, group.rank(), group.size());
+    from_nvme = weights(memory);
+  }
+  group.barrier();
+  expect_bitwise(contents(dir.path / "memory" / "s"), contents(dir.path / ("again-" + side) / "s"),
+                 "loaded onto NVMe and saved again");
+  expect_bitwise(from_memory, from_nvme, "a step after loading into either placement");
+}
+
+} // namespace

@@ -1,0 +1,273 @@
+// zero-checkpoint: look inside a zero checkpoint and turn it into files other tools read.
+//
+//   zero-checkpoint inspect DIR [--tag TAG] [--no-verify]
+//       the manifest in short, each file's size, and every checksum verified
+//   zero-checkpoint consolidate DIR [--tag TAG] --to OUT.safetensors [--moments]
+//   zero-checkpoint consolidate DIR [--tag TAG] --to OUTDIR [--moments]
+//       the full fp32 weights (and the optimizer's moments, as NAME.exp_avg, ...) as one
+//       safetensors file, or as one .npy per tensor; streamed in bounded pieces, so memory stays
+//       small whatever the model's size
+//
+// DIR is a checkpoint directory (its `latest` is used unless --tag) or one checkpoint. Exit
+// status: 0, 1 for a bad or corrupt checkpoint (the message names the file), 2 for bad usage.
+
+#include <zero/checkpoint/directory.hpp>
+#include <zero/checkpoint/files.hpp>
+#include <zero/checkpoint/manifest.hpp>
+#include <zero/checkpoint/reshard.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace ck = zero::checkpoint;
+
+constexpr std::size_t piece_elements = std::size_t(16) << 20; // 64 MiB of floats at a time
+
+struct Arguments {
+  std::string command;
+  fs::path dir;
+  std::optional<std::string> tag;
+  fs::path to;
+  bool moments = false;
+  bool verify = true;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "zero-checkpoint: %s\n"
+               "usage: zero-checkpoint inspect DIR [--tag TAG] [--no-verify]\n"
+               "       zero-checkpoint consolidate DIR [--tag TAG] --to OUT.safetensors|OUTDIR "
+               "[--moments]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Arguments parse(int argc, char** argv) {
+  Arguments a;
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--tag")
+      a.tag = value();
+    else if (arg == "--to")
+      a.to = value();
+    else if (arg == "--moments")
+      a.moments = true;
+    else if (arg == "--no-verify")
+      a.verify = false;
+    else if (arg == "-h" || arg == "--help")
+      usage("help");
+    else if (arg.starts_with("--"))
+      usage("unknown option " + arg);
+    else
+      rest.push_back(arg);
+  }
+  if (rest.size() != 2) usage("expected a command and a directory");
+  a.command = rest[0];
+  a.dir = rest[1];
+  if (a.command != "inspect" && a.command != "consolidate") usage("unknown command " + a.command);
+  if (a.command == "consolidate" && a.to.empty()) usage("consolidate needs --to");
+  return a;
+}
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f GB", bytes / 1e9);
+  return text;
+}
+
+std::vector<std::size_t> shape_of(const ck::SavedParameter& p) {
+  return p.shape.empty() ? std::vector<std::size_t>{p.numel} : p.shape;
+}
+
+void inspect(const Arguments& a) {
+  const fs::path dir = ck::resolve(a.dir, a.tag);
+  const ck::Manifest m = ck::read_manifest(dir);
+  std::printf("checkpoint %s (tag %s, format version %d)\n", dir.c_str(), m.tag.c_str(), m.version);
+  std::printf("  saved by   %d rank(s), ZeRO stage %d, %s, %d rank(s) per shard group\n",
+              m.world_size, m.stage, m.partitioner.c_str(), m.shard_ranks);
+  std::printf("  model      %zu parameters, %zu elements, compute type %s\n", m.parameters.size(),
+              m.numel(), m.compute_dtype.c_str());
+  std::string states = "master weights";
+  for (const auto& s : m.optimizer_states)
+    states += ", " + s;
+  std::printf("  optimizer  %s, step %lld, lr %g; states: %s\n", m.optimizer.c_str(),
+              static_cast<long long>(m.optimizer_step), m.lr, states.c_str());
+  std::printf("  loss scale %s %g (iteration %lld, hysteresis left %d)\n",
+              m.scaler.dynamic ? "dynamic" : "static", m.scaler.scale,
+              static_cast<long long>(m.scaler.iteration), m.scaler.hysteresis_left);
+  if (m.lr_scheduler_last_batch_iteration)
+    std::printf("  schedule   %s at step %lld\n", m.lr_scheduler_type.c_str(),
+                static_cast<long long>(*m.lr_scheduler_last_batch_iteration));
+  if (m.user_state) std::printf("  user state %zu bytes\n", m.user_state->bytes);
+  std::size_t total = 0;
+  for (const auto& f : m.files) {
+    std::printf("  %-24s %s\n", f.name.c_str(), gigabytes(double(f.bytes)).c_str());
+    total += f.bytes;
+  }
+  std::printf("  total      %s in %zu state file(s)\n", gigabytes(double(total)).c_str(),
+              m.files.size());
+  if (!a.verify) return;
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& f : m.files)
+    ck::VerifiedReader(dir, f).verify_all(ck::StateReader::window_bytes);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("  verified   every checksum of %zu file(s) in %.2f s (%.2f GB/s)\n", m.files.size(),
+              seconds, double(total) / 1e9 / std::max(seconds, 1e-9));
+}
+
+// The tensors a consolidation writes, in order: every parameter's master weights, then (with
+// --moments) every parameter's moments.
+struct Output {
+  std::string name;
+  std::size_t parameter, tensor;
+};
+
+std::vector<Output> outputs(const ck::Manifest& m, bool moments) {
+  std::vector<Output> list;
+  for (std::size_t t = 0; t < (moments ? m.tensors() : 1); ++t)
+    for (std::size_t p = 0; p < m.parameters.size(); ++p)
+      list.push_back(
+          {t == 0 ? m.parameters[p].name : m.parameters[p].name + "." + m.optimizer_states[t - 1],
+           p, t});
+  return list;
+}
+
+// Parameter p's tensor t, piece by piece, written at `offset` of `file`.
+void stream(ck::StateReader& reader, const ck::Manifest& m, const Output& o,
+            const ck::FileHandle& file, std::size_t offset) {
+  const std::size_t numel = m.parameters[o.parameter].numel;
+  std::vector<float> piece(std::min(numel, piece_elements));
+  for (std::size_t at = 0; at < numel; at += piece.size()) {
+    const std::size_t n = std::min(piece.size(), numel - at);
+    reader.read_parameter(o.tensor, o.parameter, {at, at + n}, piece.data());
+    file.write_all(piece.data(), n * sizeof(float), offset + at * sizeof(float));
+  }
+}
+
+std::string shape_text(const std::vector<std::size_t>& shape, const char* open, const char* close) {
+  std::string s = open;
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1 && std::string(open) == "(") s += ",";
+  return s + close;
+}
+
+void publish(const fs::path& tmp, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(tmp, to, ec);
+  if (ec)
+    throw zero::Error(zero::ErrorKind::io,
+                      "cannot rename " + tmp.string() + " to " + to.string() + ": " + ec.message());
+}
+
+void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
+  const auto list = outputs(m, a.moments);
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"},
+                            {"zero.tag", m.tag},
+                            {"zero.optimizer", m.optimizer},
+                            {"zero.optimizer_step", std::to_string(m.optimizer_step)}};
+  std::size_t data = 0;
+  for (const Output& o : list) {
+    const std::size_t bytes = m.parameters[o.parameter].numel * sizeof(float);
+    header[o.name] = {{"dtype", "F32"},
+                      {"shape", shape_of(m.parameters[o.parameter])},
+                      {"data_offsets", {data, data + bytes}}};
+    data += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
+  const fs::path tmp = a.to.string() + ".partial";
+  {
+    const ck::FileHandle file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    const std::uint64_t length = text.size();
+    unsigned char prefix[8];
+    for (int i = 0; i < 8; ++i)
+      prefix[i] = static_cast<unsigned char>(length >> (8 * i)); // little-endian
+    file.write_all(prefix, 8, 0);
+    file.write_all(text.data(), text.size(), 8);
+    std::size_t offset = 8 + text.size();
+    for (const Output& o : list) {
+      stream(reader, m, o, file, offset);
+      offset += m.parameters[o.parameter].numel * sizeof(float);
+    }
+    file.sync();
+  }
+  publish(tmp, a.to);
+  std::printf("wrote %s: %zu tensors, %s\n", a.to.c_str(), list.size(),
+              gigabytes(double(data)).c_str());
+}
+
+void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
+  fs::create_directories(a.to);
+  const auto list = outputs(m, a.moments);
+  std::size_t total = 0;
+  for (const Output& o : list) {
+    const auto shape = shape_of(m.parameters[o.parameter]);
+    std::string header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape, "(", ")") + ", }";
+    // Magic, version 1.0, a 2-byte header length; the whole preamble a multiple of 64 bytes.
+    const std::size_t preamble = 10 + header.size() + 1;
+    header.append((64 - preamble % 64) % 64, ' ');
+    header += '\n';
+    std::string start = "\x93NUMPY\x01";
+    start += '\0';
+    start += static_cast<char>(header.size() & 0xff);
+    start += static_cast<char>(header.size() >> 8);
+    start += header;
+    const fs::path final_path = a.to / (o.name + ".npy");
+    const fs::path tmp = final_path.string() + ".partial";
+    {
+      const ck::FileHandle file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+      file.write_all(start.data(), start.size(), 0);
+      stream(reader, m, o, file, start.size());
+      file.sync();
+    }
+    publish(tmp, final_path);
+    total += m.parameters[o.parameter].numel * sizeof(float);
+  }
+  std::printf("wrote %zu .npy files to %s, %s\n", list.size(), a.to.c_str(),
+              gigabytes(double(total)).c_str());
+}
+
+void consolidate(const Arguments& a) {
+  const fs::path dir = ck::resolve(a.dir, a.tag);
+  const ck::Manifest m = ck::read_manifest(dir);
+  ck::StateReader reader(dir, m);
+  if (a.to.extension() == ".safetensors")
+    to_safetensors(reader, m, a);
+  else
+    to_npy_directory(reader, m, a);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const Arguments a = parse(argc, argv);
+  try {
+    if (a.command == "inspect")
+      inspect(a);
+    else
+      consolidate(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
