@@ -216,8 +216,10 @@ int resume(Engine& engine, const Flags& f, std::optional<zero::LrScheduler>& sch
                                      std::to_string(done) + " steps, more than --steps " +
                                      std::to_string(f.steps));
   if (rank == 0)
-    std::printf("resumed from %s in %.3f s: %d step(s) done, saved by %d rank(s) at stage %d\n\n",
-                c.path.c_str(), seconds, done, c.saved_world_size, c.saved_stage);
+    std::printf("resumed from %s in %.3f s (rank 0 read %.1f MB in %.3f s, rebuilt the weights in "
+                "%.3f s): %d step(s) done, saved by %d rank(s) at stage %d\n\n",
+                c.path.c_str(), seconds, double(c.bytes_read) / 1e6, c.read_seconds,
+                c.rebuild_seconds, done, c.saved_world_size, c.saved_stage);
   return done;
 }
 

@@ -37,13 +37,7 @@ void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {
   std::vector<std::vector<float>> straight, resumed;
   zero::LossScalerState straight_scaler, resumed_scaler;
   {
-    E e(world, model(), zero::Adam({.lr = 0.01, .weight_decay = 0.01}), scaler, [&] {
-      zero::EngineOptions o;
-      o.compute_dtype = dtype;
-      o.deterministic = true;
-      o.reduce_bucket_elements = 300;
-      return o;
-    }());
+    auto e = make<E>(world, dtype, scaler);
     initialise(e);
     train(e, 0, k, world.rank(), world.size(), run);
     e.save_checkpoint(dir.path, "step3");
@@ -52,11 +46,7 @@ void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {
     straight_scaler = e.scaler().state();
   }
   {
-    zero::EngineOptions o;
-    o.compute_dtype = dtype;
-    o.deterministic = true;
-    o.reduce_bucket_elements = 300;
-    E e(world, model(), zero::Adam({.lr = 0.01, .weight_decay = 0.01}), scaler, o);
+    auto e = make<E>(world, dtype, scaler); // a fresh engine, as a new process would make
     const auto loaded = e.load_checkpoint(dir.path);
     EXPECT_EQ(loaded.tag, "step3");
     train(e, k, 2 * k, world.rank(), world.size(), run);

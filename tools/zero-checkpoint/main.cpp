@@ -13,6 +13,7 @@
 
 #include <zero/checkpoint/directory.hpp>
 #include <zero/checkpoint/files.hpp>
+#include <zero/checkpoint/state_file.hpp>
 #include <zero/checkpoint/manifest.hpp>
 #include <zero/checkpoint/reshard.hpp>
 

@@ -7,6 +7,7 @@
 
 #include "zero/checkpoint/files.hpp"
 #include "zero/checkpoint/manifest.hpp"
+#include "zero/checkpoint/state_file.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <algorithm>
@@ -22,8 +23,9 @@ namespace zero::checkpoint {
 
 class StateReader {
  public:
-  // Largest read at once per file; reads are widened to whole chunks around what is asked. At most
-  // four files keep a window: memory is bounded by about 4 x 64 MiB.
+  // Reads are widened to whole chunks around what is asked, and grouped into windows of up to
+  // window_bytes / 2 (plus a chunk at each end). A file's reader keeps its window and the next one
+  // read ahead, and at most four files keep them: memory stays under 4 x 2 x 34 MiB.
   static constexpr std::size_t window_bytes = std::size_t(64) << 20;
 
   StateReader(std::filesystem::path dir, const Manifest& manifest)
@@ -44,6 +46,19 @@ class StateReader {
       for (auto& list : records_[f])
         std::sort(list.begin(), list.end(),
                   [](const Record& a, const Record& b) { return a.shard_begin < b.shard_begin; });
+    }
+    // Every file there and of the size the manifest says, before anything is read.
+    for (const StateFile& f : manifest.files) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(dir_ / f.name, ec);
+      if (ec)
+        fail(ErrorKind::io, "checkpoint: the state file " + (dir_ / f.name).string() +
+                                " is missing (the manifest lists it)");
+      if (size != f.bytes)
+        fail(ErrorKind::io, "checkpoint: " + (dir_ / f.name).string() +
+                                (size < f.bytes ? " is truncated: " : " has the wrong size: ") +
+                                std::to_string(size) + " bytes, the manifest says " +
+                                std::to_string(f.bytes));
     }
     // Every element of every parameter exactly once, or the checkpoint is incomplete.
     for (std::size_t p = 0; p < pieces_.size(); ++p) {
@@ -84,6 +99,9 @@ class StateReader {
     }
     perform(reads);
   }
+
+  // Bytes read from the files so far.
+  std::size_t bytes_read() const noexcept { return bytes_read_; }
 
   // Elements [elements.begin, elements.end) of parameter p, tensor t (consolidation, tests).
   void read_parameter(std::size_t tensor, std::size_t p, Range elements, float* into) {
@@ -157,7 +175,7 @@ class StateReader {
         end = std::max(end, parts[j].offset + parts[j].bytes);
         ++j;
       }
-      if (!reader.holds(begin, end)) reader.load(begin, end);
+      if (!reader.holds(begin, end)) bytes_read_ += reader.load(begin, end);
       for (; i < j; ++i)
         std::memcpy(parts[i].into, reader.at(parts[i].offset), parts[i].bytes);
     }
@@ -184,6 +202,7 @@ class StateReader {
   static constexpr std::size_t windows_kept = 4;
   std::vector<std::unique_ptr<VerifiedReader>> readers_;
   std::vector<std::size_t> recent_; // files with a window, most recent first
+  std::size_t bytes_read_ = 0;
   std::vector<std::vector<SavedPiece>> pieces_;
   std::vector<std::vector<std::vector<Record>>> records_; // [file][tensor]
 };

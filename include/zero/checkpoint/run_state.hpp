@@ -43,6 +43,11 @@ struct LoadedCheckpoint {
   int saved_stage = 0;
   std::string saved_partitioner;
   std::vector<std::byte> user_state;
+  // What the load cost this rank: bytes read from state files (whole chunks, so at least what it
+  // keeps), the seconds reading them (and agreeing that every rank could), and the seconds
+  // rebuilding the compute copy from the master weights.
+  std::size_t bytes_read = 0;
+  double read_seconds = 0, rebuild_seconds = 0;
 };
 
 namespace checkpoint {

@@ -277,7 +277,7 @@ class Engine {
       if (!saves_states())
         pending_save_.emplace();
       else if (async)
-        pending_save_.emplace(checkpoint::StateSave::in_background(partial, store));
+        pending_save_.emplace(checkpoint::StateSave::in_background(partial, store, snapshot_));
       else
         pending_save_.emplace(checkpoint::StateSave::now(partial, store));
     });
@@ -316,6 +316,7 @@ class Engine {
     require_between_steps("load_checkpoint");
     auto& world = groups_.world();
     Scaler scaler = scaler_;
+    Stopwatch clock;
     LoadedCheckpoint loaded = agreed(world, "loading the checkpoint", [&] {
       LoadedCheckpoint info;
       info.path = checkpoint::resolve(dir, tag);
@@ -333,13 +334,20 @@ class Engine {
       info.saved_stage = m.stage;
       info.saved_partitioner = m.partitioner;
       if (m.user_state) info.user_state = read_user_state(info.path, *m.user_state);
-      checkpoint::StateReader reader(info.path, m);
+      checkpoint::StateReader reader(info.path, m); // every file there, of the listed size
       with_states(*this, [&](auto& s) {
-        auto& store = s.optimizer_states();
-        store.write_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {
-          reader.fill(t, store.kept_layout(), store.kept_rank(), l, part, into.data());
-        });
+        const auto& store = s.optimizer_states();
+        try {
+          s.load_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {
+            reader.fill(t, store.kept_layout(), store.kept_rank(), l, part, into.data());
+          });
+        } catch (const Error& e) {
+          fail(e.kind(), detail::without_prefix(e.what()) + " (this engine's states are now "
+                                                            "partly overwritten: load a good "
+                                                            "checkpoint before training on)");
+        }
       });
+      info.bytes_read = reader.bytes_read();
       optimizer_.set_step_count(m.optimizer_step);
       optimizer_.set_lr(m.lr);
       if (lr_scheduler)
@@ -347,10 +355,12 @@ class Engine {
       return info;
     });
     scaler_ = std::move(scaler);
+    loaded.read_seconds = clock.lap();
     with_states(*this, [&](auto& s) {
-      s.refresh_parameters();
+      s.share_loaded_parameters();
       nvme_before_ = s.nvme_traffic(); // loading is not part of the next step's traffic
     });
+    loaded.rebuild_seconds = clock.lap();
     return loaded;
   }
 
@@ -519,6 +529,7 @@ class Engine {
   IoStats nvme_before_;
   // A save in flight: this rank's writer, and what rank 0 publishes once all are done.
   std::optional<checkpoint::StateSave> pending_save_;
+  std::shared_ptr<checkpoint::StateSave::Snapshot> snapshot_; // reused by background saves
   std::filesystem::path pending_dir_;
   checkpoint::Manifest pending_manifest_;
 };

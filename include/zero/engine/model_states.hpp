@@ -21,6 +21,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -68,8 +69,7 @@ class ModelStates {
 
   ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options)
       : shard_(shard), parameters_(shard, model, options),
-        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}),
-        layers_(model.layers()) {}
+        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {}
 
   ModelStates(const ModelStates&) = delete;
   ModelStates& operator=(const ModelStates&) = delete;
@@ -111,16 +111,27 @@ class ModelStates {
   }
   void end_step() { gradients_.clear(); }
 
-  // --- checkpoints: the optimizer store's states, and the compute copy derived from them --------
+  // --- checkpoints ------------------------------------------------------------------------------
   using optimizer_states_type = OptimizerStates;
   OptimizerStates& optimizer_states() noexcept { return optimizer_; }
-  // After loading master weights: every layer's compute copy from them. Collective.
-  void refresh_parameters() {
-    for (std::size_t l = 0; l < layers_; ++l) {
-      const std::vector<float> values = optimizer_.layer(shard_, l);
-      parameters_.set_layer(l, View<const float>(values));
-    }
+  // Loading: fill(tensor, layer, part, into) gives every part of this rank's optimizer states,
+  // and the compute copy of what this rank updates follows from the master weights, converted as
+  // a step converts them. No communication: share_loaded_parameters() then shares them.
+  template <class Fill>
+  void load_states(Fill&& fill) {
+    parameters_.begin_update();
+    std::optional<std::size_t> open; // the layer whose compute copy is being written
+    optimizer_.write_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {
+      if (open && *open != l) parameters_.layer_updated(*open);
+      open = l;
+      fill(t, l, part, into);
+      if (t == 0)
+        convert_n(into.data(), parameters_.update_target(l).data() + part.begin, part.size());
+    });
+    if (open) parameters_.layer_updated(*open);
   }
+  // Collective: what every rank loaded reaches the ranks that keep it (as after a step).
+  void share_loaded_parameters() { parameters_.end_update(); }
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
@@ -145,7 +156,6 @@ class ModelStates {
   Parameters parameters_;
   Gradients gradients_;
   OptimizerStates optimizer_;
-  std::size_t layers_;
 };
 
 } // namespace zero
