@@ -231,6 +231,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
   std::optional<zero::LrScheduler> scheduler;
   if (f.ds && f.ds->scheduler) scheduler.emplace(f.ds->scheduler->schedule, f.lr);
   if (!f.load_checkpoint.empty()) h.first_step = resume(engine, f, scheduler, rank);
+  if (f.async_checkpoint) engine.reserve_checkpoint_snapshot(); // not while training waits
   // The data position follows from the step.
   std::size_t cursor = std::size_t(h.first_step) * f.batch % data.rows;
   for (int step = h.first_step; step < f.steps; ++step) {

@@ -13,9 +13,9 @@
 
 #include <zero/checkpoint/directory.hpp>
 #include <zero/checkpoint/files.hpp>
-#include <zero/checkpoint/state_file.hpp>
 #include <zero/checkpoint/manifest.hpp>
 #include <zero/checkpoint/reshard.hpp>
+#include <zero/checkpoint/state_file.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -125,7 +125,7 @@ void inspect(const Arguments& a) {
   if (!a.verify) return;
   const auto start = std::chrono::steady_clock::now();
   for (const auto& f : m.files)
-    ck::VerifiedReader(dir, f).verify_all(ck::StateReader::window_bytes);
+    ck::VerifiedReader(dir, f).verify_all();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("  verified   every checksum of %zu file(s) in %.2f s (%.2f GB/s)\n", m.files.size(),

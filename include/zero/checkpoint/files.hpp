@@ -31,6 +31,10 @@ namespace zero::checkpoint {
 // An open file descriptor, closed on destruction.
 class FileHandle {
  public:
+  // The largest request one system call makes: measured on this project's virtual disks, O_DIRECT
+  // requests of 1-2 MiB stream 20-30% faster than 8-32 MiB ones (bench/checkpoint).
+  static constexpr std::size_t request_bytes = std::size_t(2) << 20;
+
   FileHandle() = default;
   FileHandle(const std::filesystem::path& path, int flags, mode_t mode = 0644)
       : fd_(::open(path.c_str(), flags | O_CLOEXEC, mode)), path_(path) {
@@ -76,7 +80,7 @@ class FileHandle {
   void write_all(const void* data, std::size_t bytes, std::size_t offset) const {
     const auto* p = static_cast<const char*>(data);
     while (bytes > 0) {
-      const ssize_t n = ::pwrite(fd_, p, std::min<std::size_t>(bytes, 1u << 30), off_t(offset));
+      const ssize_t n = ::pwrite(fd_, p, std::min(bytes, request_bytes), off_t(offset));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) fail_io("cannot write", path_, n < 0 ? errno : ENOSPC);
       p += n;
@@ -89,8 +93,8 @@ class FileHandle {
     auto* p = static_cast<char*>(data);
     std::size_t done = 0;
     while (done < bytes) {
-      const ssize_t n = ::pread(fd_, p + done, std::min<std::size_t>(bytes - done, 1u << 30),
-                                off_t(offset + done));
+      const ssize_t n =
+          ::pread(fd_, p + done, std::min(bytes - done, request_bytes), off_t(offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) fail_io("cannot read", path_);
       if (n == 0) break;
@@ -105,7 +109,7 @@ class FileHandle {
   void read_all(void* data, std::size_t bytes, std::size_t offset) const {
     auto* p = static_cast<char*>(data);
     while (bytes > 0) {
-      const ssize_t n = ::pread(fd_, p, std::min<std::size_t>(bytes, 1u << 30), off_t(offset));
+      const ssize_t n = ::pread(fd_, p, std::min(bytes, request_bytes), off_t(offset));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) fail_io("cannot read", path_);
       if (n == 0)
@@ -147,6 +151,23 @@ inline OtherFile write_small_file(const std::filesystem::path& path,
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename to", path);
   return {path.filename().string(), bytes.size(), checksum(bytes.data(), bytes.size())};
+}
+
+// The file `entry` describes in `dir`, checked against its size and checksum.
+inline std::vector<std::byte> read_small_file(const std::filesystem::path& dir,
+                                              const OtherFile& entry) {
+  const auto path = dir / entry.name;
+  std::vector<std::byte> bytes(entry.bytes);
+  const FileHandle f(path, O_RDONLY);
+  require(f.size() == entry.bytes,
+          "checkpoint: " + path.string() + " has " + std::to_string(f.size()) +
+              " bytes, the manifest says " + std::to_string(entry.bytes),
+          ErrorKind::io);
+  f.read_all(bytes.data(), bytes.size(), 0);
+  require(checksum(bytes.data(), bytes.size()) == entry.xxh3,
+          "checkpoint: " + path.string() + " is corrupt: its checksum does not match the manifest",
+          ErrorKind::io);
+  return bytes;
 }
 
 } // namespace zero::checkpoint

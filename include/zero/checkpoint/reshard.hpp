@@ -82,7 +82,6 @@ class StateReader {
   // layer `layer` in `layout` (which must describe the saved parameters). Padding becomes zero.
   void fill(std::size_t tensor, const ShardLayout& layout, int rank, std::size_t layer, Range part,
             float* into) {
-    std::fill_n(into, part.size(), 0.0f);
     const Range block = layout.block(layer, rank);
     const std::size_t low = block.begin + part.begin, high = block.begin + part.end;
     std::vector<Read> reads;
@@ -90,13 +89,17 @@ class StateReader {
     auto it = std::upper_bound(segments.begin(), segments.end(), low,
                                [](std::size_t o, const Segment& s) { return o < s.shard_offset; });
     if (it != segments.begin()) --it;
+    std::size_t covered = low; // positions before it are read or zeroed
     for (; it != segments.end() && it->shard_offset < high; ++it) {
       const std::size_t from = std::max(low, it->shard_offset);
       const std::size_t to = std::min(high, it->shard_offset + it->length);
       if (from >= to) continue;
+      std::fill(into + (covered - low), into + (from - low), 0.0f); // padding
       const std::size_t first = it->parameter_offset + (from - it->shard_offset);
       add_reads(tensor, it->parameter, first, first + (to - from), into + (from - low), reads);
+      covered = to;
     }
+    std::fill(into + (covered - low), into + part.size(), 0.0f);
     perform(reads);
   }
 
@@ -154,37 +157,43 @@ class StateReader {
     }
   }
 
+  // The reads in file order, each served from its file's window; where the window ends first, the
+  // next one starts exactly there (whole chunks), so front-to-back reading finds it read ahead.
   void perform(std::vector<Read>& reads) {
-    // Large reads in window-sized parts, then in file order, so that neighbours share a window.
-    std::vector<Read> parts;
-    const std::size_t most = window_bytes / 2;
-    for (const Read& r : reads)
-      for (std::size_t done = 0; done < r.bytes; done += most)
-        parts.push_back({r.file, r.offset + done, std::min(most, r.bytes - done),
-                         r.into + done / sizeof(float)});
-    std::sort(parts.begin(), parts.end(), [](const Read& a, const Read& b) {
+    std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) {
       return a.file != b.file ? a.file < b.file : a.offset < b.offset;
     });
-    for (std::size_t i = 0; i < parts.size();) {
-      VerifiedReader& reader = open(parts[i].file);
-      const std::size_t chunk = manifest_.files[parts[i].file].chunk_bytes;
-      const std::size_t begin = parts[i].offset;
-      std::size_t end = begin + parts[i].bytes, j = i + 1;
-      while (j < parts.size() && parts[j].file == parts[i].file && parts[j].offset <= end + chunk &&
-             parts[j].offset + parts[j].bytes - begin <= most) {
-        end = std::max(end, parts[j].offset + parts[j].bytes);
-        ++j;
+    const std::size_t most = window_bytes / 2;
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      VerifiedReader& reader = open(reads[i].file);
+      const std::size_t chunk = manifest_.files[reads[i].file].chunk_bytes;
+      std::size_t offset = reads[i].offset, left = reads[i].bytes;
+      auto* out = reinterpret_cast<std::byte*>(reads[i].into);
+      while (left > 0) {
+        if (!reader.holds(offset, offset + 1)) {
+          // A new window: this read's rest and the reads close behind it, at most `most` bytes.
+          std::size_t end = offset + std::min(left, most);
+          for (std::size_t j = i + 1;
+               j < reads.size() && reads[j].file == reads[i].file &&
+               reads[j].offset <= end + chunk && reads[j].offset + reads[j].bytes - offset <= most;
+               ++j)
+            end = std::max(end, reads[j].offset + reads[j].bytes);
+          bytes_read_ += reader.load(offset, end);
+        }
+        const std::size_t n = std::min(left, reader.window_end() - offset);
+        std::memcpy(out, reader.at(offset), n);
+        offset += n;
+        out += n;
+        left -= n;
       }
-      if (!reader.holds(begin, end)) bytes_read_ += reader.load(begin, end);
-      for (; i < j; ++i)
-        std::memcpy(parts[i].into, reader.at(parts[i].offset), parts[i].bytes);
     }
   }
 
   // The reader of file f; at most `windows_kept` files keep their window, so memory stays bounded
   // however many files the checkpoint has.
   VerifiedReader& open(std::size_t f) {
-    if (!readers_[f]) readers_[f] = std::make_unique<VerifiedReader>(dir_, manifest_.files[f]);
+    if (!readers_[f])
+      readers_[f] = std::make_unique<VerifiedReader>(dir_, manifest_.files[f], window_bytes / 2);
     std::erase(recent_, f);
     recent_.insert(recent_.begin(), f);
     if (recent_.size() > windows_kept) {

@@ -3,6 +3,7 @@
 // loading it: the same parameters (names and sizes, in order), the same optimizer, a loss scaler
 // that can take the saved state.
 
+#include "zero/checkpoint/files.hpp"
 #include "zero/checkpoint/manifest.hpp"
 #include "zero/core/error.hpp"
 #include "zero/optim/adam.hpp"
@@ -131,6 +132,17 @@ inline void check_parameters(const Manifest& m, std::span<const ParameterSpec> m
   if (mine.size() != m.parameters.size())
     fail(ErrorKind::mismatch, at + "it has " + std::to_string(m.parameters.size()) +
                                   " parameters, this engine " + std::to_string(mine.size()));
+}
+
+// What load_checkpoint returns about the checkpoint (the user state read and checked).
+inline void describe_loaded(LoadedCheckpoint& info, const Manifest& m) {
+  info.tag = m.tag;
+  info.optimizer_step = m.optimizer_step;
+  info.scaler_iteration = m.scaler.iteration;
+  info.saved_world_size = m.world_size;
+  info.saved_stage = m.stage;
+  info.saved_partitioner = m.partitioner;
+  if (m.user_state) info.user_state = read_small_file(info.path, *m.user_state);
 }
 
 inline std::vector<SavedParameter> saved_parameters(std::span<const ParameterSpec> parameters) {

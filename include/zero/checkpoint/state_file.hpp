@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace zero::checkpoint {
 
@@ -151,8 +152,13 @@ class StateFileWriter {
 // Byte ranges of one saved state file, every chunk they touch read whole and checked.
 class VerifiedReader {
  public:
-  VerifiedReader(const std::filesystem::path& dir, const StateFile& entry)
-      : entry_(&entry), file_(open_checked(dir / entry.name, entry, direct_)) {}
+  // Reads ahead `ahead_bytes` (rounded to whole chunks): a load() of at most that much that starts
+  // where the previous one ended finds its bytes already read.
+  VerifiedReader(const std::filesystem::path& dir, const StateFile& entry,
+                 std::size_t ahead_bytes = std::size_t(34) << 20)
+      : entry_(&entry), file_(open_checked(dir / entry.name, entry, direct_)),
+        ahead_bytes_((ahead_bytes + entry.chunk_bytes - 1) / entry.chunk_bytes *
+                     entry.chunk_bytes) {}
   VerifiedReader(const VerifiedReader&) = delete;
   VerifiedReader& operator=(const VerifiedReader&) = delete;
   ~VerifiedReader() {
@@ -161,8 +167,8 @@ class VerifiedReader {
 
   const std::filesystem::path& path() const noexcept { return file_.path(); }
 
-  // The whole chunks covering [begin, end) into the window, each checked; then the next window of
-  // the same size is read ahead. Returns the window's size.
+  // The whole chunks covering [begin, end) into the window, each checked; then, where reads go
+  // front to back, the next ahead_bytes are read ahead. Returns the bytes read into the window.
   std::size_t load(std::size_t begin, std::size_t end) {
     const std::size_t c = entry_->chunk_bytes;
     const std::size_t from = begin / c * c;
@@ -183,7 +189,7 @@ class VerifiedReader {
     verify(window_begin_, window_end_);
     if (sequential && window_end_ < entry_->bytes) {
       ahead_begin_ = window_end_;
-      ahead_end_ = std::min(entry_->bytes, window_end_ + (window_end_ - window_begin_));
+      ahead_end_ = std::min(entry_->bytes, window_end_ + ahead_bytes_);
       ensure(spare_, ahead_end_ - ahead_begin_);
       ahead_ = std::async(std::launch::async, [this] { read(spare_, ahead_begin_, ahead_end_); });
     }
@@ -197,6 +203,7 @@ class VerifiedReader {
     spare_ = {};
     window_begin_ = window_end_ = 0;
   }
+  std::size_t window_end() const noexcept { return window_end_; }
   bool holds(std::size_t begin, std::size_t end) const noexcept {
     return begin >= window_begin_ && end <= window_end_;
   }
@@ -204,12 +211,12 @@ class VerifiedReader {
     return window_.data() + (offset - window_begin_);
   }
 
-  // Reads the whole file and checks its checksum too (inspect, consolidate).
-  void verify_all(std::size_t window_bytes) {
+  // Reads the whole file, window after window (each read ahead), and checks its checksum too.
+  void verify_all() {
     XXH3_state_t* s = XXH3_createState();
     XXH3_64bits_reset(s);
-    for (std::size_t at = 0; at < entry_->bytes; at += window_bytes) {
-      load(at, std::min(entry_->bytes, at + window_bytes));
+    for (std::size_t at = 0; at < entry_->bytes; at += ahead_bytes_) {
+      load(at, std::min(entry_->bytes, at + ahead_bytes_));
       XXH3_64bits_update(s, window_.data(), window_end_ - window_begin_);
     }
     const auto whole = XXH3_64bits_digest(s);
@@ -242,10 +249,25 @@ class VerifiedReader {
   }
   // Bytes [from, to) of the file into `into`; O_DIRECT reads whole blocks, the last one may end
   // the file early.
+  // Large windows are read as `streams` parts at once: a disk serves several requests in flight
+  // faster than one after the other.
   void read(AlignedBuffer& into, std::size_t from, std::size_t to) const {
     const std::size_t asked = AlignedBuffer::round_up(to - from);
     ensure_capacity(into, asked);
-    const std::size_t got = file_.read_some(into.data(), asked, from);
+    constexpr std::size_t streams = 4;
+    const std::size_t part =
+        AlignedBuffer::round_up(std::max(asked / streams, FileHandle::request_bytes));
+    std::vector<std::future<std::size_t>> others;
+    for (std::size_t at = part; at < asked; at += part)
+      others.push_back(std::async(std::launch::async, [&, at] {
+        return file_.read_some(into.data() + at, std::min(part, asked - at), from + at);
+      }));
+    std::size_t got = file_.read_some(into.data(), std::min(part, asked), from);
+    for (std::size_t k = 0; k < others.size(); ++k) {
+      const std::size_t n = others[k].get();
+      // Parts after a short one read nothing: the file ends there.
+      if (got == std::min(part, asked) * (k + 1)) got += n;
+    }
     if (got < to - from)
       fail(ErrorKind::io, "checkpoint: " + path().string() + " is truncated (it ends at byte " +
                               std::to_string(from + got) + ")");
@@ -271,6 +293,7 @@ class VerifiedReader {
   AlignedBuffer window_, spare_;
   std::size_t window_begin_ = 0, window_end_ = 0;
   std::future<void> ahead_;
+  std::size_t ahead_bytes_;
   std::size_t ahead_begin_ = 0, ahead_end_ = 0;
 };
 

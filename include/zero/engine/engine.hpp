@@ -21,7 +21,7 @@
 #include "zero/checkpoint/directory.hpp"
 #include "zero/checkpoint/reshard.hpp"
 #include "zero/checkpoint/run_state.hpp"
-#include "zero/checkpoint/state_save.hpp"
+#include "zero/checkpoint/saver.hpp"
 #include "zero/comm/agreed.hpp"
 #include "zero/comm/counting_communicator.hpp"
 #include "zero/engine/micro_steps.hpp"
@@ -120,7 +120,7 @@ class Engine {
   // A background save still running is waited for, but not completed (that needs every rank):
   // call wait_for_checkpoint() before the engine goes.
   ~Engine() {
-    if (pending_save_)
+    if (saver_.in_flight())
       detail::log_error("engine destroyed with a checkpoint save in flight: it was not completed "
                         "(call wait_for_checkpoint() first)");
   }
@@ -256,53 +256,31 @@ class Engine {
                        const CheckpointOptions& options = {}) {
     wait_for_checkpoint();
     require_between_steps("save_checkpoint");
-    auto& world = groups_.world();
-    const bool async = options.async;
     if constexpr (std::same_as<typename Placement::optimizer_states, nvme>)
-      require(!async,
+      require(!options.async,
               "save_checkpoint: an asynchronous save would copy the optimizer states "
               "from NVMe into host memory; save them synchronously",
               ErrorKind::unsupported);
-    checkpoint::Manifest manifest = describe_run(tag, options);
-    agreed(world, "preparing the checkpoint " + (dir / tag).string(), [&] {
-      if (world.rank() != 0) return;
-      checkpoint::prepare(dir, tag);
-      if (!options.user_state.empty())
-        manifest.user_state = checkpoint::write_small_file(
-            checkpoint::partial_dir(dir, tag) / checkpoint::user_state_file, options.user_state);
-    });
-    const auto partial = checkpoint::partial_dir(dir, tag);
     with_states(*this, [&](auto& s) {
-      auto& store = s.optimizer_states();
-      if (!saves_states())
-        pending_save_.emplace();
-      else if (async)
-        pending_save_.emplace(checkpoint::StateSave::in_background(partial, store, snapshot_));
-      else
-        pending_save_.emplace(checkpoint::StateSave::now(partial, store));
+      auto* store = groups_.world().rank() < saving_ranks() ? &s.optimizer_states() : nullptr;
+      saver_.begin(groups_.world(), dir, describe_run(tag, options), options, store,
+                   saving_ranks());
     });
-    pending_dir_ = dir;
-    pending_manifest_ = std::move(manifest);
-    if (!async) wait_for_checkpoint();
+    if (!options.async) wait_for_checkpoint();
+  }
+
+  // Allocates now the host memory that asynchronous saves copy this rank's states into (otherwise
+  // the first one does, while training waits: fresh memory costs far more than the copy). Not
+  // collective.
+  void reserve_checkpoint_snapshot() {
+    if (std::same_as<typename Placement::optimizer_states, nvme>) return; // no background saves
+    if (groups_.world().rank() >= saving_ranks()) return;
+    with_states(*this, [&](auto& s) { saver_.reserve_snapshot(s.optimizer_states()); });
   }
 
   // Completes a save in flight (waits for its writers, then rank 0 publishes it). Collective; a
   // writer that failed on any rank throws here on every rank.
-  void wait_for_checkpoint() {
-    if (!pending_save_) return;
-    auto& world = groups_.world();
-    checkpoint::StateSave save = std::move(*pending_save_);
-    pending_save_.reset();
-    const checkpoint::Manifest manifest = std::move(pending_manifest_);
-    agreed(world, "writing the checkpoint's state files", [&] {
-      save.join();
-      checkpoint::crash_point("states-written", world.rank());
-    });
-    agreed(world, "publishing the checkpoint " + (pending_dir_ / manifest.tag).string(), [&] {
-      if (world.rank() == 0)
-        checkpoint::commit(pending_dir_, manifest.tag, manifest, saving_ranks());
-    });
-  }
+  void wait_for_checkpoint() { saver_.finish(groups_.world()); }
 
   // Loads DIR/TAG (or the checkpoint DIR/latest names, or DIR when it is one checkpoint), saved
   // at any world size, stage or partitioner: each rank reads only what it now keeps. Restores the
@@ -327,13 +305,7 @@ class Engine {
       require(!lr_scheduler || m.lr_scheduler_last_batch_iteration,
               "load_checkpoint: " + info.path.string() + " has no learning-rate schedule state",
               ErrorKind::mismatch);
-      info.tag = m.tag;
-      info.optimizer_step = m.optimizer_step;
-      info.scaler_iteration = m.scaler.iteration;
-      info.saved_world_size = m.world_size;
-      info.saved_stage = m.stage;
-      info.saved_partitioner = m.partitioner;
-      if (m.user_state) info.user_state = read_user_state(info.path, *m.user_state);
+      checkpoint::describe_loaded(info, m);
       checkpoint::StateReader reader(info.path, m); // every file there, of the listed size
       with_states(*this, [&](auto& s) {
         const auto& store = s.optimizer_states();
@@ -462,7 +434,6 @@ class Engine {
   // Which ranks write states: one copy of each shard (the first shard group), or rank 0 when the
   // states are not sharded.
   int saving_ranks() const { return Plan::optimizer_states ? groups_.shard().size() : 1; }
-  bool saves_states() { return groups_.world().rank() < saving_ranks(); }
 
   checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOptions& options) {
     checkpoint::check_tag(tag);
@@ -484,22 +455,6 @@ class Engine {
     }
     return m;
   }
-  static std::vector<std::byte> read_user_state(const std::filesystem::path& dir,
-                                                const checkpoint::OtherFile& entry) {
-    std::vector<std::byte> bytes(entry.bytes);
-    const checkpoint::FileHandle f(dir / entry.name, O_RDONLY);
-    require(f.size() == entry.bytes,
-            "checkpoint: " + (dir / entry.name).string() + " has " + std::to_string(f.size()) +
-                " bytes, the manifest says " + std::to_string(entry.bytes),
-            ErrorKind::io);
-    f.read_all(bytes.data(), bytes.size(), 0);
-    require(checkpoint::checksum(bytes.data(), bytes.size()) == entry.xxh3,
-            "checkpoint: " + (dir / entry.name).string() +
-                " is corrupt: its checksum does not match the manifest",
-            ErrorKind::io);
-    return bytes;
-  }
-
   void check_layer(std::size_t l) const {
     require(l < layers(), "engine: no layer " + std::to_string(l) + " (the model has " +
                               std::to_string(layers()) + ")");
@@ -527,11 +482,7 @@ class Engine {
   CommStats last_total_;
   double gather_exposed_before_ = 0;
   IoStats nvme_before_;
-  // A save in flight: this rank's writer, and what rank 0 publishes once all are done.
-  std::optional<checkpoint::StateSave> pending_save_;
-  std::shared_ptr<checkpoint::StateSave::Snapshot> snapshot_; // reused by background saves
-  std::filesystem::path pending_dir_;
-  checkpoint::Manifest pending_manifest_;
+  checkpoint::Saver saver_;
 };
 
 } // namespace zero

@@ -1,0 +1,84 @@
+#pragma once
+// Saver: a save as all ranks make it together (directory.hpp says where each file goes):
+//   begin():  rank 0 prepares DIR/.TAG.partial and writes the user state; every rank agrees that
+//             it could. Then each saving rank writes its state file, now or from a background
+//             thread (state_save.hpp).
+//   finish(): the writers are joined and every rank agrees that each succeeded (a failure on one
+//             rank throws on all); rank 0 publishes the manifest, renames, and moves DIR/latest.
+// A background save stays in flight between the two.
+
+#include "zero/checkpoint/directory.hpp"
+#include "zero/checkpoint/files.hpp"
+#include "zero/checkpoint/manifest.hpp"
+#include "zero/checkpoint/run_state.hpp"
+#include "zero/checkpoint/state_save.hpp"
+#include "zero/comm/agreed.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace zero::checkpoint {
+
+class Saver {
+ public:
+  // `store` is the optimizer store this rank saves from, or null where a rank saves no states
+  // (replicas of another rank's shard); `saving_ranks` ranks (0, 1, ...) save theirs.
+  template <class Comm, class Store>
+  void begin(Comm& world, const std::filesystem::path& dir, Manifest manifest,
+             const CheckpointOptions& options, Store* store, int saving_ranks) {
+    require(!pending_, "checkpoint: a save is already in flight");
+    agreed(world, "preparing the checkpoint " + (dir / manifest.tag).string(), [&] {
+      if (world.rank() != 0) return;
+      prepare(dir, manifest.tag);
+      if (!options.user_state.empty())
+        manifest.user_state =
+            write_small_file(partial_dir(dir, manifest.tag) / user_state_file, options.user_state);
+    });
+    const auto partial = partial_dir(dir, manifest.tag);
+    if (!store)
+      pending_.emplace();
+    else if (options.async)
+      pending_.emplace(StateSave::in_background(partial, *store, snapshot_));
+    else
+      pending_.emplace(StateSave::now(partial, *store));
+    dir_ = dir;
+    manifest_ = std::move(manifest);
+    saving_ranks_ = saving_ranks;
+  }
+
+  bool in_flight() const noexcept { return pending_.has_value(); }
+
+  // The host memory background saves copy into, allocated now rather than at the first one.
+  template <class Store>
+  void reserve_snapshot(Store& store) {
+    StateSave::reserve(store, snapshot_);
+  }
+
+  // Collective; nothing to do without a save in flight.
+  template <class Comm>
+  void finish(Comm& world) {
+    if (!pending_) return;
+    StateSave save = std::move(*pending_);
+    pending_.reset();
+    const Manifest manifest = std::move(manifest_);
+    agreed(world, "writing the checkpoint's state files", [&] {
+      save.join();
+      crash_point("states-written", world.rank());
+    });
+    agreed(world, "publishing the checkpoint " + (dir_ / manifest.tag).string(), [&] {
+      if (world.rank() == 0) commit(dir_, manifest.tag, manifest, saving_ranks_);
+    });
+  }
+
+ private:
+  std::optional<StateSave> pending_;
+  std::filesystem::path dir_;
+  Manifest manifest_;
+  int saving_ranks_ = 1;
+  std::shared_ptr<StateSave::Snapshot> snapshot_; // reused by background saves
+};
+
+} // namespace zero::checkpoint
