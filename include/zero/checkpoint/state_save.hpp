@@ -42,7 +42,9 @@ class StateSave {
         const std::size_t begin = store.kept_layout().block(l, store.kept_rank()).begin;
         writer.append(t, begin + part.begin, std::span<const float>(values.data(), values.size()));
       });
-      describe(partial, writer.finish(), store.kept_layout(), store.kept_rank());
+      StateFile file = writer.finish();
+      file.pieces = pieces_of(store.kept_layout(), store.kept_rank());
+      write_description(partial, file);
     } catch (...) {
       *save.error_ = std::current_exception();
     }
@@ -153,11 +155,6 @@ class StateSave {
     for (const Segment& s : layout.rank_segments(rank))
       pieces.push_back({s.parameter, s.parameter_offset, s.length, s.shard_offset});
     return pieces;
-  }
-  static void describe(const std::filesystem::path& partial, StateFile file,
-                       const ShardLayout& layout, int rank) {
-    file.pieces = pieces_of(layout, rank);
-    write_description(partial, file);
   }
   // The state file's manifest entry, beside it, for rank 0 to collect.
   static void write_description(const std::filesystem::path& partial, const StateFile& file) {
