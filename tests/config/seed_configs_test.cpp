@@ -1,6 +1,6 @@
 // Every DeepSpeed config of the background texts (tests/config/seed_configs) parses; those that
-// ask for ZeRO-R activation features are refused by name until those are built (their offload
-// keys are accepted).
+// ask for partitioned activations (zero has no model parallelism) or CPU checkpointing (a GPU
+// engine's feature) are refused by name (their offload keys and the arena are accepted).
 
 #include "config_test_support.hpp"
 
@@ -65,9 +65,8 @@ TEST(SeedConfigs, UnbuiltFeaturesAreRefusedByName) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
       {"zero_r_config.json",
        {"activation_checkpointing.partition_activations = true",
-        "activation_checkpointing.cpu_checkpointing = true",
-        "activation_checkpointing.contiguous_memory_optimization = true"}},
-      // Offload is built; their activation checkpointing keys are not.
+        "activation_checkpointing.cpu_checkpointing = true"}},
+      // Offload is built, and so is the arena; partitioned activations are not.
       {"zero_off_config.json", {"activation_checkpointing.partition_activations = true"}},
       {"zero_infinity_config.json", {"activation_checkpointing.partition_activations = true"}}};
   for (const auto& [name, keys] : cases) {

@@ -73,6 +73,7 @@ struct Outcome {
   zero::MemoryReport memory;
   double paper_bytes = 0;
   std::size_t psi = 0, padded = 0;
+  std::size_t last_layer_padded = 0; // the last layer's flat size
 };
 
 template <class T>
@@ -134,6 +135,7 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions
   outcome.psi = engine.layout().numel();
   for (std::size_t l = 0; l < engine.layers(); ++l)
     outcome.padded += engine.layout().layer(l).flat_numel;
+  outcome.last_layer_padded = engine.layout().layer(engine.layers() - 1).flat_numel;
   return outcome;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-// The "activation_checkpointing" section of a DeepSpeed config, with DeepSpeed's defaults.
-// Partitioned activations, CPU checkpointing and the contiguous checkpoint arena (ZeRO-R) are not
-// built yet: the reader rejects a config that switches them on (see config/unbuilt.hpp).
+// The "activation_checkpointing" section of a DeepSpeed config, with DeepSpeed's defaults; what
+// the loop does with it is residual/checkpoint_plan.hpp. Partitioned activations need model
+// parallelism, which zero does not have: the reader refuses them (see config/unbuilt.hpp).
 
 #include <cstdint>
 #include <optional>
@@ -9,11 +9,12 @@
 namespace zero::config {
 
 struct ActivationCheckpointingConfig {
+  bool given = false;                          // the config has the section: checkpoint the loop
   bool partition_activations = false;          // shard checkpoints across model-parallel ranks
-  bool cpu_checkpointing = false;              // move the partitioned checkpoints to host memory
-  bool contiguous_memory_optimization = false; // copy them into one pre-allocated arena
+  bool cpu_checkpointing = false;              // move the kept activations to another tier
+  bool contiguous_memory_optimization = false; // keep them in one pre-allocated arena
   std::optional<std::int64_t> number_checkpoints =
-      std::nullopt; // sizes that arena; required with it
+      std::nullopt; // layer inputs kept; required with the arena (as in DeepSpeed)
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
   friend bool operator==(const ActivationCheckpointingConfig&,

@@ -29,13 +29,13 @@ inline std::vector<UnbuiltFeature> unbuilt_features(const Config& config) {
   const auto& checkpointing = config.activation_checkpointing;
   if (checkpointing.partition_activations)
     found.push_back({"activation_checkpointing.partition_activations = true",
-                     "partitioned activation checkpoints (ZeRO-R) are not built yet"});
+                     "it splits activations across model-parallel ranks, and zero has no model "
+                     "parallelism (every rank holds whole activations); remove the key"});
   if (checkpointing.cpu_checkpointing)
     found.push_back({"activation_checkpointing.cpu_checkpointing = true",
-                     "moving activation checkpoints to host memory (ZeRO-R) is not built yet"});
-  if (checkpointing.contiguous_memory_optimization)
-    found.push_back({"activation_checkpointing.contiguous_memory_optimization = true",
-                     "the contiguous activation-checkpoint arena (ZeRO-R) is not built yet"});
+                     "it moves GPU activations to host memory, where the host engine keeps them "
+                     "anyway; the GPU engine and kept activations on the NVMe tier are not built "
+                     "yet"});
   return found;
 }
 

@@ -224,6 +224,9 @@ class Engine {
       const double exposed = s.gather_exposed_seconds();
       result.gather_exposed_seconds = exposed - gather_exposed_before_;
       gather_exposed_before_ = exposed;
+      const GatherCounts gathers = s.gather_counts();
+      result.gathers = gathers - gathers_before_;
+      gathers_before_ = gathers;
       const IoStats traffic = s.nvme_traffic();
       result.nvme = traffic - nvme_before_;
       nvme_before_ = traffic;
@@ -481,6 +484,7 @@ class Engine {
   std::variant<std::monostate, States<float>, States<half>, States<bfloat16>> states_;
   CommStats last_total_;
   double gather_exposed_before_ = 0;
+  GatherCounts gathers_before_;
   IoStats nvme_before_;
   checkpoint::Saver saver_;
 };

@@ -109,7 +109,10 @@ class ModelStates {
     });
     parameters_.end_update();
   }
-  void end_step() { gradients_.clear(); }
+  void end_step() {
+    gradients_.clear();
+    parameters_.end_step();
+  }
 
   // --- checkpoints ------------------------------------------------------------------------------
   using optimizer_states_type = OptimizerStates;
@@ -135,6 +138,7 @@ class ModelStates {
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
+  GatherCounts gather_counts() const noexcept { return parameters_.gather_counts(); }
   // Everything the NVMe tier moved for this rank so far.
   IoStats nvme_traffic() const { return parameters_.nvme_traffic() + optimizer_.nvme_traffic(); }
 

@@ -87,7 +87,9 @@ class ReplicatedParameters {
     }
   }
   void require_nothing_acquired() const {} // views may stay across the step
+  void end_step() {}
   double gather_exposed_seconds() const noexcept { return exposed_seconds_; }
+  GatherCounts gather_counts() const noexcept { return {}; } // every rank keeps every layer
 
   StateBytes parameter_bytes() const noexcept { return {copy_.bytes_resident(), 0}; }
   IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe

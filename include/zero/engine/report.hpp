@@ -3,6 +3,7 @@
 // paper's formula is estimate/memory.hpp), and what one step did and communicated.
 
 #include "zero/comm/counting_communicator.hpp"
+#include "zero/gather/acquisition_order.hpp"
 #include "zero/offload/io_stats.hpp"
 #include "zero/reduce/bucketed_reducer.hpp"
 
@@ -69,6 +70,9 @@ struct StepResult {
   // Time acquire() waited for parameters to be gathered since the last step (stage 3's gathers;
   // stages 1/2: the all-gathers the last step launched).
   double gather_exposed_seconds = 0;
+  // How stage 3's gathers since the last step came about: prefetched in the foreseen order, or
+  // started when acquire() asked (zero for stages 0-2, which keep every layer).
+  GatherCounts gathers;
   StepTimes seconds; // this rank's step()
   // What the NVMe tier moved for this rank since the last step (the step's sub-groups, and stage
   // 3's parameter blocks read for forward and backward); zero without states on NVMe.

@@ -48,6 +48,7 @@ class ShardedParameters {
   void require_nothing_acquired() const { gather_.require_nothing_acquired(); }
   void begin_update() { gather_.begin_update(blocks_); }
   void end_update() { gather_.refresh_persistent(blocks_); }
+  void end_step() { gather_.end_step(); }
 
   StateBytes parameter_bytes() const noexcept {
     return {shard_.bytes_resident() + gather_.persistent_bytes(), 0};
@@ -55,6 +56,7 @@ class ShardedParameters {
   IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return gather_.pool_bytes(); }
   double gather_exposed_seconds() const noexcept { return gather_.exposed_seconds(); }
+  GatherCounts gather_counts() const noexcept { return gather_.counts(); }
 
  private:
   const ModelLayout& model_;

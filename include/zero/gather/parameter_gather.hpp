@@ -1,13 +1,13 @@
 #pragma once
 // ParameterGather<T, Comm>: ZeRO stage 3's gathered layers, the mirror image of gradient reduction
 // (reduce/). Each rank keeps its block of every layer; acquire(l) all-gathers layer l into a buffer
-// that lives while it is acquired, and starts gathering the layer expected next (the next one
-// forward, the previous one backward) so that its communication overlaps with the current layer's
-// compute. Buffers hold the layer's parameters in order: a layer whose image is in another order
-// (per-parameter or unequal layouts) is gathered into an image buffer and unpacked when waited for.
-// Layers smaller than the persistence threshold stay gathered all the time and are refreshed once
-// per step; gathered elements, prefetches included, never exceed the live bound except for what
-// the caller holds itself.
+// that lives while it is acquired, and starts gathering the layer expected next (in the order the
+// last step acquired them, or by the direction of travel: gather/acquisition_order.hpp) so that its
+// communication overlaps with the current layer's compute. Buffers hold the layer's parameters in
+// order: a layer whose image is in another order (per-parameter or unequal layouts) is gathered
+// into an image buffer and unpacked when waited for. Layers smaller than the persistence threshold
+// stay gathered all the time and are refreshed once per step; gathered elements, prefetches
+// included, never exceed the live bound except for what the caller holds itself.
 //
 // Where this rank's blocks come from is a BlockSource: the shard in memory (ShardBlocks), or the
 // NVMe tier, which reads a block ahead when asked to prefetch it.
@@ -15,6 +15,7 @@
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
+#include "zero/gather/acquisition_order.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
@@ -58,7 +59,7 @@ class ParameterGather {
 
   ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits)
       : comm_(comm), layout_(layout), images_(images), limits_(limits),
-        slots_(layout.layer_count()) {
+        slots_(layout.layer_count()), order_(layout.layer_count()) {
     for (std::size_t l = 0; l < slots_.size(); ++l) {
       largest_ = std::max(largest_, layout.layer(l).flat_numel);
       if (layout.layer(l).numel < limits.persistence_threshold) {
@@ -85,7 +86,12 @@ class ParameterGather {
       return s.persistent->view().first(numel);
     }
     const auto start = std::chrono::steady_clock::now();
-    if (s.holders == 0 && !s.ordered) launch(source, l, /*prefetch=*/false);
+    if (s.holders == 0 && !s.ordered) {
+      ++counts_.on_demand;
+      launch(source, l, /*prefetch=*/false);
+    } else if (s.holders == 0) {
+      ++counts_.prefetched;
+    }
     if (s.work.pending()) {
       s.work.wait();
       prefetched_ -= layout_.layer(l).flat_numel;
@@ -108,7 +114,9 @@ class ParameterGather {
     if (s.persistent) return;
     require(s.holders > 0,
             "engine: layer " + std::to_string(l) + " released more often than acquired");
-    if (--s.holders == 0) drop(l);
+    // A layer acquired again right away (the last layer of forward is the first of backward; a
+    // re-run segment ends where its backward starts) stays gathered for it.
+    if (--s.holders == 0 && !order_.comes_next(l)) drop(l);
   }
 
   // The weights may change only while no layer is held.
@@ -118,15 +126,16 @@ class ParameterGather {
                                           " is still acquired; release its handle first");
   }
 
-  // Before the weights change: prefetches are waited for and dropped, and the direction guess
-  // starts over.
+  // Before the weights change: prefetches are waited for and dropped.
   template <BlockSource<T> Source>
   void begin_update(Source& source) {
     require_nothing_acquired();
     for (std::size_t l = 0; l < slots_.size(); ++l)
       forget(source, l);
-    last_ = std::nullopt;
   }
+
+  // A step ended, applied or skipped: the next acquisition starts the next step's order.
+  void end_step() { order_.end_step(); }
 
   // Layer l's block is about to change (set_layer): a prefetched copy of it would be stale.
   template <BlockSource<T> Source>
@@ -162,6 +171,12 @@ class ParameterGather {
   std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
   // Time acquire() waited for a gather that was already in flight.
   double exposed_seconds() const noexcept { return exposed_seconds_; }
+  // How the gathers that acquire() needed came about, so far.
+  GatherCounts counts() const noexcept {
+    GatherCounts c = counts_;
+    c.order_changes = order_.order_changes();
+    return c;
+  }
 
  private:
   struct Slot {
@@ -234,32 +249,14 @@ class ParameterGather {
     return pool_.size() - 1;
   }
 
-  // Forward walks layers up, backward down; after the last layer forward comes backward's turn,
-  // and nothing is gathered past layer 0 going down (the step changes the weights first). Layers
-  // kept gathered are stepped over.
-  std::optional<std::size_t> predicted_next(std::size_t l) const {
-    bool up = forward_;
-    for (std::size_t at = l;;) {
-      if (up && at + 1 < slots_.size()) {
-        ++at;
-      } else if (at > 0) {
-        up = false;
-        --at;
-      } else {
-        return std::nullopt;
-      }
-      if (!slots_[at].persistent) return at;
-    }
-  }
-
   template <class Source>
   void predict_and_prefetch(Source& source, std::size_t l) {
-    if (!last_ || l > *last_)
-      forward_ = true;
-    else if (l < *last_)
-      forward_ = false;
-    last_ = l;
-    const std::optional<std::size_t> next = predicted_next(l);
+    order_.observe(l);
+    // Layer l is gathered, and layers kept gathered need no prefetch: the guess steps over them.
+    const auto gathered_on_demand = [&](std::size_t at) {
+      return at != l && !slots_[at].persistent;
+    };
+    const std::optional<std::size_t> next = order_.expected(1, gathered_on_demand);
     if (!next) return;
     Slot& s = slots_[*next];
     const std::size_t size = layout_.layer(*next).flat_numel;
@@ -268,7 +265,7 @@ class ParameterGather {
       return;
     launch(source, *next, /*prefetch=*/true);
     // One further ahead: a source that reads from disk starts reading it now.
-    if (const auto later = predicted_next(*next)) source.prefetch(*later);
+    if (const auto later = order_.expected(2, gathered_on_demand)) source.prefetch(*later);
   }
 
   Comm& comm_;
@@ -279,8 +276,8 @@ class ParameterGather {
   std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
   std::size_t largest_ = 0;
   std::vector<std::size_t> free_;
-  std::optional<std::size_t> last_;
-  bool forward_ = true;
+  AcquisitionOrder order_;
+  GatherCounts counts_;
   std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0;
   double exposed_seconds_ = 0;
 };

@@ -134,6 +134,7 @@ class NvmeParameters {
     finish_writes();
     gather_.refresh_persistent(blocks_);
   }
+  void end_step() { gather_.end_step(); }
 
   // A block kept in memory counts there only: the swap file keeps room for it, but never holds it.
   StateBytes parameter_bytes() const noexcept {
@@ -150,6 +151,7 @@ class NvmeParameters {
     return gather_.pool_bytes() + blocks_.buffer_bytes() + staging_.count() * staging_.bytes();
   }
   double gather_exposed_seconds() const noexcept { return gather_.exposed_seconds(); }
+  GatherCounts gather_counts() const noexcept { return gather_.counts(); }
 
  private:
   static std::vector<std::optional<Buffer<T>>> keep_in_memory(const ModelLayout& model,

@@ -120,6 +120,7 @@ inline ZeroOptimizationConfig read_zero_optimization(ObjectReader& reader) {
 
 inline ActivationCheckpointingConfig read_activation_checkpointing(ObjectReader& reader) {
   ActivationCheckpointingConfig checkpointing;
+  checkpointing.given = true;
   checkpointing.partition_activations = reader.boolean("partition_activations", false);
   checkpointing.cpu_checkpointing = reader.boolean("cpu_checkpointing", false);
   checkpointing.contiguous_memory_optimization =
@@ -128,10 +129,8 @@ inline ActivationCheckpointingConfig read_activation_checkpointing(ObjectReader&
   checkpointing.synchronize_checkpoint_boundary =
       reader.boolean("synchronize_checkpoint_boundary", false);
   checkpointing.profile = reader.boolean("profile", false);
-  // DeepSpeed asserts both when it configures checkpointing.
-  if (checkpointing.contiguous_memory_optimization && !checkpointing.partition_activations)
-    reader.context().fail_at(reader.path_of("contiguous_memory_optimization"),
-                             "needs partition_activations = true");
+  // DeepSpeed also asks for partition_activations with the arena; zero has nothing to partition
+  // across (no model parallelism), so the arena stands on its own.
   if (checkpointing.contiguous_memory_optimization && !checkpointing.number_checkpoints)
     reader.context().fail_at(reader.path_of("number_checkpoints"),
                              "required with contiguous_memory_optimization = true");

@@ -1,0 +1,82 @@
+#pragma once
+// Activation checkpointing (ZeRO-R): instead of keeping every layer's activations from forward to
+// backward, a loop keeps only the inputs of a few layers (the checkpoints) and, in backward,
+// re-runs the forward of each segment from its kept input before running the segment's backward.
+// With L layers cut into K segments, activation memory falls from L layers' worth to K inputs plus
+// one segment's worth, least at K about sqrt(L), for the price of one more forward.
+//
+// ActivationCheckpointing holds the choices (DeepSpeed's "activation_checkpointing" section, or
+// set by hand); CheckpointPlan cuts the layers into segments.
+
+#include "zero/config/activation_checkpointing.hpp"
+#include "zero/core/error.hpp"
+#include "zero/shard/parameter.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+struct ActivationCheckpointing {
+  // Layer inputs kept through forward, one per segment; 0: checkpointing off, everything is kept.
+  std::size_t number_checkpoints = 0;
+  // Kept inputs and segment buffers come from one arena sized by the first step, so that
+  // allocations of mixed lifetimes cannot fragment memory step after step.
+  bool contiguous_memory = false;
+  // Time forward, recomputation and backward, per step (CheckpointedLayers::stats()).
+  bool profile = false;
+
+  // DeepSpeed's section for a loop of `layers` layers: number_checkpoints, or about sqrt(layers)
+  // (the memory optimum) when it is absent. Checkpointing is off when the config has no such
+  // section. Keys zero cannot honour are refused by the config reader (config/unbuilt.hpp);
+  // synchronize_checkpoint_boundary asks for nothing here, since a host loop's layers have
+  // finished their work when they return, at every boundary.
+  static ActivationCheckpointing from_config(const config::ActivationCheckpointingConfig& c,
+                                             std::size_t layers) {
+    ActivationCheckpointing a;
+    if (!c.given) return a;
+    a.number_checkpoints =
+        c.number_checkpoints ? static_cast<std::size_t>(*c.number_checkpoints) : sqrt_of(layers);
+    a.contiguous_memory = c.contiguous_memory_optimization;
+    a.profile = c.profile;
+    return a;
+  }
+
+  // About sqrt(layers), at least 1: the number of checkpoints that minimizes memory.
+  static std::size_t sqrt_of(std::size_t layers) {
+    return std::max<std::size_t>(1, static_cast<std::size_t>(std::lround(std::sqrt(layers))));
+  }
+};
+
+// The layers of a loop cut into segments of nearly equal length, the longer ones first. Without
+// checkpointing the whole loop is one segment, kept from forward to backward.
+class CheckpointPlan {
+ public:
+  CheckpointPlan(std::size_t layers, std::size_t number_checkpoints) : layers_(layers) {
+    require(layers > 0, "activation checkpointing: a loop without layers");
+    const std::size_t count =
+        number_checkpoints == 0 ? 1 : std::min<std::size_t>(number_checkpoints, layers);
+    std::size_t begin = 0;
+    for (std::size_t s = 0; s < count; ++s) {
+      const std::size_t length = layers / count + (s < layers % count ? 1 : 0);
+      segments_.push_back({begin, begin + length});
+      begin += length;
+    }
+  }
+
+  std::size_t layers() const noexcept { return layers_; }
+  std::size_t segment_count() const noexcept { return segments_.size(); }
+  // The layers of segment s, [begin, end).
+  Range segment(std::size_t s) const { return segments_.at(s); }
+  std::size_t longest_segment() const noexcept { return segments_.front().size(); }
+  // Whether backward runs any layer's forward again (the last segment is kept from forward).
+  bool recomputes() const noexcept { return segments_.size() > 1; }
+
+ private:
+  std::size_t layers_;
+  std::vector<Range> segments_;
+};
+
+} // namespace zero

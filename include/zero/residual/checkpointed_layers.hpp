@@ -1,0 +1,212 @@
+#pragma once
+// CheckpointedLayers: activation checkpointing (ZeRO-R) for a loop the caller writes. The caller
+// describes one layer's forward and backward over float activations of a fixed size (the residual
+// stream of a transformer, say), and what each layer saves for its backward; the driver decides
+// what is kept. Forward keeps only each segment's input (and the last segment whole, as backward
+// starts there); backward runs each earlier segment's forward again from its kept input, then its
+// backward, last segment first. Without checkpointing (number_checkpoints 0) the loop is one
+// segment, kept whole from forward to backward.
+//
+//   struct Blocks {                  // satisfies CheckpointableLayers
+//     std::size_t layers() const;
+//     std::size_t activation_elements() const;      // one layer's input, and its output
+//     std::size_t saved_elements(std::size_t l) const;
+//     void forward(std::size_t l, View<const float> in, View<float> out, View<float> saved);
+//     void backward(std::size_t l, View<const float> in, View<const float> saved,
+//                   View<const float> grad_out, View<float> grad_in);
+//   };
+//   zero::CheckpointedLayers loop(blocks, {.number_checkpoints = 4});
+//   View<const float> y = loop.forward(x);  // valid until backward() returns
+//   loop.backward(dy, dx);                  // dx may be empty
+//
+// The callbacks may acquire the layer's parameters from the engine and hand its gradients over:
+// under stage 3 the recomputation acquires its layers again, and the gather follows the order it
+// observed in the first step (gather/acquisition_order.hpp). A recomputed forward must produce what
+// the first one did: forward must be deterministic, and randomness (dropout) must come from the
+// RandomStateHook, whose state the driver saves at each segment's start and restores to recompute.
+// Then checkpointing changes no number.
+
+#include "zero/core/error.hpp"
+#include "zero/core/view.hpp"
+#include "zero/residual/activation_memory.hpp"
+#include "zero/residual/checkpoint_plan.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+template <class L>
+concept CheckpointableLayers = requires(L& layers, const L& constant, std::size_t l,
+                                        View<const float> in, View<float> out,
+                                        View<const float> saved) {
+  { constant.layers() } -> std::convertible_to<std::size_t>;
+  { constant.activation_elements() } -> std::convertible_to<std::size_t>;
+  { constant.saved_elements(l) } -> std::convertible_to<std::size_t>;
+  layers.forward(l, in, out, out);
+  layers.backward(l, in, saved, in, out);
+};
+
+// Where a loop's random numbers come from, so that a recomputed segment draws what its first
+// forward drew: save() captures the generator's state, restore() puts it back.
+template <class R>
+concept RandomStateHook = requires(R& random, const typename R::state_type& state) {
+  { random.save() } -> std::same_as<typename R::state_type>;
+  random.restore(state);
+};
+
+// A loop without randomness.
+struct NoRandomState {
+  struct state_type {};
+  state_type save() const noexcept { return {}; }
+  void restore(const state_type&) const noexcept {}
+};
+
+// One step of a checkpointed loop, as measured (the times only with `profile`).
+struct CheckpointStats {
+  std::size_t recomputed_layers = 0;
+  std::size_t peak_activation_bytes = 0; // the most live at once in this step
+  double forward_seconds = 0, recompute_seconds = 0, backward_seconds = 0;
+};
+
+template <CheckpointableLayers Layers, RandomStateHook Random = NoRandomState>
+class CheckpointedLayers {
+  using Lifetime = ActivationMemory::Lifetime;
+
+ public:
+  CheckpointedLayers(Layers& layers, ActivationCheckpointing options, Random random = {})
+      : layers_(layers), options_(options), random_(std::move(random)),
+        plan_(layers.layers(), options.number_checkpoints), memory_(options.contiguous_memory),
+        segments_(plan_.segment_count()) {}
+
+  // Runs every layer forward from `input`; returns the last layer's output, valid until
+  // backward() returns.
+  View<const float> forward(View<const float> input) {
+    require(!in_step_, "CheckpointedLayers: forward() twice without backward()");
+    check_size("forward's input", input.size());
+    in_step_ = true;
+    stats_ = {};
+    const Timer timer(options_.profile, stats_.forward_seconds);
+    const std::size_t last = plan_.segment_count() - 1;
+    segments_[0].input = memory_.take(Lifetime::step, activations());
+    copy(input, segments_[0].input);
+    for (std::size_t s = 0; s < last; ++s) {
+      segments_[s].random = random_.save();
+      View<const float> x = segments_[s].input;
+      const Range layers = plan_.segment(s);
+      for (std::size_t l = layers.begin; l < layers.end; ++l) {
+        View<float> out = memory_.take(Lifetime::segment, activations());
+        layers_.forward(l, x, out, memory_.take(Lifetime::segment, layers_.saved_elements(l)));
+        x = out;
+      }
+      // The segment's output is the next one's input, kept; its layers' activations are not.
+      segments_[s + 1].input = memory_.take(Lifetime::step, activations());
+      copy(x, segments_[s + 1].input);
+      memory_.end_segment();
+    }
+    output_ = run_segment(last, segments_[last].input);
+    return output_;
+  }
+
+  // From the gradient of the last layer's output: every layer's backward, last first; the
+  // gradient of forward's input goes to `grad_input` unless it is empty.
+  void backward(View<const float> grad_output, View<float> grad_input) {
+    require(in_step_, "CheckpointedLayers: backward() without forward()");
+    check_size("backward's gradient", grad_output.size());
+    if (!grad_input.empty()) check_size("backward's input gradient", grad_input.size());
+    View<float> grad = memory_.take(Lifetime::step, activations());
+    View<float> other = memory_.take(Lifetime::step, activations());
+    copy(grad_output, grad);
+    for (std::size_t s = plan_.segment_count(); s-- > 0;) {
+      if (s + 1 < plan_.segment_count()) {
+        const Timer timer(options_.profile, stats_.recompute_seconds);
+        const auto now = random_.save();
+        random_.restore(segments_[s].random);
+        run_segment(s, segments_[s].input);
+        random_.restore(now); // what backward draws is not changed by the recomputation
+        stats_.recomputed_layers += plan_.segment(s).size();
+      }
+      const Timer timer(options_.profile, stats_.backward_seconds);
+      const Range layers = plan_.segment(s);
+      for (std::size_t l = layers.end; l-- > layers.begin;) {
+        const Held& held = held_[l - layers.begin];
+        layers_.backward(l, held.input, held.saved, grad, other);
+        std::swap(grad, other);
+      }
+      memory_.end_segment();
+    }
+    if (!grad_input.empty()) copy(grad, grad_input);
+    stats_.peak_activation_bytes = memory_.peak_live_bytes();
+    memory_.end_step();
+    in_step_ = false;
+  }
+
+  const CheckpointPlan& plan() const noexcept { return plan_; }
+  const ActivationMemory& memory() const noexcept { return memory_; }
+  // The last step's figures (complete once its backward returned).
+  const CheckpointStats& stats() const noexcept { return stats_; }
+  Random& random() noexcept { return random_; }
+
+ private:
+  struct Segment {
+    View<float> input; // kept through the step
+    typename Random::state_type random{};
+  };
+  struct Held { // a layer of the segment whose backward comes next
+    View<const float> input;
+    View<const float> saved;
+  };
+  struct Timer {
+    Timer(bool on, double& into) : on_(on), into_(into), start_(std::chrono::steady_clock::now()) {}
+    ~Timer() {
+      if (on_)
+        into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    bool on_;
+    double& into_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+  std::size_t activations() const { return layers_.activation_elements(); }
+  void check_size(const char* what, std::size_t size) const {
+    require(size == activations(), std::string("CheckpointedLayers: ") + what + " has " +
+                                       std::to_string(size) + " elements, the layers take " +
+                                       std::to_string(activations()));
+  }
+  static void copy(View<const float> from, View<float> to) {
+    std::copy(from.begin(), from.end(), to.begin());
+  }
+
+  // Runs segment s forward from `input`, keeping every layer's input and saved state for its
+  // backward; returns the segment's output.
+  View<const float> run_segment(std::size_t s, View<const float> input) {
+    const Range layers = plan_.segment(s);
+    held_.resize(layers.size());
+    View<const float> x = input;
+    for (std::size_t l = layers.begin; l < layers.end; ++l) {
+      View<float> out = memory_.take(Lifetime::segment, activations());
+      View<float> saved = memory_.take(Lifetime::segment, layers_.saved_elements(l));
+      layers_.forward(l, x, out, saved);
+      held_[l - layers.begin] = {x, saved};
+      x = out;
+    }
+    return x;
+  }
+
+  Layers& layers_;
+  ActivationCheckpointing options_;
+  Random random_;
+  CheckpointPlan plan_;
+  ActivationMemory memory_;
+  std::vector<Segment> segments_;
+  std::vector<Held> held_;
+  View<const float> output_;
+  CheckpointStats stats_;
+  bool in_step_ = false;
+};
+
+} // namespace zero

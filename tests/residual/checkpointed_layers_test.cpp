@@ -1,0 +1,326 @@
+// Activation checkpointing (residual/), at 1, 2 and 3 ranks:
+// - any number of checkpoints gives the gradients of the run without, bit for bit, dropout
+//   included when its random state goes through the hook (and not without: the test can fail);
+// - activation memory is K inputs plus one segment, at most 2 sqrt(L) + 1 layers' worth;
+// - the contiguous arena holds exactly the live peak and allocates nothing after the first step,
+//   where one-by-one allocation of mixed lifetimes makes the heap grow;
+// - through the engine at every stage, the weights of the run without checkpointing, and under
+//   stage 3 every gather but the first of a step is foreseen once the order was recorded.
+
+#include "zero/engine/engine.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/residual/checkpointed_layers.hpp"
+
+#include "comm_test.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using zero::View;
+
+// Residual layers x + dropout(tanh(x W^T)) on `rows` rows of `width`; each layer saves its
+// pre-activation and its dropout mask. Weights come from `weights(l)`; gradients go to
+// `gradients(l)`, overwritten.
+struct ToyLayers {
+  std::size_t count = 7, width = 12, rows = 3;
+  float drop = 0.25f;
+  std::mt19937* generator = nullptr; // dropout's randomness; none without
+  std::function<const float*(std::size_t)> weights;
+  std::function<void(std::size_t, const std::vector<float>&)> gradients;
+  std::size_t forward_calls = 0;
+
+  std::size_t layers() const { return count; }
+  std::size_t activation_elements() const { return rows * width; }
+  std::size_t saved_elements(std::size_t) const { return 2 * rows * width; }
+
+  void forward(std::size_t l, View<const float> in, View<float> out, View<float> saved) {
+    ++forward_calls;
+    const float* w = weights(l);
+    float* z = saved.data();
+    float* mask = saved.data() + rows * width;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t o = 0; o < width; ++o) {
+        float sum = 0;
+        for (std::size_t i = 0; i < width; ++i)
+          sum += in[r * width + i] * w[o * width + i];
+        z[r * width + o] = sum;
+        mask[r * width + o] = generator
+                                  ? (std::uniform_real_distribution<float>(0, 1)(*generator) < drop
+                                         ? 0.0f
+                                         : 1.0f / (1.0f - drop))
+                                  : 1.0f;
+        out[r * width + o] = in[r * width + o] + std::tanh(sum) * mask[r * width + o];
+      }
+  }
+
+  void backward(std::size_t l, View<const float> in, View<const float> saved,
+                View<const float> grad_out, View<float> grad_in) {
+    const float* w = weights(l);
+    const float* z = saved.data();
+    const float* mask = saved.data() + rows * width;
+    std::vector<float> dw(width * width, 0.0f), dz(rows * width);
+    for (std::size_t k = 0; k < rows * width; ++k) {
+      const float t = std::tanh(z[k]);
+      dz[k] = grad_out[k] * mask[k] * (1 - t * t);
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t o = 0; o < width; ++o)
+        for (std::size_t i = 0; i < width; ++i)
+          dw[o * width + i] += dz[r * width + o] * in[r * width + i];
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < width; ++i) {
+        float sum = grad_out[r * width + i];
+        for (std::size_t o = 0; o < width; ++o)
+          sum += dz[r * width + o] * w[o * width + i];
+        grad_in[r * width + i] = sum;
+      }
+    gradients(l, dw);
+  }
+};
+
+// The generator's whole state, saved and restored.
+struct GeneratorState {
+  std::mt19937* generator;
+  using state_type = std::mt19937;
+  state_type save() const { return *generator; }
+  void restore(const state_type& state) const { *generator = state; }
+};
+
+std::vector<float> ramp(std::size_t n, float scale, float shift) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = scale * std::sin(0.37f * float(i) + shift);
+  return v;
+}
+
+struct Gradients {
+  std::vector<std::vector<float>> weights;
+  std::vector<float> input;
+  std::vector<float> output;
+  zero::CheckpointStats stats;
+};
+
+// Three steps of the toy loop with `checkpoints` kept inputs; the gradients of the last.
+Gradients run_toy(std::size_t checkpoints, bool dropout, bool contiguous = false,
+                  bool hook = true) {
+  ToyLayers toy;
+  std::mt19937 generator(7);
+  if (dropout) toy.generator = &generator;
+  std::vector<std::vector<float>> weights;
+  for (std::size_t l = 0; l < toy.count; ++l)
+    weights.push_back(ramp(toy.width * toy.width, 0.3f, float(l)));
+  Gradients g;
+  g.weights.resize(toy.count);
+  toy.weights = [&](std::size_t l) { return weights[l].data(); };
+  toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { g.weights[l] = dw; };
+  const zero::ActivationCheckpointing options{.number_checkpoints = checkpoints,
+                                              .contiguous_memory = contiguous};
+  auto run = [&](auto& loop) {
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> x = ramp(toy.activation_elements(), 1.0f, float(step));
+      const View<const float> y = loop.forward(x);
+      g.output.assign(y.begin(), y.end());
+      g.input.assign(x.size(), 0.0f);
+      loop.backward(ramp(y.size(), 0.5f, 2.0f), g.input);
+    }
+    g.stats = loop.stats();
+  };
+  if (hook && dropout) {
+    zero::CheckpointedLayers<ToyLayers, GeneratorState> loop(toy, options,
+                                                             GeneratorState{&generator});
+    run(loop);
+  } else {
+    zero::CheckpointedLayers<ToyLayers> loop(toy, options);
+    run(loop);
+  }
+  return g;
+}
+
+void expect_bitwise_equal(const Gradients& a, const Gradients& b, const std::string& what) {
+  EXPECT_EQ(a.output, b.output) << what << ": forward's output";
+  EXPECT_EQ(a.input, b.input) << what << ": the input's gradient";
+  for (std::size_t l = 0; l < a.weights.size(); ++l)
+    EXPECT_EQ(a.weights[l], b.weights[l]) << what << ": layer " << l << "'s weight gradient";
+}
+
+TEST(CheckpointedLayers, AnyNumberOfCheckpointsChangesNoNumber) {
+  const Gradients plain = run_toy(0, false);
+  EXPECT_EQ(plain.stats.recomputed_layers, 0u);
+  for (std::size_t k : {1, 2, 3, 5, 7, 9}) {
+    const Gradients checkpointed = run_toy(k, false);
+    expect_bitwise_equal(plain, checkpointed, std::to_string(k) + " checkpoints");
+    // The last segment is kept from forward; every other layer runs forward twice.
+    const zero::CheckpointPlan plan(7, k);
+    EXPECT_EQ(checkpointed.stats.recomputed_layers,
+              7 - plan.segment(plan.segment_count() - 1).size());
+  }
+}
+
+TEST(CheckpointedLayers, DropoutRecomputesTheSameMaskThroughTheHook) {
+  const Gradients plain = run_toy(0, true);
+  for (std::size_t k : {2, 3, 7})
+    expect_bitwise_equal(plain, run_toy(k, true), std::to_string(k) + " checkpoints with dropout");
+  // Without the hook the recomputation draws new masks: the gradients differ.
+  const Gradients unhooked = run_toy(3, true, false, /*hook=*/false);
+  EXPECT_NE(plain.weights[0], unhooked.weights[0]);
+}
+
+TEST(CheckpointedLayers, PlanCutsNearlyEqualSegments) {
+  const zero::CheckpointPlan plan(10, 3);
+  ASSERT_EQ(plan.segment_count(), 3u);
+  EXPECT_EQ(plan.segment(0), (zero::Range{0, 4}));
+  EXPECT_EQ(plan.segment(1), (zero::Range{4, 7}));
+  EXPECT_EQ(plan.segment(2), (zero::Range{7, 10}));
+  EXPECT_EQ(zero::CheckpointPlan(4, 9).segment_count(), 4u) << "at most one per layer";
+  EXPECT_EQ(zero::CheckpointPlan(4, 0).segment_count(), 1u) << "off: one segment";
+  EXPECT_EQ(zero::ActivationCheckpointing::sqrt_of(16), 4u);
+  EXPECT_EQ(zero::ActivationCheckpointing::sqrt_of(1), 1u);
+}
+
+TEST(CheckpointedLayers, MemoryIsKInputsAndOneSegment) {
+  // One layer's worth: its input and what it saves (3 activations of rows x width here).
+  ToyLayers toy;
+  const double layer_bytes = double(toy.activation_elements() * 3 * sizeof(float));
+  const Gradients plain = run_toy(0, false);
+  EXPECT_GE(double(plain.stats.peak_activation_bytes), 7 * layer_bytes);
+  const std::size_t k = zero::ActivationCheckpointing::sqrt_of(7);
+  const Gradients checkpointed = run_toy(k, false);
+  // K kept inputs, one segment of ceil(7 / K) layers, the output and two gradient buffers.
+  EXPECT_LE(double(checkpointed.stats.peak_activation_bytes),
+            (2 * std::sqrt(7.0) + 1) * layer_bytes);
+  EXPECT_LT(checkpointed.stats.peak_activation_bytes, plain.stats.peak_activation_bytes);
+}
+
+TEST(CheckpointedLayers, TheArenaHoldsTheLivePeakAndNothingMore) {
+  const Gradients arena = run_toy(3, false, /*contiguous=*/true);
+  expect_bitwise_equal(run_toy(3, false), arena, "contiguous memory");
+  ToyLayers toy;
+  std::vector<float> w = ramp(toy.width * toy.width, 0.3f, 0);
+  toy.weights = [&](std::size_t) { return w.data(); };
+  toy.gradients = [](std::size_t, const std::vector<float>&) {};
+  zero::CheckpointedLayers loop(toy, {.number_checkpoints = 3, .contiguous_memory = true});
+  const std::vector<float> x = ramp(toy.activation_elements(), 1, 0);
+  std::vector<float> dx(x.size());
+  auto step = [&] {
+    const View<const float> y = loop.forward(x);
+    const bool from_arena = loop.memory().in_arena(y.data());
+    loop.backward(std::vector<float>(y.begin(), y.end()), dx);
+    return from_arena;
+  };
+  EXPECT_FALSE(step()) << "the first step measures";
+  EXPECT_EQ(loop.memory().reserved_bytes(), loop.memory().peak_live_bytes());
+  // Later steps take everything from the arena, and it does not grow.
+  for (int s = 0; s < 3; ++s)
+    EXPECT_TRUE(step());
+  EXPECT_EQ(loop.memory().growths(), 0u);
+  EXPECT_EQ(loop.memory().reserved_bytes(), loop.memory().peak_live_bytes());
+}
+
+TEST(CheckpointedLayers, MisuseIsNamed) {
+  ToyLayers toy;
+  std::vector<float> w = ramp(toy.width * toy.width, 0.3f, 0);
+  toy.weights = [&](std::size_t) { return w.data(); };
+  toy.gradients = [](std::size_t, const std::vector<float>&) {};
+  zero::CheckpointedLayers loop(toy, {.number_checkpoints = 2});
+  std::vector<float> wrong(5);
+  EXPECT_THROW(
+      {
+        try {
+          (void)loop.forward(wrong);
+        } catch (const zero::Error& e) {
+          EXPECT_NE(
+              std::string(e.what()).find("forward's input has 5 elements, the layers take 36"),
+              std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      zero::Error);
+  EXPECT_THROW(loop.backward(wrong, {}), zero::Error);
+}
+
+// The toy loop's weights through the engine: each layer's forward and backward acquire it, as a
+// user's loop does, and backward hands its gradient over.
+template <class Engine>
+struct EngineToy : ToyLayers {
+  Engine* engine = nullptr;
+  const float* current = nullptr;
+  void forward(std::size_t l, View<const float> in, View<float> out, View<float> saved) {
+    const zero::LayerParameters p = engine->acquire(l);
+    current = p.values<float>().data();
+    ToyLayers::forward(l, in, out, saved);
+  }
+  void backward(std::size_t l, View<const float> in, View<const float> saved,
+                View<const float> grad_out, View<float> grad_in) {
+    const zero::LayerParameters p = engine->acquire(l);
+    current = p.values<float>().data();
+    ToyLayers::backward(l, in, saved, grad_out, grad_in);
+  }
+};
+
+struct EngineRun {
+  std::vector<std::vector<float>> weights;
+  std::vector<zero::StepResult> steps;
+};
+
+template <class Plan>
+EngineRun train_toy_through_engine(std::size_t checkpoints) {
+  using Engine =
+      zero::Engine<Plan, zero::MpiCommunicator, zero::host, zero::Adam, zero::StaticLossScaler>;
+  auto& world = zero::testing::world();
+  EngineToy<Engine> toy;
+  std::vector<zero::ParameterSpec> specs;
+  for (std::size_t l = 0; l < toy.count; ++l)
+    specs.push_back(
+        {"layer" + std::to_string(l), toy.width * toy.width, zero::DType::float32, int(l)});
+  zero::EngineOptions options;
+  options.deterministic = true;
+  Engine engine(world, specs, zero::Adam({.lr = 0.01}), zero::StaticLossScaler{}, options);
+  for (std::size_t l = 0; l < toy.count; ++l)
+    engine.set_layer(l, ramp(toy.width * toy.width, 0.3f, float(l)));
+  toy.engine = &engine;
+  toy.weights = [&](std::size_t) { return toy.current; };
+  toy.gradients = [&](std::size_t l, const std::vector<float>& dw) {
+    zero::View<float> g = engine.template gradients<float>(l);
+    std::copy(dw.begin(), dw.end(), g.begin());
+    engine.grads_ready(l);
+  };
+  zero::CheckpointedLayers loop(toy, {.number_checkpoints = checkpoints});
+  EngineRun run;
+  for (int step = 0; step < 4; ++step) {
+    // Each rank its own rows.
+    const std::vector<float> x =
+        ramp(toy.activation_elements(), 1.0f, float(step) + 0.5f * float(world.rank()));
+    const View<const float> y = loop.forward(x);
+    loop.backward(ramp(y.size(), 0.5f, float(world.rank())), {});
+    run.steps.push_back(engine.step());
+  }
+  for (std::size_t l = 0; l < toy.count; ++l)
+    run.weights.push_back(engine.get_layer(l));
+  return run;
+}
+
+TEST(CheckpointedLayers, ThroughTheEngineEveryStageTrainsAsWithout) {
+  const EngineRun plain = train_toy_through_engine<zero::Stage<0>>(0);
+  EXPECT_NE(plain.weights[0], ramp(12 * 12, 0.3f, 0.0f)) << "the weights moved";
+  for (std::size_t k : {2, 3}) {
+    EXPECT_EQ(train_toy_through_engine<zero::Stage<0>>(k).weights, plain.weights) << k;
+    EXPECT_EQ(train_toy_through_engine<zero::Stage<2>>(k).weights, plain.weights) << k;
+    const EngineRun stage3 = train_toy_through_engine<zero::Stage<3>>(k);
+    EXPECT_EQ(stage3.weights, plain.weights) << k;
+    // The recomputation acquires layers out of forward's and backward's order; from the second
+    // step on the gather follows the recorded order, and only the step's first layer waits.
+    for (std::size_t s = 1; s < stage3.steps.size(); ++s) {
+      EXPECT_EQ(stage3.steps[s].gathers.on_demand, 1u) << k << " checkpoints, step " << s;
+      EXPECT_EQ(stage3.steps[s].gathers.order_changes, 0u);
+    }
+  }
+}
+
+} // namespace
