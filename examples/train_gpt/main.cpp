@@ -1,0 +1,179 @@
+// train_gpt: trains a GPT-2 style transformer on the bytes of a file with zero's engine on N MPI
+// ranks, any ZeRO stage, with or without activation checkpointing (ZeRO-R):
+//
+//   mpirun -np 2 train_gpt --stage 3 --checkpoint-activations 2 --steps 100
+//
+// N ranks compute what one process computes on the global batch: rank r takes the r-th share of
+// each step's sequences, and gradients are averaged over ranks.
+
+#include "run.hpp"
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+// Ranks sharing a node share its cores: each rank's BLAS and OpenMP get cores / local ranks
+// threads, unless OMP_NUM_THREADS says otherwise (oversubscribed thread pools spin against each
+// other).
+int share_cores(zero::MpiCommunicator& world) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL,
+                      &node);
+  int local_ranks = 1;
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  int threads = std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) threads = std::max(1, std::atoi(env));
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return threads;
+}
+
+train_gpt::History run_stage(zero::MpiCommunicator& world, const train_gpt::Flags& f,
+                             const train_gpt::Tokens& data) {
+  switch (f.stage) {
+  case 0:
+    return train_gpt::run_stage0(world, f, data);
+  case 1:
+    return train_gpt::run_stage1(world, f, data);
+  case 2:
+    return train_gpt::run_stage2(world, f, data);
+  default:
+    return train_gpt::run_stage3(world, f, data);
+  }
+}
+
+double mb(double bytes) {
+  return bytes / 1e6;
+}
+
+void write_json(const std::string& path, const train_gpt::Flags& f, const train_gpt::History& h,
+                double tokens_per_second) {
+  nlohmann::json j;
+  j["loss"] = h.loss;
+  j["step_seconds"] = h.step_seconds;
+  j["loss_scale"] = h.loss_scale;
+  j["applied"] = h.applied;
+  j["tokens_per_second"] = tokens_per_second;
+  j["stage"] = f.stage;
+  j["checkpoints"] = train_gpt::checkpointing(f).number_checkpoints;
+  j["peak_activation_bytes"] = h.activations.peak_activation_bytes;
+  j["arena_bytes"] = h.arena_bytes;
+  j["recomputed_layers"] = h.activations.recomputed_layers;
+  j["gathers_on_demand"] = h.gathers_on_demand;
+  j["gathers_prefetched"] = h.gathers_prefetched;
+  j["model_state_bytes"] = h.memory.in_memory();
+  // Written whole under a temporary name, then renamed: never a partial file under `path`.
+  const std::string temporary = path + ".partial";
+  {
+    std::ofstream out(temporary);
+    out << j.dump(1) << "\n";
+    zero::require(bool(out), path + ": cannot write", zero::ErrorKind::io);
+  }
+  std::filesystem::rename(temporary, path);
+}
+
+int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
+  const int rank = world.rank(), ranks = world.size();
+  const train_gpt::Flags f = train_gpt::parse(argc, argv);
+  if (f.steps < 0) {
+    if (rank == 0) std::printf("%s", train_gpt::usage);
+    return 0;
+  }
+  const int threads = share_cores(world);
+  const int micro_steps =
+      f.ds && f.ds->gradient_accumulation_steps ? int(*f.ds->gradient_accumulation_steps) : 1;
+  const std::size_t share = std::size_t(micro_steps) * std::size_t(ranks);
+  zero::require(f.batch % share == 0, "--batch " + std::to_string(f.batch) +
+                                          " does not split into " + std::to_string(micro_steps) +
+                                          " micro-steps x " + std::to_string(ranks) + " ranks (" +
+                                          std::to_string(share) + " equal parts)");
+  const std::string data_path = f.data.empty() ? std::string(ZERO_TRAIN_GPT_DEFAULT_DATA) : f.data;
+  const train_gpt::Tokens data = train_gpt::Tokens::from_file(data_path, f.model.seq);
+  const zero::ActivationCheckpointing checkpointing = train_gpt::checkpointing(f);
+  if (rank == 0)
+    std::printf("train_gpt: ZeRO stage %d, %d ranks x %d thread%s, %zu layers, %zu heads, embd "
+                "%zu, seq %zu, %s, %s, batch %zu (%d micro-step%s), %zu tokens of data\n"
+                "activation checkpointing: %s\n\n",
+                f.stage, ranks, threads, threads > 1 ? "s" : "", f.model.layers, f.model.heads,
+                f.model.embd, f.model.seq, zero::to_string(f.dtype), f.optimizer.c_str(), f.batch,
+                micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
+                checkpointing.number_checkpoints == 0
+                    ? "off"
+                    : (std::to_string(checkpointing.number_checkpoints) + " kept inputs of " +
+                       std::to_string(f.model.layers) + " blocks" +
+                       (checkpointing.contiguous_memory ? ", contiguous arena" : ""))
+                          .c_str());
+
+  const train_gpt::History h = run_stage(world, f, data);
+  const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
+  // Tokens per second over the steps after the first (which sizes buffers and records orders).
+  double seconds = 0;
+  for (std::size_t s = 1; s < h.step_seconds.size(); ++s)
+    seconds += h.step_seconds[s];
+  const double tokens_per_second =
+      h.step_seconds.size() > 1
+          ? double(f.batch * f.model.seq) * double(h.step_seconds.size() - 1) / seconds
+          : 0.0;
+  if (rank == 0) {
+    for (int s = 0; s < f.steps; ++s)
+      if (s % every == 0 || s + 1 == f.steps || !h.applied[std::size_t(s)])
+        std::printf("step %4d  loss %.6f%s%s\n", s, h.loss[std::size_t(s)],
+                    f.dtype == zero::DType::float16
+                        ? ("  scale " + std::to_string(int(h.loss_scale[std::size_t(s)]))).c_str()
+                        : "",
+                    h.applied[std::size_t(s)] ? "" : "  (skipped: overflow)");
+    if (!h.loss.empty()) {
+      std::printf("\n%.0f tokens/s after the first step (%.1f ms per step)\n", tokens_per_second,
+                  seconds / double(std::max<std::size_t>(1, h.step_seconds.size() - 1)) * 1e3);
+      std::printf("activations: peak %.3f MB live%s, %zu block forwards recomputed per step\n",
+                  mb(double(h.activations.peak_activation_bytes)),
+                  h.arena_bytes
+                      ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
+                      : "",
+                  h.activations.recomputed_layers);
+      std::printf("model states on rank 0: %.3f MB\n", mb(double(h.memory.in_memory())));
+      if (f.stage == 3)
+        std::printf("stage 3 gathers after the first step: %zu prefetched, %zu on demand\n",
+                    h.gathers_prefetched, h.gathers_on_demand);
+    }
+    if (!f.json.empty()) write_json(f.json, f, h, tokens_per_second);
+    if (!f.save_npy.empty()) train_gpt::save_npy(f.model, f.save_npy, h.final_weights);
+  }
+  return 0;
+}
+
+// An error is reported while the communicator still exists; an error only one rank meets would
+// leave its peers waiting in a collective, so with several ranks it ends the job.
+int run(int argc, char** argv) {
+  zero::MpiCommunicator world(argc, argv);
+  try {
+    return train_on(world, argc, argv);
+  } catch (const zero::Error& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    std::fflush(stderr);
+    if (world.size() > 1) MPI_Abort(world.native_handle(), 2);
+    return 2;
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zero::Error& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,56 @@
+#pragma once
+// Builds the engine for a plan and the chosen optimizer, loads the initial weights and trains.
+// Instantiated once per stage (stage0.cpp ... stage3.cpp), so that they compile in parallel.
+
+#include "training.hpp"
+#include "weights.hpp"
+
+#include <zero/optim/adam.hpp>
+#include <zero/precision/any_loss_scaler.hpp>
+
+namespace train_gpt {
+
+template <class Plan, class Optimizer>
+History run_with(zero::MpiCommunicator& world, const Flags& f, const Tokens& data,
+                 Optimizer optimizer) {
+  using Engine =
+      zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, zero::AnyLossScaler>;
+  zero::EngineOptions options =
+      f.ds ? zero::EngineOptions::from_config(*f.ds) : zero::EngineOptions{};
+  options.compute_dtype = f.dtype;
+  options.deterministic = f.deterministic;
+  if (!f.ds) options.persistence_threshold = 0; // every layer sharded under stage 3
+  Engine engine(world, gpt::specs(f.model), std::move(optimizer),
+                zero::AnyLossScaler::for_run(f.dtype, f.ds ? &*f.ds : nullptr), options);
+  const InitialWeights init = f.init_npy.empty() ? InitialWeights::random(f.model, f.seed)
+                                                 : InitialWeights::from_npy(f.model, f.init_npy);
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    engine.set_layer(l, init.layers[l]);
+  return train(world, f, engine, data);
+}
+
+template <class Plan>
+History run(zero::MpiCommunicator& world, const Flags& f, const Tokens& data) {
+  const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
+  if (f.optimizer == "adamw") {
+    zero::AdamWOptions a;
+    a.lr = f.lr;
+    a.betas = o.betas;
+    a.eps = o.eps;
+    a.weight_decay = f.weight_decay;
+    return run_with<Plan>(world, f, data, zero::AdamW(a));
+  }
+  zero::AdamOptions a;
+  a.lr = f.lr;
+  a.betas = o.betas;
+  a.eps = o.eps;
+  a.weight_decay = f.weight_decay;
+  return run_with<Plan>(world, f, data, zero::Adam(a));
+}
+
+History run_stage0(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage1(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage2(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage3(zero::MpiCommunicator&, const Flags&, const Tokens&);
+
+} // namespace train_gpt

@@ -1,0 +1,177 @@
+#pragma once
+// The training loop of train_gpt, written the way a user of zero writes one. The engine holds the
+// parameters in layers: 0 the embeddings (wte, wpe), 1..L the blocks, L+1 the final LayerNorm.
+// The blocks run through CheckpointedLayers (activation checkpointing, ZeRO-R), whose callbacks
+// acquire each block from the engine and hand its gradients over; the embeddings and the tied head
+// are around that loop. It works unchanged for every stage; only the plan type differs.
+
+#include "data.hpp"
+#include "flags.hpp"
+#include "gpt.hpp"
+
+#include <zero/comm/mpi_communicator.hpp>
+#include <zero/core/convert.hpp>
+#include <zero/engine/engine.hpp>
+#include <zero/residual/checkpointed_layers.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace train_gpt {
+
+struct History {
+  std::vector<double> loss;         // mean over the global batch's tokens
+  std::vector<double> step_seconds; // rank 0
+  std::vector<bool> applied;
+  std::vector<double> loss_scale;
+  zero::CheckpointStats activations; // the last step's (peak bytes: the largest of any step)
+  std::size_t arena_bytes = 0;       // the contiguous arena, when asked for
+  std::size_t gathers_on_demand = 0, gathers_prefetched = 0; // stage 3, steps after the first
+  zero::MemoryReport memory;
+  std::vector<std::vector<float>> final_weights; // per engine layer, for --save-npy
+};
+
+// A layer's weights as the kernels read them: float. In fp32 the engine's own memory, otherwise
+// a converted copy.
+template <class T>
+class FloatWeights {
+ public:
+  const float* of(const zero::LayerParameters& p) {
+    const auto values = p.values<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      return values.data();
+    } else {
+      widened_.resize(values.size());
+      zero::convert_n(values.data(), widened_.data(), values.size());
+      return widened_.data();
+    }
+  }
+
+ private:
+  std::vector<float> widened_;
+};
+
+// Hands layer l's float gradients to the engine (rounded to T in fp16/bf16).
+template <class T, class Engine>
+void hand_over(Engine& engine, std::size_t l, const float* gradients) {
+  zero::View<T> into = engine.template gradients<T>(l);
+  zero::convert_n(gradients, into.data(), into.size());
+  engine.grads_ready(l);
+}
+
+// The transformer blocks as CheckpointableLayers: block l is engine layer l + 1.
+template <class T, class Engine>
+struct Blocks {
+  Engine& engine;
+  const gpt::Config& model;
+  std::size_t batch; // sequences per micro-step on this rank
+  FloatWeights<T> weights{};
+  std::vector<float> gradients{}; // fp16/bf16: computed in float, then rounded
+
+  std::size_t layers() const { return model.layers; }
+  std::size_t activation_elements() const { return batch * model.seq * model.embd; }
+  std::size_t saved_elements(std::size_t) const { return gpt::block_saved_floats(model, batch); }
+
+  void forward(std::size_t l, zero::View<const float> in, zero::View<float> out,
+               zero::View<float> saved) {
+    const zero::LayerParameters p = engine.acquire(l + 1); // stage 3 gathers it
+    gpt::block_forward(model, weights.of(p), in.data(), out.data(), saved.data(), batch);
+  }
+
+  void backward(std::size_t l, zero::View<const float> in, zero::View<const float> saved,
+                zero::View<const float> grad_out, zero::View<float> grad_in) {
+    const zero::LayerParameters p = engine.acquire(l + 1);
+    float* g = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      g = engine.template gradients<float>(l + 1).data(); // straight into the engine's buffer
+    } else {
+      gradients.resize(gpt::block_parameters(model));
+      g = gradients.data();
+    }
+    gpt::block_backward(model, weights.of(p), in.data(), saved.data(), grad_out.data(),
+                        grad_in.data(), g, batch);
+    if constexpr (std::is_same_v<T, float>)
+      engine.grads_ready(l + 1); // its reduction overlaps with the blocks below
+    else
+      hand_over<T>(engine, l + 1, g);
+  }
+};
+
+// The global mean of one value per rank.
+inline double mean_over_ranks(zero::MpiCommunicator& world, double value) {
+  double sum = 0;
+  MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, world.native_handle());
+  return sum / world.size();
+}
+
+template <class Engine>
+History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Tokens& data) {
+  return engine.visit_compute_type([&](auto tag) {
+    using T = decltype(tag);
+    const gpt::Config& model = f.model;
+    const std::size_t micro_steps = std::size_t(engine.options().gradient_accumulation_steps);
+    const std::size_t batch = f.batch / (std::size_t(world.size()) * micro_steps);
+    const std::size_t rows = batch * model.seq, last = model.layers + 1;
+    Blocks<T, Engine> blocks{engine, model, batch};
+    zero::CheckpointedLayers loop(blocks, checkpointing(f));
+    std::vector<std::uint8_t> tokens(rows), targets(rows);
+    std::vector<float> x(rows * model.embd), dy(x.size()), dx(x.size());
+    // Layer 0's gradient: the tied head's share of wte, then the embeddings' (wte, wpe).
+    std::vector<float> embedding_grad(engine.layout().layer(0).numel), final_grad(2 * model.embd);
+    FloatWeights<T> embedding_weights, final_norm_weights;
+    History h;
+    for (int step = 0; step < f.steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      double loss = 0;
+      for (std::size_t micro = 0; micro < micro_steps; ++micro) {
+        const std::size_t first = (std::size_t(world.rank()) * micro_steps + micro) * batch;
+        data.batch(step, f.batch, model.seq, first, batch, tokens.data(), targets.data());
+        {
+          const zero::LayerParameters p = engine.acquire(0);
+          const float* wte = embedding_weights.of(p);
+          gpt::embed_forward(model, wte, wte + model.vocab * model.embd, tokens.data(), x.data(),
+                             batch);
+        }
+        const zero::View<const float> y = loop.forward(x);
+        {
+          const zero::LayerParameters final_layer = engine.acquire(last);
+          const zero::LayerParameters embeddings = engine.acquire(0); // the tied head
+          loss += gpt::head_forward_backward(
+              model, final_norm_weights.of(final_layer), embedding_weights.of(embeddings), y.data(),
+              targets.data(), dy.data(), final_grad.data(), embedding_grad.data(), batch,
+              double(rows), static_cast<float>(engine.loss_scale()));
+        }
+        hand_over<T>(engine, last, final_grad.data());
+        loop.backward(dy, dx);
+        gpt::embed_backward(model, tokens.data(), dx.data(), embedding_grad.data(),
+                            embedding_grad.data() + model.vocab * model.embd, batch);
+        hand_over<T>(engine, 0, embedding_grad.data());
+        h.activations.peak_activation_bytes =
+            std::max(h.activations.peak_activation_bytes, loop.stats().peak_activation_bytes);
+      }
+      const zero::StepResult r = engine.step();
+      h.loss.push_back(mean_over_ranks(world, loss / double(micro_steps)));
+      h.step_seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      h.applied.push_back(r.applied);
+      h.loss_scale.push_back(r.loss_scale);
+      if (step > 0) {
+        h.gathers_on_demand += r.gathers.on_demand;
+        h.gathers_prefetched += r.gathers.prefetched;
+      }
+    }
+    const std::size_t peak = h.activations.peak_activation_bytes;
+    h.activations = loop.stats();
+    h.activations.peak_activation_bytes = peak;
+    h.arena_bytes = loop.memory().reserved_bytes();
+    h.memory = engine.memory();
+    if (!f.save_npy.empty())
+      for (std::size_t l = 0; l < engine.layers(); ++l)
+        h.final_weights.push_back(engine.get_layer(l)); // collective
+    return h;
+  });
+}
+
+} // namespace train_gpt
