@@ -86,9 +86,13 @@ inline Flags parse(int argc, char** argv) {
     if (std::string_view(argv[i]) == "--config") f.config = argv[i + 1];
   if (!f.config.empty()) {
     f.ds = zero::config::from_json_file(f.config);
+    if (f.ds->train_batch_size) f.batch = static_cast<std::size_t>(*f.ds->train_batch_size);
     if (f.ds->optimizer) {
       const auto& o = *f.ds->optimizer;
-      f.optimizer = o.type == zero::config::OptimizerType::adamw ? "adamw" : "adam";
+      zero::require(o.type != zero::config::OptimizerType::sgd,
+                    f.config + ": train_gpt trains with Adam or AdamW, not SGD");
+      // DeepSpeed's "Adam" decouples weight decay (adam_w_mode) unless told not to.
+      f.optimizer = o.decoupled_weight_decay() ? "adamw" : "adam";
       f.lr = o.lr;
       f.weight_decay = o.weight_decay;
     }

@@ -267,8 +267,8 @@ inline double head_forward(const Config& config, const float* lnf, const float* 
                            bool gradient, float gradient_scale) {
   const std::size_t rows = batch * config.seq, c = config.embd;
   kernels::layernorm_forward(x, lnf, lnf + c, head.normalised, head.mean, head.rstd, rows, c);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(config.vocab), int(c), 1.0f,
-              head.normalised, int(c), wte, int(c), 0.0f, head.logits, int(config.vocab));
+  kernels::gemm(false, true, rows, config.vocab, c, 1.0f, head.normalised, c, wte, c, 0.0f,
+                head.logits, config.vocab);
   kernels::cross_entropy(head.logits, targets, head.losses.data(), gradient ? head.logits : nullptr,
                          rows, config.vocab, gradient_scale);
   double sum = 0; // in row order, whatever the threads
@@ -290,11 +290,10 @@ inline double head_forward_backward(const Config& config, const float* lnf, cons
   const double sum = detail::head_forward(config, lnf, wte, x, targets, head, batch, true,
                                           float(double(loss_scale) / normalizer));
   const float* dlogits = head.logits;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(vocab), int(c), int(rows), 1.0f, dlogits,
-              int(vocab), head.normalised, int(c), 0.0f, dwte, int(c));
-  float* dnormalised = head.normalised; // its last reader was the sgemm above
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(c), int(vocab), 1.0f,
-              dlogits, int(vocab), wte, int(c), 0.0f, dnormalised, int(c));
+  kernels::gemm(true, false, vocab, c, rows, 1.0f, dlogits, vocab, head.normalised, c, 0.0f, dwte,
+                c);
+  float* dnormalised = head.normalised; // its last reader was the product above
+  kernels::gemm(false, false, rows, c, vocab, 1.0f, dlogits, vocab, wte, c, 0.0f, dnormalised, c);
   kernels::layernorm_backward(x, lnf, head.mean, head.rstd, dnormalised, nullptr, dx, dlnf,
                               dlnf + c, rows, c);
   return sum / normalizer;

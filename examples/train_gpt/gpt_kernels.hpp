@@ -9,6 +9,7 @@
 // products by rows and columns, never along the sum).
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -24,6 +25,40 @@ inline constexpr std::size_t column_strip = 16;
 
 inline std::size_t strips(std::size_t cols) {
   return (cols + column_strip - 1) / column_strip;
+}
+
+// c = alpha op(a) op(b) + beta c, row-major, with c's rows (or its columns, when it has more)
+// split among the OpenMP threads and each share one OpenBLAS call on its thread. OpenBLAS's own
+// threads would be a second pool, spinning against OpenMP's between calls (three times slower on
+// two cores), so OpenBLAS is kept to one thread and the OpenMP threads are the only ones.
+inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k,
+                 float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+                 float beta, float* c, std::size_t ldc) {
+  static const bool blas_on_one_thread = (openblas_set_num_threads(1), true);
+  (void)blas_on_one_thread;
+  const auto call = [&](std::size_t rows, std::size_t cols, const float* a_part,
+                        const float* b_part, float* c_part) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, int(rows), int(cols), int(k), alpha, a_part,
+                int(lda), b_part, int(ldb), beta, c_part, int(ldc));
+  };
+  const bool split_rows = m >= n;
+  const std::size_t extent = split_rows ? m : n;
+  const std::size_t parts = std::min<std::size_t>(std::size_t(omp_get_max_threads()),
+                                                  std::max<std::size_t>(1, extent / 16));
+  if (parts <= 1) return call(m, n, a, b, c);
+#pragma omp parallel for schedule(static) num_threads(int(parts))
+  for (std::size_t part = 0; part < parts; ++part) {
+    // Shares in multiples of 16, OpenBLAS's tile, so that no two threads split a tile.
+    const std::size_t tiles = (extent + 15) / 16;
+    const std::size_t begin = std::min(extent, tiles * part / parts * 16);
+    const std::size_t end = std::min(extent, tiles * (part + 1) / parts * 16);
+    if (begin == end) continue;
+    if (split_rows)
+      call(end - begin, n, a + (trans_a ? begin : begin * lda), b, c + begin * ldc);
+    else
+      call(m, end - begin, a, b + (trans_b ? begin * ldb : begin), c + begin);
+  }
 }
 
 // sums[c] = sum over rows of m[r, c].
@@ -45,18 +80,15 @@ inline void linear_forward(const float* x, const float* w, const float* b, float
 #pragma omp parallel for schedule(static)
   for (std::size_t r = 0; r < rows; ++r)
     std::copy(b, b + out, z + r * out);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x,
-              int(in), w, int(in), 1.0f, z, int(out));
+  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 1.0f, z, out);
 }
 
 // From dz ([rows, out]): dW = dz^T x and db = column sums of dz (both overwritten), and dx = dz W.
 inline void linear_backward(const float* x, const float* w, const float* dz, float* dw, float* db,
                             float* dx, std::size_t rows, std::size_t in, std::size_t out) {
   column_sums(dz, db, rows, out);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(rows), 1.0f, dz,
-              int(out), x, int(in), 0.0f, dw, int(in));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(in), int(out), 1.0f, dz,
-              int(out), w, int(in), 0.0f, dx, int(in));
+  gemm(true, false, out, in, rows, 1.0f, dz, out, x, in, 0.0f, dw, in);
+  gemm(false, false, rows, in, out, 1.0f, dz, out, w, in, 0.0f, dx, in);
 }
 
 inline constexpr double layernorm_eps = 1e-5;

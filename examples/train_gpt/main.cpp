@@ -12,8 +12,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -78,7 +81,9 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   {
     std::ofstream out(temporary);
     out << j.dump(1) << "\n";
-    zero::require(bool(out), path + ": cannot write", zero::ErrorKind::io);
+    out.flush();
+    zero::require(bool(out), "--json " + path + ": cannot write (" + std::strerror(errno) + ")",
+                  zero::ErrorKind::io);
   }
   std::filesystem::rename(temporary, path);
 }
@@ -142,6 +147,11 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                       ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
                       : "",
                   h.activations.recomputed_layers);
+      if (checkpointing.profile) // DeepSpeed's activation_checkpointing.profile
+        std::printf("activation checkpointing, last step on rank 0: forward %.3f ms, "
+                    "recomputation %.3f ms, backward %.3f ms\n",
+                    h.activations.forward_seconds * 1e3, h.activations.recompute_seconds * 1e3,
+                    h.activations.backward_seconds * 1e3);
       std::printf("model states on rank 0: %.3f MB\n", mb(double(h.memory.in_memory())));
       if (f.stage == 3)
         std::printf("stage 3 gathers after the first step: %zu prefetched, %zu on demand\n",

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""train_gpt against PyTorch: the same model (reference.py), initial weights and token batches
+must give the same losses, within --rtol relative, step by step, at any rank count and stage.
+With --checkpoints K, train_gpt also runs with K kept block inputs, and that run must equal the
+one without bit for bit: losses and final weights. Prints "agree" on success."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+
+def run_train_gpt(args, out, init, extra):
+    os.makedirs(out)
+    command = [args.mpirun, "-np", str(args.ranks), "--oversubscribe", args.train_gpt,
+               "--stage", str(args.stage), "--layers", str(args.layers), "--heads", str(args.heads),
+               "--embd", str(args.embd), "--seq", str(args.seq), "--batch", str(args.batch),
+               "--steps", str(args.steps), "--optimizer", args.optimizer, "--lr", str(args.lr),
+               "--weight-decay", str(args.weight_decay), "--data", args.data, "--init-npy", init,
+               "--deterministic", "--json", os.path.join(out, "run.json"),
+               "--save-npy", os.path.join(out, "weights")] + extra
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"train_gpt failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    with open(os.path.join(out, "run.json")) as f:
+        return json.load(f)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train-gpt", required=True)
+    parser.add_argument("--mpirun", default="mpirun")
+    parser.add_argument("--ranks", type=int, default=1)
+    parser.add_argument("--stage", type=int, default=0)
+    parser.add_argument("--checkpoints", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--embd", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--optimizer", default="adam")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        init = os.path.join(tmp, "init")
+        reference.init_npy(init, args.layers, args.heads, args.embd, args.seq, seed=3)
+        plain = run_train_gpt(args, os.path.join(tmp, "plain"), init, [])
+
+        reference.torch.manual_seed(0)
+        model = reference.GPT(args.layers, args.heads, args.embd, args.seq)
+        reference.load_npy(model, init)
+        with open(args.data, "rb") as f:
+            data = f.read()
+        expected = reference.train(model, data, args.steps, args.batch, args.optimizer, args.lr,
+                                   args.weight_decay)
+        worst = 0.0
+        for step, (got, want) in enumerate(zip(plain["loss"], expected)):
+            error = abs(got - want) / abs(want)
+            worst = max(worst, error)
+            if error > args.rtol:
+                sys.exit(f"step {step}: train_gpt loss {got:.8f}, torch {want:.8f} "
+                         f"(relative error {error:.2e} > {args.rtol})")
+        if len(plain["loss"]) != args.steps:
+            sys.exit(f"train_gpt reported {len(plain['loss'])} losses, expected {args.steps}")
+        if plain["loss"][-1] >= plain["loss"][0]:
+            sys.exit(f"the loss did not fall: {plain['loss'][0]} -> {plain['loss'][-1]}")
+        print(f"losses within {worst:.2e} of torch's over {args.steps} steps "
+              f"({plain['loss'][0]:.4f} -> {plain['loss'][-1]:.4f})")
+
+        if args.checkpoints:
+            checkpointed = run_train_gpt(args, os.path.join(tmp, "checkpointed"), init,
+                                         ["--checkpoint-activations", str(args.checkpoints)])
+            if checkpointed["recomputed_layers"] == 0:
+                sys.exit("the checkpointed run recomputed nothing")
+            if checkpointed["loss"] != plain["loss"]:
+                sys.exit(f"checkpointing changed the losses:\n{plain['loss']}\n"
+                         f"{checkpointed['loss']}")
+            for name in sorted(os.listdir(os.path.join(tmp, "plain", "weights"))):
+                a = np.load(os.path.join(tmp, "plain", "weights", name))
+                b = np.load(os.path.join(tmp, "checkpointed", "weights", name))
+                if a.tobytes() != b.tobytes():
+                    sys.exit(f"checkpointing changed the final {name}")
+            print(f"{args.checkpoints} checkpoints: bitwise equal, "
+                  f"{checkpointed['recomputed_layers']} blocks recomputed per step, activation "
+                  f"peak {checkpointed['peak_activation_bytes']} bytes against "
+                  f"{plain['peak_activation_bytes']}")
+    print("agree")
+
+
+if __name__ == "__main__":
+    main()
