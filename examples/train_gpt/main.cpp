@@ -72,6 +72,7 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["checkpoints"] = train_gpt::checkpointing(f).number_checkpoints;
   j["peak_activation_bytes"] = h.activations.peak_activation_bytes;
   j["arena_bytes"] = h.arena_bytes;
+  j["block_bytes"] = h.block_bytes;
   j["recomputed_layers"] = h.activations.recomputed_layers;
   j["gathers_on_demand"] = h.gathers_on_demand;
   j["gathers_prefetched"] = h.gathers_prefetched;

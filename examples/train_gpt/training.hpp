@@ -28,6 +28,7 @@ struct History {
   std::vector<double> loss_scale;
   zero::CheckpointStats activations; // the last step's (peak bytes: the largest of any step)
   std::size_t arena_bytes = 0;       // the contiguous arena, when asked for
+  std::size_t block_bytes = 0;       // one block's activations: its input and what it saves
   std::size_t gathers_on_demand = 0, gathers_prefetched = 0; // stage 3, steps after the first
   zero::MemoryReport memory;
   std::vector<std::vector<float>> final_weights; // per engine layer, for --save-npy
@@ -62,6 +63,7 @@ void hand_over(Engine& engine, std::size_t l, const float* gradients) {
 }
 
 // The transformer blocks as CheckpointableLayers: block l is engine layer l + 1.
+// example-begin gpt-blocks
 template <class T, class Engine>
 struct Blocks {
   Engine& engine;
@@ -98,6 +100,7 @@ struct Blocks {
       hand_over<T>(engine, l + 1, g);
   }
 };
+// example-end gpt-blocks
 
 // The global mean of one value per rank.
 inline double mean_over_ranks(zero::MpiCommunicator& world, double value) {
@@ -114,8 +117,10 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     const std::size_t micro_steps = std::size_t(engine.options().gradient_accumulation_steps);
     const std::size_t batch = f.batch / (std::size_t(world.size()) * micro_steps);
     const std::size_t rows = batch * model.seq, last = model.layers + 1;
+    // example-begin gpt-loop
     Blocks<T, Engine> blocks{engine, model, batch};
     zero::CheckpointedLayers loop(blocks, checkpointing(f));
+    // example-end gpt-loop
     std::vector<std::uint8_t> tokens(rows), targets(rows);
     std::vector<float> x(rows * model.embd), dy(x.size()), dx(x.size());
     // Layer 0's gradient: the tied head's share of wte, then the embeddings' (wte, wpe).
@@ -128,6 +133,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
       for (std::size_t micro = 0; micro < micro_steps; ++micro) {
         const std::size_t first = (std::size_t(world.rank()) * micro_steps + micro) * batch;
         data.batch(step, f.batch, model.seq, first, batch, tokens.data(), targets.data());
+        // example-begin gpt-micro-step
         {
           const zero::LayerParameters p = engine.acquire(0);
           const float* wte = embedding_weights.of(p);
@@ -148,6 +154,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
         gpt::embed_backward(model, tokens.data(), dx.data(), embedding_grad.data(),
                             embedding_grad.data() + model.vocab * model.embd, batch);
         hand_over<T>(engine, 0, embedding_grad.data());
+        // example-end gpt-micro-step
         h.activations.peak_activation_bytes =
             std::max(h.activations.peak_activation_bytes, loop.stats().peak_activation_bytes);
       }
@@ -166,6 +173,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     h.activations = loop.stats();
     h.activations.peak_activation_bytes = peak;
     h.arena_bytes = loop.memory().reserved_bytes();
+    h.block_bytes = (blocks.activation_elements() + blocks.saved_elements(0)) * sizeof(float);
     h.memory = engine.memory();
     if (!f.save_npy.empty())
       for (std::size_t l = 0; l < engine.layers(); ++l)

@@ -84,6 +84,7 @@ struct ToyLayers {
   }
 };
 
+// example-begin random-state-hook
 // The generator's whole state, saved and restored.
 struct GeneratorState {
   std::mt19937* generator;
@@ -91,6 +92,7 @@ struct GeneratorState {
   state_type save() const { return *generator; }
   void restore(const state_type& state) const { *generator = state; }
 };
+// example-end random-state-hook
 
 std::vector<float> ramp(std::size_t n, float scale, float shift) {
   std::vector<float> v(n);
