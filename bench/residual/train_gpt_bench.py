@@ -42,6 +42,14 @@ def zero_run(args, tmp, ranks, stage, checkpoints, extra=()):
 
 
 def torch_worker(rank, ranks, threads, args, init, port, result):
+    try:
+        torch_train(rank, ranks, threads, args, init, port, result)
+    except BaseException as error:  # noqa: BLE001 - reported to the parent, which would wait
+        result.put(f"torch rank {rank} failed: {error!r}")
+        raise
+
+
+def torch_train(rank, ranks, threads, args, init, port, result):
     import torch
     import torch.distributed as dist
     torch.set_num_threads(threads)
@@ -50,6 +58,9 @@ def torch_worker(rank, ranks, threads, args, init, port, result):
                                 world_size=ranks)
     model = reference.GPT(args.layers, args.heads, args.embd, args.seq)
     reference.load_npy(model, init)
+    # gloo cannot broadcast the bool causal masks; every rank builds the same ones.
+    model._ddp_params_and_buffers_to_ignore = [
+        name for name, buffer in model.named_buffers() if buffer.dtype == torch.bool]
     trained = torch.nn.parallel.DistributedDataParallel(model) if ranks > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     with open(args.data, "rb") as f:
@@ -77,9 +88,11 @@ def torch_tokens_per_second(args, init, ranks):
                for r in range(ranks)]
     for w in workers:
         w.start()
-    value = result.get()
+    value = result.get(timeout=600)
     for w in workers:
         w.join()
+    if isinstance(value, str):
+        sys.exit(value)
     return value
 
 
@@ -98,6 +111,9 @@ def main():
     parser.add_argument("--data", default=os.path.join(ROOT, "README.md"))
     args = parser.parse_args()
     k = max(1, round(math.sqrt(args.layers)))
+    # PyTorch's threads are its own (OpenMP); OpenBLAS threads on top of them fight for the cores
+    # and make it 2-3x slower here, so its workers get one OpenBLAS thread, as train_gpt does.
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
     with tempfile.TemporaryDirectory() as tmp:
         init = os.path.join(tmp, "init")

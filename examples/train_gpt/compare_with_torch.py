@@ -51,6 +51,8 @@ def main():
     parser.add_argument("--weight-decay", type=float, default=0.0)
     parser.add_argument("--data", required=True)
     parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--kept-inputs-nvme", metavar="DIR",
+                        help="the checkpointed run keeps its block inputs on the NVMe tier in DIR")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,8 +82,12 @@ def main():
               f"({plain['loss'][0]:.4f} -> {plain['loss'][-1]:.4f})")
 
         if args.checkpoints:
-            checkpointed = run_train_gpt(args, os.path.join(tmp, "checkpointed"), init,
-                                         ["--checkpoint-activations", str(args.checkpoints)])
+            extra = ["--checkpoint-activations", str(args.checkpoints)]
+            if args.kept_inputs_nvme:
+                extra += ["--kept-inputs-nvme", args.kept_inputs_nvme]
+            checkpointed = run_train_gpt(args, os.path.join(tmp, "checkpointed"), init, extra)
+            if args.kept_inputs_nvme and checkpointed["nvme_bytes_written"] == 0:
+                sys.exit("no kept input went to the NVMe tier")
             if checkpointed["recomputed_layers"] == 0:
                 sys.exit("the checkpointed run recomputed nothing")
             if checkpointed["loss"] != plain["loss"]:

@@ -27,6 +27,8 @@ inline const char* usage =
     "  --checkpoint-activations K   keep K block inputs and recompute the rest in backward\n"
     "                          (0: off, the default; the config's number_checkpoints)\n"
     "  --contiguous-memory     kept activations in one arena sized by the first step\n"
+    "  --kept-inputs-nvme DIR  the kept block inputs on the NVMe tier, in DIR, between forward\n"
+    "                          and backward\n"
     "  --data FILE             the token stream: FILE's bytes (default: the repository's docs)\n"
     "  --init-npy DIR          initial weights, one .npy per parameter, named as nanoGPT names\n"
     "                          them (transformer.h.0.attn.c_attn.weight.npy, ...)\n"
@@ -47,7 +49,7 @@ struct Flags {
   double lr = 1e-3, weight_decay = 0;
   std::optional<std::size_t> checkpoints; // --checkpoint-activations
   bool contiguous_memory = false, deterministic = false;
-  std::string data, init_npy, save_npy, config, json;
+  std::string data, init_npy, save_npy, config, json, kept_inputs_nvme;
   std::optional<zero::config::Config> ds;
   unsigned seed = 1;
   int print_every = 0;
@@ -147,6 +149,8 @@ inline Flags parse(int argc, char** argv) {
       f.weight_decay = number(flag, value);
     else if (flag == "--checkpoint-activations")
       f.checkpoints = positive(flag, value, true);
+    else if (flag == "--kept-inputs-nvme")
+      f.kept_inputs_nvme = value;
     else if (flag == "--data")
       f.data = value;
     else if (flag == "--init-npy")

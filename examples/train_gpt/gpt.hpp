@@ -8,6 +8,10 @@
 // 0 holds the embeddings, layer 1 + i block i, and the last one ln_f. Each function takes one
 // layer's flat array (its parameters end to end, in spec order) and the activations of a batch of
 // sequences, [batch, seq, embd] row-major.
+//
+// Threads: OpenMP's (OMP_NUM_THREADS, omp_set_num_threads). The first matrix product sets OpenBLAS
+// to one thread for the whole process, since a second pool of spinning threads would fight
+// OpenMP's; see kernels::gemm.
 
 #include "gpt_kernels.hpp"
 
@@ -85,25 +89,25 @@ inline BlockGradients block_gradients(const Config& config, float* flat) {
 // (layers + 1). The head reuses wte, so it has no tensor of its own.
 inline std::vector<zero::ParameterSpec> specs(const Config& config) {
   const std::size_t c = config.embd;
-  const auto matrix = [](std::string name, std::size_t rows, std::size_t cols, int layer) {
+  const auto matrix_spec = [](std::string name, std::size_t rows, std::size_t cols, int layer) {
     return zero::ParameterSpec{
         std::move(name), rows * cols, zero::DType::float32, layer, {rows, cols}};
   };
-  const auto vector = [](std::string name, std::size_t n, int layer) {
+  const auto vector_spec = [](std::string name, std::size_t n, int layer) {
     return zero::ParameterSpec{std::move(name), n, zero::DType::float32, layer, {n}};
   };
-  std::vector<zero::ParameterSpec> all = {matrix("transformer.wte.weight", config.vocab, c, 0),
-                                          matrix("transformer.wpe.weight", config.seq, c, 0)};
+  std::vector<zero::ParameterSpec> all = {matrix_spec("transformer.wte.weight", config.vocab, c, 0),
+                                          matrix_spec("transformer.wpe.weight", config.seq, c, 0)};
   for (std::size_t i = 0; i < config.layers; ++i) {
     const int layer = int(i) + 1;
     const std::string prefix = "transformer.h." + std::to_string(i) + ".";
     for (const BlockTensorSpec& spec : block_tensor_specs(config))
-      all.push_back(spec.cols ? matrix(prefix + spec.name, spec.rows, spec.cols, layer)
-                              : vector(prefix + spec.name, spec.rows, layer));
+      all.push_back(spec.cols ? matrix_spec(prefix + spec.name, spec.rows, spec.cols, layer)
+                              : vector_spec(prefix + spec.name, spec.rows, layer));
   }
   const int last = int(config.layers) + 1;
-  all.push_back(vector("transformer.ln_f.weight", c, last));
-  all.push_back(vector("transformer.ln_f.bias", c, last));
+  all.push_back(vector_spec("transformer.ln_f.weight", c, last));
+  all.push_back(vector_spec("transformer.ln_f.bias", c, last));
   return all;
 }
 

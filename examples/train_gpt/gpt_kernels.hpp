@@ -1,12 +1,13 @@
 #pragma once
 // The pieces a GPT-2 block is made of, forward and backward, on row-major float matrices: Linear
 // layers (OpenBLAS), LayerNorm, GELU (tanh approximation), causal multi-head attention and the
-// softmax cross-entropy of the head. Rows are tokens; loops over rows run on OpenMP threads.
+// softmax cross-entropy of the head. Rows are tokens. All threads are OpenMP's: loops over rows
+// run on them, and so do matrix products, a share of the result per thread (see gemm).
 //
-// Every result is a pure function of the inputs: sums over rows (bias and LayerNorm gradients,
-// embedding gradients) give each column to one thread, which adds the rows in order, so no float
-// sum depends on which thread finished first, nor on how many threads there are (OpenBLAS splits
-// products by rows and columns, never along the sum).
+// Every result is a pure function of the inputs: products are split by rows or columns of the
+// result, never along the sum, and sums over rows (bias and LayerNorm gradients, embedding
+// gradients) give each column to one thread, which adds the rows in order. No float sum depends on
+// which thread finished first.
 
 #include <cblas.h>
 #include <omp.h>
@@ -46,10 +47,13 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::
   const std::size_t extent = split_rows ? m : n;
   const std::size_t parts = std::min<std::size_t>(std::size_t(omp_get_max_threads()),
                                                   std::max<std::size_t>(1, extent / 16));
-  if (parts <= 1) return call(m, n, a, b, c);
+  if (parts <= 1) {
+    call(m, n, a, b, c);
+    return;
+  }
 #pragma omp parallel for schedule(static) num_threads(int(parts))
   for (std::size_t part = 0; part < parts; ++part) {
-    // Shares in multiples of 16, OpenBLAS's tile, so that no two threads split a tile.
+    // Shares of whole 16-row tiles, so that each call runs OpenBLAS's full-width kernels.
     const std::size_t tiles = (extent + 15) / 16;
     const std::size_t begin = std::min(extent, tiles * part / parts * 16);
     const std::size_t end = std::min(extent, tiles * (part + 1) / parts * 16);
@@ -214,8 +218,7 @@ inline void gelu_backward(const float* z, const float* da, float* dz, std::size_
 // probabilities (att, [batch, heads, seq, seq], zero above the diagonal) and the heads' outputs
 // side by side (out, [batch * seq, embd]).
 //
-// Each (sequence, head) pair is one thread's work: OpenBLAS runs products this small (below about
-// 2^18 multiply-adds, seq 64 with heads of 64) on the calling thread, so pairs run side by side.
+// Each (sequence, head) pair is one thread's work, its products OpenBLAS calls on that thread.
 inline void attention_forward(const float* qkv, float* att, float* out, std::size_t batch,
                               std::size_t seq, std::size_t embd, std::size_t heads) {
   const std::size_t head_size = embd / heads, row = 3 * embd;

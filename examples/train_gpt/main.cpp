@@ -73,6 +73,7 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["peak_activation_bytes"] = h.activations.peak_activation_bytes;
   j["arena_bytes"] = h.arena_bytes;
   j["block_bytes"] = h.block_bytes;
+  j["nvme_bytes_written"] = h.nvme_bytes_written;
   j["recomputed_layers"] = h.activations.recomputed_layers;
   j["gathers_on_demand"] = h.gathers_on_demand;
   j["gathers_prefetched"] = h.gathers_prefetched;
@@ -153,6 +154,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                     "recomputation %.3f ms, backward %.3f ms\n",
                     h.activations.forward_seconds * 1e3, h.activations.recompute_seconds * 1e3,
                     h.activations.backward_seconds * 1e3);
+      if (!f.kept_inputs_nvme.empty())
+        std::printf("kept block inputs on NVMe in %s: %.3f MB written by rank 0\n",
+                    f.kept_inputs_nvme.c_str(), mb(double(h.nvme_bytes_written)));
       std::printf("model states on rank 0: %.3f MB\n", mb(double(h.memory.in_memory())));
       if (f.stage == 3)
         std::printf("stage 3 gathers after the first step: %zu prefetched, %zu on demand\n",

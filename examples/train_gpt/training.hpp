@@ -13,9 +13,13 @@
 #include <zero/core/convert.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/residual/checkpointed_layers.hpp>
+#if ZERO_TRAIN_GPT_NVME
+#include <zero/residual/kept_inputs_on_nvme.hpp>
+#endif
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -26,9 +30,10 @@ struct History {
   std::vector<double> step_seconds; // rank 0
   std::vector<bool> applied;
   std::vector<double> loss_scale;
-  zero::CheckpointStats activations; // the last step's (peak bytes: the largest of any step)
-  std::size_t arena_bytes = 0;       // the contiguous arena, when asked for
-  std::size_t block_bytes = 0;       // one block's activations: its input and what it saves
+  zero::CheckpointStats activations;  // the last step's (peak bytes: the largest of any step)
+  std::size_t arena_bytes = 0;        // the contiguous arena, when asked for
+  std::size_t nvme_bytes_written = 0; // kept inputs written to the NVMe tier
+  std::size_t block_bytes = 0;        // one block's activations: its input and what it saves
   std::size_t gathers_on_demand = 0, gathers_prefetched = 0; // stage 3, steps after the first
   zero::MemoryReport memory;
   std::vector<std::vector<float>> final_weights; // per engine layer, for --save-npy
@@ -102,6 +107,19 @@ struct Blocks {
 };
 // example-end gpt-blocks
 
+// Where the kept block inputs live: the NVMe tier with --kept-inputs-nvme, else memory (null).
+inline std::unique_ptr<zero::KeptInputTier> kept_inputs_tier(const Flags& f, int rank) {
+  if (f.kept_inputs_nvme.empty()) return nullptr;
+#if ZERO_TRAIN_GPT_NVME
+  return std::make_unique<zero::KeptInputsOnNvme>(
+      zero::NvmeTierOptions{.path = f.kept_inputs_nvme, .owner = "activations"}, rank);
+#else
+  (void)rank;
+  zero::fail(zero::ErrorKind::unsupported, "--kept-inputs-nvme: this train_gpt was built without "
+                                           "the NVMe tier (liburing was not found)");
+#endif
+}
+
 // The global mean of one value per rank.
 inline double mean_over_ranks(zero::MpiCommunicator& world, double value) {
   double sum = 0;
@@ -119,7 +137,10 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     const std::size_t rows = batch * model.seq, last = model.layers + 1;
     // example-begin gpt-loop
     Blocks<T, Engine> blocks{engine, model, batch};
-    zero::CheckpointedLayers loop(blocks, checkpointing(f));
+    const std::unique_ptr<zero::KeptInputTier> kept_inputs = kept_inputs_tier(f, world.rank());
+    zero::ActivationCheckpointing options = checkpointing(f);
+    options.kept_inputs = kept_inputs.get(); // null: in memory
+    zero::CheckpointedLayers loop(blocks, options);
     // example-end gpt-loop
     std::vector<std::uint8_t> tokens(rows), targets(rows);
     std::vector<float> x(rows * model.embd), dy(x.size()), dx(x.size());
@@ -173,6 +194,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     h.activations = loop.stats();
     h.activations.peak_activation_bytes = peak;
     h.arena_bytes = loop.memory().reserved_bytes();
+    if (kept_inputs) h.nvme_bytes_written = kept_inputs->bytes_written();
     h.block_bytes = (blocks.activation_elements() + blocks.saved_elements(0)) * sizeof(float);
     h.memory = engine.memory();
     if (!f.save_npy.empty())

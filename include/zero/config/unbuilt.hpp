@@ -34,8 +34,8 @@ inline std::vector<UnbuiltFeature> unbuilt_features(const Config& config) {
   if (checkpointing.cpu_checkpointing)
     found.push_back({"activation_checkpointing.cpu_checkpointing = true",
                      "it moves GPU activations to host memory, where the host engine keeps them "
-                     "anyway; the GPU engine and kept activations on the NVMe tier are not built "
-                     "yet"});
+                     "anyway, and the GPU engine is not built yet (kept activations go to the NVMe "
+                     "tier through ActivationCheckpointing::kept_inputs)"});
   return found;
 }
 

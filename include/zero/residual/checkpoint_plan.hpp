@@ -10,6 +10,7 @@
 
 #include "zero/config/activation_checkpointing.hpp"
 #include "zero/core/error.hpp"
+#include "zero/residual/kept_input_tier.hpp"
 #include "zero/shard/parameter.hpp"
 
 #include <cmath>
@@ -25,14 +26,19 @@ struct ActivationCheckpointing {
   // Kept inputs and segment buffers come from one arena sized by the first step, so that
   // allocations of mixed lifetimes cannot fragment memory step after step.
   bool contiguous_memory = false;
+  // Where the kept inputs live between forward and backward: memory (null), or a tier below it,
+  // e.g. KeptInputsOnNvme. Not owned.
+  KeptInputTier* kept_inputs = nullptr;
+  // With a tier: wait for its transfers at every segment boundary (a debugging aid; it gives up
+  // the overlap).
+  bool synchronize_boundary = false;
   // Time forward, recomputation and backward, per step (CheckpointedLayers::stats()).
   bool profile = false;
 
   // DeepSpeed's section for a loop of `layers` layers: number_checkpoints, or about sqrt(layers)
   // (the memory optimum) when it is absent. Checkpointing is off when the config has no such
-  // section. Keys zero cannot honour are refused by the config reader (config/unbuilt.hpp);
-  // synchronize_checkpoint_boundary asks for nothing here, since a host loop's layers have
-  // finished their work when they return, at every boundary.
+  // section. Keys zero cannot honour are refused by the config reader (config/unbuilt.hpp).
+  // cpu_checkpointing is a GPU engine's; kept inputs on the NVMe tier are set in code.
   static ActivationCheckpointing from_config(const config::ActivationCheckpointingConfig& c,
                                              std::size_t layers) {
     ActivationCheckpointing a;
@@ -40,6 +46,7 @@ struct ActivationCheckpointing {
     a.number_checkpoints =
         c.number_checkpoints ? static_cast<std::size_t>(*c.number_checkpoints) : sqrt_of(layers);
     a.contiguous_memory = c.contiguous_memory_optimization;
+    a.synchronize_boundary = c.synchronize_checkpoint_boundary;
     a.profile = c.profile;
     return a;
   }

@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zero {
@@ -92,10 +93,15 @@ class CheckpointedLayers {
     stats_ = {};
     const Timer timer(options_.profile, stats_.forward_seconds);
     const std::size_t last = plan_.segment_count() - 1;
+    KeptInputTier* tier = last > 0 ? options_.kept_inputs : nullptr; // one segment keeps none
+    if (tier) tier->reserve(last, activations());
+    // With a tier, the inputs go there and two buffers take turns as the current one.
+    View<float> spare = tier ? memory_.take(Lifetime::step, activations()) : View<float>{};
     segments_[0].input = memory_.take(Lifetime::step, activations());
     copy(input, segments_[0].input);
     for (std::size_t s = 0; s < last; ++s) {
       segments_[s].random = random_.save();
+      if (tier) tier->keep(s, segments_[s].input);
       View<const float> x = segments_[s].input;
       const Range layers = plan_.segment(s);
       for (std::size_t l = layers.begin; l < layers.end; ++l) {
@@ -104,10 +110,17 @@ class CheckpointedLayers {
         x = out;
       }
       // The segment's output is the next one's input, kept; its layers' activations are not.
-      segments_[s + 1].input = memory_.take(Lifetime::step, activations());
+      if (tier) {
+        segments_[s + 1].input = std::exchange(spare, segments_[s].input);
+        segments_[s].input = {};
+        if (options_.synchronize_boundary) tier->synchronize();
+      } else {
+        segments_[s + 1].input = memory_.take(Lifetime::step, activations());
+      }
       copy(x, segments_[s + 1].input);
       memory_.end_segment();
     }
+    restored_ = spare; // backward reads the inputs back into it
     output_ = run_segment(last, segments_[last].input);
     return output_;
   }
@@ -121,12 +134,21 @@ class CheckpointedLayers {
     View<float> grad = memory_.take(Lifetime::step, activations());
     View<float> other = memory_.take(Lifetime::step, activations());
     copy(grad_output, grad);
+    KeptInputTier* tier = options_.kept_inputs;
+    const std::size_t last = plan_.segment_count() - 1;
+    if (tier && last > 0) tier->prefetch(last - 1); // read while the last segment runs
     for (std::size_t s = plan_.segment_count(); s-- > 0;) {
-      if (s + 1 < plan_.segment_count()) {
+      if (s < last) {
         const Timer timer(options_.profile, stats_.recompute_seconds);
+        View<const float> input = segments_[s].input;
+        if (tier) {
+          tier->restore(s, restored_);
+          if (s > 0) tier->prefetch(s - 1);
+          input = restored_;
+        }
         const auto now = random_.save();
         random_.restore(segments_[s].random);
-        run_segment(s, segments_[s].input);
+        run_segment(s, input);
         random_.restore(now); // what backward draws is not changed by the recomputation
         stats_.recomputed_layers += plan_.segment(s).size();
       }
@@ -138,6 +160,7 @@ class CheckpointedLayers {
         std::swap(grad, other);
       }
       memory_.end_segment();
+      if (tier && options_.synchronize_boundary) tier->synchronize();
     }
     if (!grad_input.empty()) copy(grad, grad_input);
     stats_.peak_activation_bytes = memory_.peak_live_bytes();
@@ -153,7 +176,7 @@ class CheckpointedLayers {
 
  private:
   struct Segment {
-    View<float> input; // kept through the step
+    View<float> input; // kept through the step (with a tier: while it is the current one)
     typename Random::state_type random{};
   };
   struct Held { // a layer of the segment whose backward comes next
@@ -205,6 +228,7 @@ class CheckpointedLayers {
   std::vector<Segment> segments_;
   std::vector<Held> held_;
   View<const float> output_;
+  View<float> restored_; // with a kept-input tier: the input being recomputed from
   CheckpointStats stats_;
   bool in_step_ = false;
 };
