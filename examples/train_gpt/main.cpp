@@ -6,10 +6,10 @@
 // N ranks compute what one process computes on the global batch: rank r takes the r-th share of
 // each step's sequences, and gradients are averaged over ranks.
 
+#include "../common/share_cores.hpp"
 #include "run.hpp"
 
 #include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,28 +19,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace {
 
-// Ranks sharing a node share its cores: each rank's BLAS and OpenMP get cores / local ranks
-// threads, unless OMP_NUM_THREADS says otherwise (oversubscribed thread pools spin against each
-// other).
-int share_cores(zero::MpiCommunicator& world) {
-  MPI_Comm node;
-  MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL,
-                      &node);
-  int local_ranks = 1;
-  MPI_Comm_size(node, &local_ranks);
-  MPI_Comm_free(&node);
-  int threads = std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) threads = std::max(1, std::atoi(env));
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
-  return threads;
-}
+using examples::share_cores;
 
 train_gpt::History run_stage(zero::MpiCommunicator& world, const train_gpt::Flags& f,
                              const train_gpt::Tokens& data) {

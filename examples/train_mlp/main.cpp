@@ -7,19 +7,15 @@
 // N ranks compute what one process computes on the global batch: each step takes the next
 // --batch rows, rank r uses the r-th contiguous share, and gradients are averaged over ranks.
 
+#include "../common/share_cores.hpp"
 #include "report.hpp"
 #include "run.hpp"
-
-#include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <string_view>
-#include <thread>
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace train {
 // The engine for the plan and placement the flags ask for.
@@ -52,22 +48,7 @@ History run_stage(zero::MpiCommunicator& world, const Flags& f, const Dataset& d
 
 namespace {
 
-// Ranks sharing a node share its cores: each rank's BLAS and OpenMP get cores / local ranks
-// threads (at least one), unless OMP_NUM_THREADS says otherwise. Oversubscribed thread pools spin
-// against each other and make every step many times slower.
-int share_cores(zero::MpiCommunicator& world) {
-  MPI_Comm node;
-  MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL,
-                      &node);
-  int local_ranks = 1;
-  MPI_Comm_size(node, &local_ranks);
-  MPI_Comm_free(&node);
-  int threads = std::max(1, int(std::thread::hardware_concurrency()) / local_ranks);
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) threads = std::max(1, std::atoi(env));
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
-  return threads;
-}
+using examples::share_cores;
 
 // Where the NVMe tier keeps what, for the run's first line.
 std::string nvme_summary(const train::Flags& f) {

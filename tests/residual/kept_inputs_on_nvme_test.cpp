@@ -19,15 +19,9 @@
 namespace {
 
 using zero::View;
+using zero::testing::GeneratorState;
 using zero::testing::ramp;
 using zero::testing::ToyLayers;
-
-struct GeneratorState {
-  std::mt19937* generator;
-  using state_type = std::mt19937;
-  state_type save() const { return *generator; }
-  void restore(const state_type& state) const { *generator = state; }
-};
 
 struct Result {
   std::vector<std::vector<float>> weight_gradients;
@@ -84,8 +78,9 @@ TEST(KeptInputsOnNvme, SameGradientsAsInMemory) {
       EXPECT_EQ(tier.bytes_written(), 3 * (k - 1) * slot) << k << " checkpoints";
       EXPECT_EQ(tier.bytes_read(), 3 * (k - 1) * slot) << k << " checkpoints";
       EXPECT_EQ(tier.buffer_bytes(), 4 * slot);
-      if (k == 9) // one layer per segment: memory holds 4 inputs' worth besides one layer, not 9
+      if (k == 9) { // one layer per segment: memory holds 4 inputs besides one layer, not 9
         EXPECT_LT(on_disk.peak_bytes, in_memory.peak_bytes);
+      }
     }
   std::filesystem::remove_all(dir);
 }

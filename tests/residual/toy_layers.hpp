@@ -78,4 +78,14 @@ struct ToyLayers {
   }
 };
 
+// example-begin random-state-hook
+// The generator's whole state, saved and restored.
+struct GeneratorState {
+  std::mt19937* generator;
+  using state_type = std::mt19937;
+  state_type save() const { return *generator; }
+  void restore(const state_type& state) const { *generator = state; }
+};
+// example-end random-state-hook
+
 } // namespace zero::testing
