@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,45 @@ TEST(CheckpointedLayers, TheArenaHoldsTheLivePeakAndNothingMore) {
     EXPECT_TRUE(step());
   EXPECT_EQ(loop.memory().growths(), 0u);
   EXPECT_EQ(loop.memory().reserved_bytes(), loop.memory().peak_live_bytes());
+}
+
+TEST(CheckpointedLayers, AnAbandonedStepLeavesTheLoopUsable) {
+  // A layer throws in forward, or in backward; the next step starts afresh and gives what a fresh
+  // loop gives, and nothing of the abandoned step stays live.
+  for (bool in_backward : {false, true}) {
+    ToyLayers toy;
+    std::vector<float> w = ramp(toy.width * toy.width, 0.3f, 0);
+    std::vector<std::vector<float>> grads(toy.count);
+    bool armed = true;
+    toy.weights = [&](std::size_t l) {
+      if (armed && !in_backward && l == 4) {
+        armed = false;
+        throw std::runtime_error("a layer failed in forward");
+      }
+      return w.data();
+    };
+    toy.gradients = [&](std::size_t l, const std::vector<float>& dw) {
+      if (armed && in_backward && l == 1) {
+        armed = false;
+        throw std::runtime_error("a layer failed in backward");
+      }
+      grads[l] = dw;
+    };
+    const std::vector<float> x = ramp(toy.activation_elements(), 1, 0);
+    std::vector<float> dx(x.size());
+    auto step = [&](auto& loop) {
+      const View<const float> y = loop.forward(x);
+      loop.backward(std::vector<float>(y.begin(), y.end()), dx);
+    };
+    zero::CheckpointedLayers loop(toy, {.number_checkpoints = 3, .contiguous_memory = true});
+    EXPECT_THROW(step(loop), std::runtime_error);
+    EXPECT_EQ(loop.memory().live_bytes(), 0u);
+    step(loop);
+    const std::vector<std::vector<float>> after_failure = grads;
+    zero::CheckpointedLayers fresh(toy, {.number_checkpoints = 3});
+    step(fresh);
+    EXPECT_EQ(after_failure, grads) << (in_backward ? "backward" : "forward");
+  }
 }
 
 TEST(CheckpointedLayers, MisuseIsNamed) {

@@ -53,6 +53,12 @@ class ActivationMemory {
       }
   }
 
+  // A step that did not finish (a layer threw): what it took is free, and the arena keeps its size.
+  void abandon_step() noexcept {
+    empty(segment_);
+    empty(step_);
+  }
+
   // Bytes the arena holds (0 without `contiguous`).
   std::size_t reserved_bytes() const noexcept {
     return (step_.arena.size() + segment_.arena.size()) * sizeof(float);

@@ -70,7 +70,7 @@ struct NoRandomState {
 // One step of a checkpointed loop, as measured (the times only with `profile`).
 struct CheckpointStats {
   std::size_t recomputed_layers = 0;
-  std::size_t peak_activation_bytes = 0; // the most live at once in this step
+  std::size_t peak_activation_bytes = 0; // the most live at once in any step so far
   double forward_seconds = 0, recompute_seconds = 0, backward_seconds = 0;
 };
 
@@ -90,6 +90,7 @@ class CheckpointedLayers {
     require(!in_step_, "CheckpointedLayers: forward() twice without backward()");
     check_size("forward's input", input.size());
     in_step_ = true;
+    StartOverOnError guard{*this};
     stats_ = {};
     const Timer timer(options_.profile, stats_.forward_seconds);
     const std::size_t last = plan_.segment_count() - 1;
@@ -122,6 +123,7 @@ class CheckpointedLayers {
     }
     restored_ = spare; // backward reads the inputs back into it
     output_ = run_segment(last, segments_[last].input);
+    guard.done = true;
     return output_;
   }
 
@@ -131,6 +133,7 @@ class CheckpointedLayers {
     require(in_step_, "CheckpointedLayers: backward() without forward()");
     check_size("backward's gradient", grad_output.size());
     if (!grad_input.empty()) check_size("backward's input gradient", grad_input.size());
+    StartOverOnError guard{*this};
     View<float> grad = memory_.take(Lifetime::step, activations());
     View<float> other = memory_.take(Lifetime::step, activations());
     copy(grad_output, grad);
@@ -164,6 +167,7 @@ class CheckpointedLayers {
     }
     if (!grad_input.empty()) copy(grad, grad_input);
     stats_.peak_activation_bytes = memory_.peak_live_bytes();
+    guard.done = true;
     memory_.end_step();
     in_step_ = false;
   }
@@ -182,6 +186,17 @@ class CheckpointedLayers {
   struct Held { // a layer of the segment whose backward comes next
     View<const float> input;
     View<const float> saved;
+  };
+  // A layer that throws leaves the step unfinished: its memory is given back, and the next
+  // forward() starts a new step.
+  struct StartOverOnError {
+    CheckpointedLayers& loop;
+    bool done = false;
+    ~StartOverOnError() {
+      if (done) return;
+      loop.memory_.abandon_step();
+      loop.in_step_ = false;
+    }
   };
   struct Timer {
     Timer(bool on, double& into) : on_(on), into_(into), start_(std::chrono::steady_clock::now()) {}
