@@ -7,6 +7,7 @@
 // each step's sequences, and gradients are averaged over ranks.
 
 #include "../common/share_cores.hpp"
+#include "../common/write_file.hpp"
 #include "run.hpp"
 
 #include <nlohmann/json.hpp>
@@ -60,16 +61,8 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["gathers_on_demand"] = h.gathers_on_demand;
   j["gathers_prefetched"] = h.gathers_prefetched;
   j["model_state_bytes"] = h.memory.in_memory();
-  // Written whole under a temporary name, then renamed: never a partial file under `path`.
-  const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary);
-    out << j.dump(1) << "\n";
-    out.flush();
-    zero::require(bool(out), "--json " + path + ": cannot write (" + std::strerror(errno) + ")",
-                  zero::ErrorKind::io);
-  }
-  std::filesystem::rename(temporary, path);
+  const std::string text = j.dump(1) + "\n";
+  examples::write_file_atomically(path, {std::span<const char>(text)}); // never a part under path
 }
 
 int train_on(zero::MpiCommunicator& world, int argc, char** argv) {

@@ -4,6 +4,8 @@
 
 #include <zero/core/error.hpp>
 
+#include "../common/write_file.hpp"
+
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -89,15 +91,12 @@ inline void save(const std::string& path, const std::vector<std::size_t>& shape,
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  if (!out) bad(path, "cannot write");
-  out.write("\x93NUMPY\x01\x00", 8);
   const auto length = static_cast<std::uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&length), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data),
-            static_cast<std::streamsize>(count * sizeof(float)));
-  if (!out) bad(path, "write failed");
+  examples::write_file_atomically(
+      path, {std::span<const char>("\x93NUMPY\x01\x00", 8),
+             std::span<const char>(reinterpret_cast<const char*>(&length), 2),
+             std::span<const char>(header.data(), header.size()),
+             std::span<const char>(reinterpret_cast<const char*>(data), count * sizeof(float))});
 }
 
 } // namespace npy

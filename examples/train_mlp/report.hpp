@@ -2,6 +2,7 @@
 // What train_mlp prints and writes: the loss curve, per-rank memory by kind next to the ZeRO
 // paper's formula, communication per step next to 2Ψ / 3Ψ, and step times; --json for scripts.
 
+#include "../common/write_file.hpp"
 #include "flags.hpp"
 #include "training.hpp"
 
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -146,8 +148,7 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
 
 inline void write_json(const std::string& path, const Flags& f, const History& h,
                        const std::vector<RankMemory>& memory, int ranks) {
-  std::ofstream out(path);
-  zero::require(bool(out), "cannot write --json file " + path, zero::ErrorKind::io);
+  std::ostringstream out; // written whole, then to the disk under path (never a part there)
   auto list = [&](const auto& values) {
     std::string s = "[";
     for (std::size_t i = 0; i < values.size(); ++i)
@@ -192,6 +193,8 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
         << ", \"step_after_reduction_seconds\": " << h.steps[s].seconds.after_reduction() << "}";
   }
   out << "]\n}\n";
+  const std::string text = out.str();
+  examples::write_file_atomically(path, {std::span<const char>(text)});
 }
 
 } // namespace train

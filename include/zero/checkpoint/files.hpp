@@ -140,16 +140,30 @@ inline std::uint64_t checksum(const void* data, std::size_t bytes) {
 }
 
 // Writes `bytes` to path through a temporary name, fsyncs it and renames it over path: readers
-// see the old file or the new one, never a part. The directory is synced by the caller.
-inline OtherFile write_small_file(const std::filesystem::path& path,
+// see the old file or the new one, never a part, and a failure (a full disk) leaves neither the
+// temporary nor a part under path, with an error that names path and the system's reason. The
+// directory is synced by the caller.
+inline void write_file_atomically(const std::filesystem::path& path,
                                   std::span<const std::byte> bytes) {
   const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  {
-    FileHandle f(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-    f.write_all(bytes.data(), bytes.size(), 0);
-    f.sync();
+  try {
+    {
+      FileHandle f(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+      f.write_all(bytes.data(), bytes.size(), 0);
+      f.sync();
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename to", path);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename to", path);
+}
+
+// write_file_atomically, described for a manifest.
+inline OtherFile write_small_file(const std::filesystem::path& path,
+                                  std::span<const std::byte> bytes) {
+  write_file_atomically(path, bytes);
   return {path.filename().string(), bytes.size(), checksum(bytes.data(), bytes.size())};
 }
 
