@@ -6,6 +6,7 @@
 // N ranks compute what one process computes on the global batch: rank r takes the r-th share of
 // each step's sequences, and gradients are averaged over ranks.
 
+#include "../common/run_on_world.hpp"
 #include "../common/share_cores.hpp"
 #include "../common/write_file.hpp"
 #include "run.hpp"
@@ -143,27 +144,8 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   return 0;
 }
 
-// An error is reported while the communicator still exists; an error only one rank meets would
-// leave its peers waiting in a collective, so with several ranks it ends the job.
-int run(int argc, char** argv) {
-  zero::MpiCommunicator world(argc, argv);
-  try {
-    return train_on(world, argc, argv);
-  } catch (const zero::Error& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    std::fflush(stderr);
-    if (world.size() > 1) MPI_Abort(world.native_handle(), 2);
-    return 2;
-  }
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zero::Error& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    return 2;
-  }
+  return examples::run_on_world("train_gpt", argc, argv, train_on);
 }

@@ -7,6 +7,7 @@
 // N ranks compute what one process computes on the global batch: each step takes the next
 // --batch rows, rank r uses the r-th contiguous share, and gradients are averaged over ranks.
 
+#include "../common/run_on_world.hpp"
 #include "../common/share_cores.hpp"
 #include "report.hpp"
 #include "run.hpp"
@@ -121,30 +122,12 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   return 0;
 }
 
-// An error is reported while the communicator still exists. The library throws on every rank
-// where it can tell (a rank whose swap directory failed tells the others); an error only one rank
-// meets would leave its peers waiting in a collective, so with several ranks it ends the job.
-int run(int argc, char** argv) {
-  zero::MpiCommunicator world(argc, argv);
-  try {
-    return train_on(world, argc, argv);
-  } catch (const zero::Error& e) {
-    const bool stale = std::string_view(e.what()).find("nvme.remove_stale") != std::string::npos;
-    std::fprintf(stderr, "train_mlp: %s%s\n", e.what(),
-                 stale ? " (here: --remove-stale-swap)" : "");
-    std::fflush(stderr);
-    if (world.size() > 1) MPI_Abort(world.native_handle(), 2);
-    return 2;
-  }
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zero::Error& e) { // the communicator itself failed
-    std::fprintf(stderr, "train_mlp: %s\n", e.what());
-    return 2;
-  }
+  // The library's advice names its option; the demo's flag for it is --remove-stale-swap.
+  return examples::run_on_world("train_mlp", argc, argv, train_on, [](std::string_view what) {
+    return what.find("nvme.remove_stale") != std::string_view::npos ? " (here: --remove-stale-swap)"
+                                                                    : "";
+  });
 }

@@ -7,6 +7,7 @@
 // - through the engine at every stage, the weights of the run without checkpointing, and under
 //   stage 3 every gather but the first of a step is foreseen once the order was recorded.
 
+#include "zero/config/json.hpp"
 #include "zero/engine/engine.hpp"
 #include "zero/optim/adam.hpp"
 #include "zero/residual/checkpointed_layers.hpp"
@@ -111,6 +112,32 @@ TEST(CheckpointedLayers, PlanCutsNearlyEqualSegments) {
   EXPECT_EQ(zero::CheckpointPlan(4, 0).segment_count(), 1u) << "off: one segment";
   EXPECT_EQ(zero::ActivationCheckpointing::sqrt_of(16), 4u);
   EXPECT_EQ(zero::ActivationCheckpointing::sqrt_of(1), 1u);
+}
+
+TEST(CheckpointedLayers, DeepSpeedsSectionSetsTheChoices) {
+  using zero::ActivationCheckpointing;
+  namespace config = zero::config;
+  // No section: the loop is not checkpointed.
+  EXPECT_EQ(ActivationCheckpointing::from_config(
+                config::from_json_string("{}").activation_checkpointing, 16)
+                .number_checkpoints,
+            0u);
+  // A section without number_checkpoints: about sqrt(layers).
+  const auto sqrt_default = ActivationCheckpointing::from_config(
+      config::from_json_string(R"({"activation_checkpointing": {"profile": true}})")
+          .activation_checkpointing,
+      16);
+  EXPECT_EQ(sqrt_default.number_checkpoints, 4u);
+  EXPECT_TRUE(sqrt_default.profile);
+  const auto given = ActivationCheckpointing::from_config(
+      config::from_json_string(
+          R"({"activation_checkpointing": {"number_checkpoints": 3, "contiguous_memory_optimization": true,
+              "synchronize_checkpoint_boundary": true}})")
+          .activation_checkpointing,
+      16);
+  EXPECT_EQ(given.number_checkpoints, 3u);
+  EXPECT_TRUE(given.contiguous_memory);
+  EXPECT_TRUE(given.synchronize_boundary);
 }
 
 TEST(CheckpointedLayers, MemoryIsKInputsAndOneSegment) {
