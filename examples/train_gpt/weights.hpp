@@ -3,6 +3,7 @@
 // names its state_dict (what reference.py writes), or drawn as nanoGPT draws them: weights and
 // embeddings N(0, 0.02), biases 0, LayerNorm weights 1.
 
+#include "../common/finite_values.hpp"
 #include "../train_mlp/npy.hpp"
 #include "gpt.hpp"
 
@@ -39,6 +40,7 @@ struct InitialWeights {
                     path + ": shape " + shape_text(a.shape) + ", the model's " + p.name + " is " +
                         shape_text(p.shape),
                     zero::ErrorKind::invalid_argument);
+      examples::require_finite(path, a.data, a.shape.size() < 2 ? 1 : a.shape.back());
       if (w.layers.size() <= std::size_t(p.layer)) w.layers.resize(std::size_t(p.layer) + 1);
       auto& layer = w.layers[std::size_t(p.layer)];
       layer.insert(layer.end(), a.data.begin(), a.data.end());

@@ -3,6 +3,7 @@
 // labels Gaussian inputs) or arrays from .npy files, and weights initialised like torch.nn.Linear
 // (uniform in ±1/sqrt(in)) or read from .npy files.
 
+#include "../common/finite_values.hpp"
 #include "mlp.hpp"
 #include "npy.hpp"
 
@@ -63,6 +64,8 @@ inline std::vector<float> load_layer(const std::string& dir, const mlp::Shape& s
                     std::to_string(shape.in(l)) + ") for --layers");
   zero::require(b.data.size() == shape.out(l),
                 base + ".bias.npy: expected " + std::to_string(shape.out(l)) + " values");
+  examples::require_finite(base + ".weight.npy", w.data, w.cols());
+  examples::require_finite(base + ".bias.npy", b.data, 1);
   std::vector<float> layer = w.data;
   layer.insert(layer.end(), b.data.begin(), b.data.end());
   return layer;
@@ -151,6 +154,8 @@ inline Dataset load_dataset(const std::string& dir, const mlp::Shape& shape) {
                     " (the output width)");
   zero::require(x.rows() == y.rows() && x.rows() > 0,
                 dir + ": x.npy and y.npy need the same, non-zero, row count");
+  examples::require_finite(dir + "/x.npy", x.data, x.cols());
+  examples::require_finite(dir + "/y.npy", y.data, y.cols());
   return Dataset{x.cols(), y.cols(), x.rows(), x.data, y.data};
 }
 

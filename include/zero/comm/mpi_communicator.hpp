@@ -8,6 +8,7 @@
 #include "zero/comm/detail/collective_api.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/mpi_transport.hpp"
+#include "zero/comm/detail/peer_liveness.hpp"
 #include "zero/comm/detail/progress_worker.hpp"
 #include "zero/comm/detail/shm_transport.hpp"
 #include "zero/comm/detail/validation.hpp"
@@ -18,7 +19,9 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -83,7 +86,9 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
     std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>>
         transport;
     std::uint64_t sequence = 0;
+    std::unique_ptr<detail::PeerLiveness> peers;
     std::unique_ptr<detail::ProgressWorker> worker;
+    int exceptions_at_start = std::uncaught_exceptions();
 
     State(MPI_Comm parent, const CommOptions& opts) : options(opts) {
       initialize_mpi();
@@ -92,14 +97,28 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
       ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
       ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
       choose_transport();
+      peers = std::make_unique<detail::PeerLiveness>(comm, rank);
+      detail::Watchdog watchdog{
+          .timeout_seconds = options.timeout_seconds,
+          .on_timeout = [this](const std::string& what,
+                               double seconds) { abort_on_timeout(what, seconds); },
+          .on_slow = [this](const std::string& what, double) { abort_if_peer_lost(what); },
+          .rank = rank,
+          .size = size};
       worker = std::make_unique<detail::ProgressWorker>(
-          [this](const CollectiveArgs& args) { execute(args); }, options.timeout_seconds,
-          [this](const std::string& what, double seconds) { abort_on_timeout(what, seconds); });
+          [this](const CollectiveArgs& args) { execute(args); }, std::move(watchdog));
     }
+    // std::visit and the variant's assignment throw only for a valueless variant, which a variant
+    // of unique_ptrs never is. NOLINTNEXTLINE(bugprone-exception-escape)
     ~State() {
-      worker.reset(); // finishes queued collectives first
+      worker.reset(); // finishes queued collectives first (their peers have queued them too)
+      // Freeing the window and the communicator are collective calls. A rank that unwinds from an
+      // error (an exception seen on this rank only) must not wait in them for peers that are
+      // still waiting for its next collective: it leaves them to the process's end (MPI_Abort).
+      const bool unwinding = std::uncaught_exceptions() > exceptions_at_start;
+      if (unwinding) std::visit([](auto& t) { t->abandon(); }, transport);
       transport = std::unique_ptr<detail::MpiTransport>();
-      if (comm != MPI_COMM_NULL) ZERO_LOG_MPI(MPI_Comm_free(&comm));
+      if (comm != MPI_COMM_NULL && !unwinding) ZERO_LOG_MPI(MPI_Comm_free(&comm));
     }
 
     void choose_transport() {
@@ -134,6 +153,19 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
                    what.c_str(), rank, size, seconds, options.timeout_seconds);
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 3);
+      std::abort();
+    }
+
+    // A peer that is gone will never take part: end the job now instead of at the timeout.
+    void abort_if_peer_lost(const std::string& what) const {
+      const std::optional<std::string> lost = peers->lost_peers();
+      if (!lost) return;
+      std::fprintf(stderr,
+                   "zero: %s on rank %d of %d cannot complete: %s gone (killed or exited while "
+                   "this rank waited). Aborting the job.\n",
+                   what.c_str(), rank, size, lost->c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 4);
       std::abort();
     }
   };

@@ -34,6 +34,7 @@
 #include "zero/optim/optimizer.hpp"
 #include "zero/precision/grad_norm.hpp"
 #include "zero/precision/loss_scaler.hpp"
+#include "zero/precision/skipped_steps.hpp"
 #include "zero/shard/verify.hpp"
 #include "zero/stage/placement.hpp"
 #include "zero/stage/plan.hpp"
@@ -92,9 +93,10 @@ class Engine {
 
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {})
-      : options_(validated(options)), optimizer_(std::move(optimizer)), scaler_(std::move(scaler)),
-        groups_(comm), model_(make_layout_checked(groups_.shard(), std::move(parameters)),
-                              groups_.shard().rank(), groups_.world().rank()),
+      : options_(validated(std::move(options))), optimizer_(std::move(optimizer)),
+        scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps), groups_(comm),
+        model_(make_layout_checked(groups_.shard(), std::move(parameters)), groups_.shard().rank(),
+               groups_.world().rank()),
         micro_(*model_.sharded, options_.gradient_accumulation_steps) {
     agree_on_options(groups_.world(), options_);
     check_requested_place(options_.offload_optimizer,
@@ -236,6 +238,8 @@ class Engine {
     result.communication = total - last_total_;
     last_total_ = total;
     result.seconds.total = clock.total();
+    // Last, so that a run stopped here leaves the engine between steps.
+    skipped_.record(!result.applied, result.loss_scale, scaler_.state().dynamic);
     return result;
   }
 
@@ -389,6 +393,7 @@ class Engine {
   static void agree_on_options(Counted& world, const EngineOptions& options) {
     const auto settings = options.shared_settings();
     std::vector<std::int64_t> mine;
+    mine.reserve(settings.size());
     for (const auto& [name, value] : settings)
       mine.push_back(static_cast<std::int64_t>(value));
     std::vector<std::int64_t> all(mine.size() * std::size_t(world.size()));
@@ -478,6 +483,7 @@ class Engine {
   EngineOptions options_;
   Opt optimizer_;
   Scaler scaler_;
+  SkippedSteps skipped_;
   Groups groups_;
   ModelLayout model_;
   MicroSteps micro_;

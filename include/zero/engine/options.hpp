@@ -37,6 +37,9 @@ struct EngineOptions {
   std::size_t persistence_threshold = 0;
   std::size_t prefetch_elements = 50'000'000;
   std::size_t max_live_elements = 1'000'000'000;
+  // A run whose gradients overflow this many steps in a row stops with an error (0: never); see
+  // precision/skipped_steps.hpp. Not a DeepSpeed setting: DeepSpeed skips such steps forever.
+  std::int64_t max_consecutive_skipped_steps = 100;
   // The NVMe tier, for placements that put states there (stage/placement.hpp).
   NvmeOptions nvme;
   // Where a DeepSpeed config asked for optimizer states and parameters to go (none: no request);
@@ -48,7 +51,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 9> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 10> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -57,7 +60,8 @@ struct EngineOptions {
              {"deterministic", std::uint64_t(deterministic)},
              {"persistence_threshold", persistence_threshold},
              {"prefetch_elements", prefetch_elements},
-             {"max_live_elements", max_live_elements}}};
+             {"max_live_elements", max_live_elements},
+             {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)}}};
   }
 
   void validate() const {
@@ -71,6 +75,8 @@ struct EngineOptions {
             "engine: gradient_accumulation_steps must be at least 1");
     require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
+    require(max_consecutive_skipped_steps >= 0,
+            "engine: max_consecutive_skipped_steps must be 0 (no limit) or positive");
     nvme.validate();
   }
 

@@ -2,9 +2,12 @@
 // One thread per communicator that runs its collectives in submission order (the order MPI and
 // every rank agree on), so that the caller's thread computes while communication progresses.
 // A watchdog thread reports an operation that runs past the timeout: the sign of a rank that
-// skipped or mismatched a collective, which would otherwise hang the job forever.
+// skipped or mismatched a collective, which would otherwise hang the job forever. Before that, it
+// offers every slow operation to `on_slow` once a second (the communicator looks for a lost
+// peer), and the operation in progress is recorded for the termination report.
 
 #include "zero/comm/collective.hpp"
+#include "zero/comm/detail/termination_report.hpp"
 #include "zero/comm/detail/thread_work.hpp"
 
 #include <atomic>
@@ -21,14 +24,24 @@
 
 namespace zero::detail {
 
+struct Watchdog {
+  using OnLate = std::function<void(const std::string& what, double seconds)>;
+  double timeout_seconds = 300;
+  OnLate on_timeout; // the running operation is past the timeout (expected not to return)
+  OnLate on_slow;    // it has run longer than `slow_seconds`; called again every period
+  double slow_seconds = 1;
+  int rank = 0; // how the termination report names this communicator's rank
+  int size = 1;
+};
+
 class ProgressWorker {
  public:
   using Execute = std::function<void(const CollectiveArgs&)>;
-  using OnTimeout = std::function<void(const std::string& what, double seconds)>;
 
-  ProgressWorker(Execute execute, double timeout_seconds, OnTimeout on_timeout)
-      : execute_(std::move(execute)), on_timeout_(std::move(on_timeout)),
-        timeout_(std::chrono::duration<double>(timeout_seconds)) {
+  ProgressWorker(Execute execute, Watchdog watchdog)
+      : execute_(std::move(execute)), watchdog_options_(std::move(watchdog)),
+        timeout_(std::chrono::duration<double>(watchdog_options_.timeout_seconds)),
+        record_(watchdog_options_.rank, watchdog_options_.size) {
     worker_ = std::thread([this] { run(); });
     watchdog_ = std::thread([this] { watch(); });
   }
@@ -77,6 +90,10 @@ class ProgressWorker {
       std::shared_ptr<ThreadWork> work = next();
       if (!work) return;
       set_running(work);
+      if (work->task())
+        record_.begin(work->description());
+      else
+        record_.begin(work->args());
       std::exception_ptr error;
       try {
         if (work->task())
@@ -86,6 +103,7 @@ class ProgressWorker {
       } catch (...) {
         error = std::current_exception();
       }
+      record_.end();
       set_running(nullptr);
       work->complete(error);
     }
@@ -118,7 +136,10 @@ class ProgressWorker {
       }
       if (!running) continue;
       const double seconds = static_cast<double>(now_ns() - since) * 1e-9;
-      if (seconds > timeout_.count()) on_timeout_(running->description(), seconds);
+      if (seconds > timeout_.count())
+        watchdog_options_.on_timeout(running->description(), seconds);
+      else if (seconds > watchdog_options_.slow_seconds && watchdog_options_.on_slow)
+        watchdog_options_.on_slow(running->description(), seconds);
     }
   }
 
@@ -135,8 +156,9 @@ class ProgressWorker {
   }
 
   Execute execute_;
-  OnTimeout on_timeout_;
+  Watchdog watchdog_options_;
   std::chrono::duration<double> timeout_;
+  OperationRecord record_; // for the termination report
 
   std::mutex mutex_;
   std::condition_variable queue_cv_;

@@ -85,7 +85,12 @@ class ShmTransport {
 
   ShmTransport(const ShmTransport&) = delete;
   ShmTransport& operator=(const ShmTransport&) = delete;
-  ~ShmTransport() { ZERO_LOG_MPI(MPI_Win_free(&window_)); }
+  ~ShmTransport() {
+    if (window_ != MPI_WIN_NULL) ZERO_LOG_MPI(MPI_Win_free(&window_));
+  }
+  // Forgets the window without freeing it: freeing is collective, and a rank leaving on an error
+  // must not wait for peers that may never come (the memory goes with the process).
+  void abandon() noexcept { window_ = MPI_WIN_NULL; }
 
   std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
 
