@@ -189,10 +189,12 @@ TEST(NvmeEngine, AFaultOnOneRankStopsEveryRank) {
         },
         needle);
   }
-  EXPECT_TRUE(root.holds_no_files()) << "the ranks that built their files removed them";
-  std::vector<int> one{1}; // every rank is here, and the communicator still works
+  // Every rank is here, and the communicator still works; only then may the files be counted (a
+  // slower rank may still be removing its own).
+  std::vector<int> one{1};
   world.all_reduce(one, zero::ReduceOp::sum).wait();
   EXPECT_EQ(one[0], world.size());
+  EXPECT_TRUE(root.holds_no_files()) << "the ranks that built their files removed them";
 }
 
 TEST(NvmeEngine, AConfigAskingForNvmeNeedsThePlacement) {

@@ -5,7 +5,10 @@
 //             thread (state_save.hpp).
 //   finish(): the writers are joined and every rank agrees that each succeeded (a failure on one
 //             rank throws on all); rank 0 publishes the manifest, renames, and moves DIR/latest.
-// A background save stays in flight between the two.
+// A background save stays in flight between the two. Where a step fails on any rank (a full disk,
+// an I/O error), it throws on every rank, naming the rank, the file and the system's reason, and
+// rank 0 removes what the save wrote (abandon()): DIR/latest and the checkpoints in DIR stay as
+// they were.
 
 #include "zero/checkpoint/directory.hpp"
 #include "zero/checkpoint/files.hpp"
@@ -30,12 +33,14 @@ class Saver {
   void begin(Comm& world, const std::filesystem::path& dir, Manifest manifest,
              const CheckpointOptions& options, Store* store, int saving_ranks) {
     require(!pending_, "checkpoint: a save is already in flight");
-    agreed(world, "preparing the checkpoint " + (dir / manifest.tag).string(), [&] {
-      if (world.rank() != 0) return;
-      prepare(dir, manifest.tag);
-      if (!options.user_state.empty())
-        manifest.user_state =
-            write_small_file(partial_dir(dir, manifest.tag) / user_state_file, options.user_state);
+    or_abandon(world, dir, manifest.tag, [&] {
+      agreed(world, "preparing the checkpoint " + (dir / manifest.tag).string(), [&] {
+        if (world.rank() != 0) return;
+        prepare(dir, manifest.tag);
+        if (!options.user_state.empty())
+          manifest.user_state = write_small_file(partial_dir(dir, manifest.tag) / user_state_file,
+                                                 options.user_state);
+      });
     });
     const auto partial = partial_dir(dir, manifest.tag);
     if (!store)
@@ -64,16 +69,32 @@ class Saver {
     StateSave save = std::move(*pending_);
     pending_.reset();
     const Manifest manifest = std::move(manifest_);
-    agreed(world, "writing the checkpoint's state files", [&] {
-      save.join();
-      crash_point("states-written", world.rank());
-    });
-    agreed(world, "publishing the checkpoint " + (dir_ / manifest.tag).string(), [&] {
-      if (world.rank() == 0) commit(dir_, manifest.tag, manifest, saving_ranks_);
+    const std::string checkpoint = (dir_ / manifest.tag).string();
+    or_abandon(world, dir_, manifest.tag, [&] {
+      agreed(world, "writing the state files of the checkpoint " + checkpoint, [&] {
+        save.join();
+        crash_point("states-written", world.rank());
+      });
+      agreed(world, "publishing the checkpoint " + checkpoint, [&] {
+        if (world.rank() == 0) commit(dir_, manifest.tag, manifest, saving_ranks_);
+      });
     });
   }
 
  private:
+  // Runs `step` (agreed collectives); where it throws, rank 0 removes what the save wrote before
+  // rethrowing. Every writer has stopped by then: each rank joined its own before agreeing.
+  template <class Comm, class Step>
+  static void or_abandon(Comm& world, const std::filesystem::path& dir, const std::string& tag,
+                         Step&& step) {
+    try {
+      step();
+    } catch (...) {
+      if (world.rank() == 0) abandon(dir, tag);
+      throw;
+    }
+  }
+
   std::optional<StateSave> pending_;
   std::filesystem::path dir_;
   Manifest manifest_;

@@ -71,12 +71,18 @@ class SwapDirectory {
     path_ = owner_ / ("rank" + std::to_string(rank));
     // Root ignores permission bits: writability shows only by creating something. The lock file
     // is that test; a directory that another tier is just removing makes it fail with ENOENT.
-    for (int attempt = 0; lock_fd_ < 0; ++attempt) {
-      make_directory(nvme_path, root_);
-      make_directory(nvme_path, owner_);
-      make_directory(nvme_path, path_);
-      lock_fd_ = ::open((path_ / swap_lock_name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (lock_fd_ < 0 && (errno != ENOENT || attempt == 3)) not_writable(nvme_path, path_, errno);
+    try {
+      for (int attempt = 0; lock_fd_ < 0; ++attempt) {
+        make_directory(nvme_path, root_);
+        make_directory(nvme_path, owner_);
+        make_directory(nvme_path, path_);
+        lock_fd_ = ::open((path_ / swap_lock_name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lock_fd_ < 0 && (errno != ENOENT || attempt == 3))
+          not_writable(nvme_path, path_, errno);
+      }
+    } catch (...) {
+      remove_empty_directories(); // made before the disk was full
+      throw;
     }
     if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       const std::string holder = read_holder(lock_fd_);
@@ -133,8 +139,17 @@ class SwapDirectory {
     not_writable(nvme_path, directory, errno);
   }
 
+  // This tier's directories, where empty (another tier's files keep the shared ones).
+  void remove_empty_directories() const noexcept {
+    for (const auto* directory : {&path_, &owner_, &root_})
+      ::rmdir(directory->c_str());
+  }
+
   [[noreturn]] static void not_writable(const std::filesystem::path& nvme_path,
                                         const std::filesystem::path& what, int error) {
+    if (error == ENOSPC || error == EDQUOT) // writable, but full
+      fail(ErrorKind::io, "nvme_path " + nvme_path.string() + " is full: creating " +
+                              what.string() + " failed: " + errno_text(error));
     fail(ErrorKind::invalid_argument,
          "nvme_path " + nvme_path.string() + " is not writable: creating " + what.string() +
              " failed: " + errno_text(error) +
@@ -161,9 +176,13 @@ class SwapDirectory {
       log_error("removed from swap directory " + path_.string() + " " + what);
     }
     const std::string us = describe_this_process() + "\n";
+    errno = ENOSPC; // what a short write means
     if (::ftruncate(lock_fd_, 0) != 0 ||
         ::pwrite(lock_fd_, us.data(), us.size(), 0) != static_cast<ssize_t>(us.size())) {
       const int error = errno;
+      // A full disk: leave nothing behind.
+      ::unlink((path_ / swap_lock_name).c_str());
+      remove_empty_directories();
       ::close(lock_fd_);
       fail(ErrorKind::io, "cannot write the lock file of swap directory " + path_.string() + ": " +
                               errno_text(error));

@@ -86,7 +86,8 @@ inline std::shared_ptr<SwapFileState> create_swap_file(const std::filesystem::pa
     if (error == ENOSPC || error == EDQUOT)
       fail(ErrorKind::io, "no space for swap file " + path.string() + ": it needs " +
                               std::to_string(bytes) + " bytes, the file system has " +
-                              std::to_string(free_bytes(path.parent_path())) + " free");
+                              std::to_string(free_bytes(path.parent_path())) + " free (" +
+                              errno_text(error) + ")");
     fail(ErrorKind::io, "cannot allocate " + std::to_string(bytes) + " bytes for swap file " +
                             path.string() + ": " + errno_text(error));
   }
