@@ -9,6 +9,7 @@
 #include <zero/core/error.hpp>
 #include <zero/residual/checkpoint_plan.hpp>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,7 @@ struct Flags {
   int print_every = 0;
 };
 
+// Up to the largest int: every count here is one (--steps, --stage), or meaningless beyond it.
 inline std::size_t positive(const std::string& flag, const std::string& value,
                             bool zero_ok = false) {
   std::size_t used = 0;
@@ -63,9 +65,11 @@ inline std::size_t positive(const std::string& flag, const std::string& value,
     n = std::stoll(value, &used);
   } catch (const std::exception&) {
   }
-  zero::require(used == value.size() && (n > 0 || (zero_ok && n == 0)),
+  zero::require(used == value.size() && (n > 0 || (zero_ok && n == 0)) &&
+                    n <= std::numeric_limits<int>::max(),
                 flag + ": expected a " + (zero_ok ? "non-negative" : "positive") +
-                    " integer, got '" + value + "'");
+                    " integer up to " + std::to_string(std::numeric_limits<int>::max()) +
+                    ", got '" + value + "'");
   return static_cast<std::size_t>(n);
 }
 

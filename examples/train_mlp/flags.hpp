@@ -8,6 +8,8 @@
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -157,7 +159,14 @@ inline Flags parse(int argc, char** argv) {
     f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
     f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
   }
-  for (const auto& [flag, value] : pairs) {
+  constexpr double int_max = std::numeric_limits<int>::max();
+  constexpr double unsigned_max = std::numeric_limits<unsigned>::max();
+  constexpr double size_max =
+      0x1p53; // sizes beyond 2^53 mean nothing here; a double holds all below
+  // Named references, not a structured binding: clang before 16 cannot capture one in a lambda.
+  for (const auto& pair : pairs) {
+    const std::string& flag = pair.first;
+    const std::string& value = pair.second;
     auto number = [&] {
       try {
         std::size_t used = 0;
@@ -167,23 +176,25 @@ inline Flags parse(int argc, char** argv) {
       }
       zero::fail(zero::ErrorKind::invalid_argument, flag + ": '" + value + "' is not a number");
     };
-    auto whole = [&](double minimum) {
+    // A whole number that the field it sets holds (casting a larger double is undefined).
+    auto whole = [&](double minimum, double maximum) {
       const double v = number();
-      zero::require(v >= minimum && v == std::floor(v),
-                    flag + ": expected a whole number >= " + std::to_string(int(minimum)) +
-                        ", got " + value);
+      zero::require(v >= minimum && v <= maximum && v == std::floor(v),
+                    flag + ": expected a whole number from " +
+                        std::to_string(std::llround(minimum)) + " to " +
+                        std::to_string(std::llround(maximum)) + ", got " + value);
       return v;
     };
     if (flag == "--help" || flag == "-h") {
       f.steps = -1;
     } else if (flag == "--config") {
     } else if (flag == "--stage") {
-      f.stage = int(whole(0));
+      f.stage = int(whole(0, int_max));
       zero::require(f.stage <= 3, "--stage: expected 0..3, got " + value);
     } else if (flag == "--steps")
-      f.steps = int(whole(0));
+      f.steps = int(whole(0, int_max));
     else if (flag == "--batch")
-      f.batch = std::size_t(whole(1));
+      f.batch = std::size_t(whole(1, size_max));
     else if (flag == "--layers")
       f.shape.widths = parse_widths(value);
     else if (flag == "--activation") {
@@ -198,7 +209,7 @@ inline Flags parse(int argc, char** argv) {
                     "--dtype: expected fp32, fp16 or bf16, got " + value);
       f.dtype = zero::parse_dtype(value);
     } else if (flag == "--grad-accum")
-      f.grad_accum = int(whole(1));
+      f.grad_accum = int(whole(1, int_max));
     else if (flag == "--clip")
       f.clip = number();
     else if (flag == "--deterministic")
@@ -214,11 +225,11 @@ inline Flags parse(int argc, char** argv) {
     else if (flag == "--momentum")
       f.momentum = number();
     else if (flag == "--bucket")
-      f.bucket = std::size_t(whole(1));
+      f.bucket = std::size_t(whole(1, size_max));
     else if (flag == "--data-npy")
       f.data_npy = value;
     else if (flag == "--data-rows")
-      f.data_rows = std::size_t(whole(1));
+      f.data_rows = std::size_t(whole(1, size_max));
     else if (flag == "--init-npy")
       f.init_npy = value;
     else if (flag == "--save-npy")
@@ -228,22 +239,22 @@ inline Flags parse(int argc, char** argv) {
     else if (flag == "--save-checkpoint")
       f.save_checkpoint = value;
     else if (flag == "--save-every")
-      f.save_every = int(whole(1));
+      f.save_every = int(whole(1, int_max));
     else if (flag == "--load-checkpoint")
       f.load_checkpoint = value;
     else if (flag == "--async-checkpoint")
       f.async_checkpoint = true;
     else if (flag == "--seed")
-      f.seed = unsigned(whole(0));
+      f.seed = unsigned(whole(0, unsigned_max));
     else if (flag == "--print-every")
-      f.print_every = int(whole(1));
+      f.print_every = int(whole(1, int_max));
     else if (flag == "--nvme") {
       f.optimizer_on_nvme = true;
       f.nvme_path = value;
     } else if (flag == "--nvme-params")
       f.parameters_on_nvme = true;
     else if (flag == "--sub-group-size")
-      f.sub_group_size = std::size_t(whole(1));
+      f.sub_group_size = std::size_t(whole(1, size_max));
     else if (flag == "--remove-stale-swap")
       f.remove_stale_swap = true;
     else if (flag == "--no-reference-pass")

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -206,12 +207,15 @@ int resume(Engine& engine, const Flags& f, std::optional<zero::LrScheduler>& sch
   // example-end checkpoint-load
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The user state is read from the checkpoint: "train_mlp steps N", nothing else.
   const std::string text(reinterpret_cast<const char*>(c.user_state.data()), c.user_state.size());
   const std::string prefix = "train_mlp steps ";
-  zero::require(text.starts_with(prefix),
-                "--load-checkpoint: " + c.path.string() + " was not saved by train_mlp",
+  int done = -1;
+  const char* const end = text.data() + text.size();
+  const bool ours = text.starts_with(prefix) &&
+                    std::from_chars(text.data() + prefix.size(), end, done).ptr == end && done >= 0;
+  zero::require(ours, "--load-checkpoint: " + c.path.string() + " was not saved by train_mlp",
                 zero::ErrorKind::mismatch);
-  const int done = std::stoi(text.substr(prefix.size()));
   zero::require(done <= f.steps, "--load-checkpoint: " + c.path.string() + " has done " +
                                      std::to_string(done) + " steps, more than --steps " +
                                      std::to_string(f.steps));

@@ -6,12 +6,15 @@
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace bench {
+
+inline constexpr std::size_t max_sizes = 1000; // rows of one sweep
 
 inline const char* usage =
     "usage: mpirun -np N zero-bench-collectives [options]\n"
@@ -48,13 +51,18 @@ struct Options {
 
   std::vector<std::size_t> sizes() const {
     std::vector<std::size_t> result;
-    for (double s = double(min_bytes); s <= double(max_bytes) * (1 + 1e-9); s *= factor) {
+    // One past max_sizes at most: parse_options refuses a sweep longer than that.
+    for (double s = double(min_bytes);
+         s <= double(max_bytes) * (1 + 1e-9) && result.size() <= max_sizes; s *= factor) {
       result.push_back(static_cast<std::size_t>(s));
       if (factor <= 1) break;
     }
     return result;
   }
 };
+
+// The largest size taken: 2^53 bytes (8 PiB), which a double holds exactly.
+inline constexpr double max_size_bytes = 0x1p53;
 
 inline std::size_t parse_size(std::string_view text) {
   std::size_t end = 0;
@@ -75,8 +83,21 @@ inline std::size_t parse_size(std::string_view text) {
   else if (!suffix.empty() && suffix != "B")
     zero::fail(zero::ErrorKind::invalid_argument,
                "bad size suffix in '" + std::string(text) + "' (use K, M or G)");
-  zero::require(value >= 0, "sizes must be non-negative");
+  // Also refuses NaN and infinity, whose conversion to an integer is undefined.
+  zero::require(value >= 0 && value * scale <= max_size_bytes,
+                "bad size '" + std::string(text) + "' (from 0 to 8 PiB, 2^53 bytes)");
   return static_cast<std::size_t>(value * scale);
+}
+
+inline double parse_number(std::string_view flag, std::string_view text) {
+  try {
+    std::size_t end = 0;
+    const double v = std::stod(std::string(text), &end);
+    if (end == text.size() && std::isfinite(v)) return v;
+  } catch (...) {
+  }
+  zero::fail(zero::ErrorKind::invalid_argument,
+             std::string(flag) + " expects a number, got '" + std::string(text) + "'");
 }
 
 inline int parse_int(std::string_view flag, std::string_view text, int minimum) {
@@ -116,7 +137,7 @@ inline Options parse_options(int argc, char** argv) {
     else if (flag == "-e" || flag == "--maxbytes")
       o.max_bytes = parse_size(value());
     else if (flag == "-f" || flag == "--stepfactor")
-      o.factor = std::stod(std::string(value()));
+      o.factor = parse_number(flag, value());
     else if (flag == "-n" || flag == "--iters")
       o.iterations = parse_int(flag, value(), 1);
     else if (flag == "-w" || flag == "--warmup_iters")
@@ -143,8 +164,13 @@ inline Options parse_options(int argc, char** argv) {
       zero::fail(zero::ErrorKind::invalid_argument,
                  "unknown option '" + std::string(flag) + "' (see --help)");
   }
+  zero::require(o.min_bytes >= 1, "-b must be at least 1 (a sweep from 0 never grows)");
   zero::require(o.min_bytes <= o.max_bytes, "-b must not exceed -e");
   zero::require(o.factor >= 1, "-f must be at least 1");
+  // A sweep is a table to read, not an endless run: -f 1.000001 would make millions of sizes.
+  zero::require(o.sizes().size() <= max_sizes, "-b, -e and -f make more than " +
+                                                   std::to_string(max_sizes) +
+                                                   " sizes; take a larger -f");
   zero::require(o.backend == "mpi" || o.backend == "raw-mpi" || o.backend == "nccl",
                 "--backend must be mpi, raw-mpi or nccl, got '" + o.backend + "'");
   return o;

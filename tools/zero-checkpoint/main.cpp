@@ -6,10 +6,13 @@
 //   zero-checkpoint consolidate DIR [--tag TAG] --to OUTDIR [--moments]
 //       the full fp32 weights (and the optimizer's moments, as NAME.exp_avg, ...) as one
 //       safetensors file, or as one .npy per tensor; streamed in bounded pieces, so memory stays
-//       small whatever the model's size
+//       small whatever the model's size. Each file is written under NAME.partial and renamed once
+//       whole: a full disk leaves no partial file, and the error names the path and the reason.
 //
 // DIR is a checkpoint directory (its `latest` is used unless --tag) or one checkpoint. Exit
 // status: 0, 1 for a bad or corrupt checkpoint (the message names the file), 2 for bad usage.
+
+#include "arguments.hpp"
 
 #include <zero/checkpoint/directory.hpp>
 #include <zero/checkpoint/files.hpp>
@@ -34,56 +37,7 @@ namespace ck = zero::checkpoint;
 
 constexpr std::size_t piece_elements = std::size_t(16) << 20; // 64 MiB of floats at a time
 
-struct Arguments {
-  std::string command;
-  fs::path dir;
-  std::optional<std::string> tag;
-  fs::path to;
-  bool moments = false;
-  bool verify = true;
-};
-
-[[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "zero-checkpoint: %s\n"
-               "usage: zero-checkpoint inspect DIR [--tag TAG] [--no-verify]\n"
-               "       zero-checkpoint consolidate DIR [--tag TAG] --to OUT.safetensors|OUTDIR "
-               "[--moments]\n",
-               problem.c_str());
-  std::exit(2);
-}
-
-Arguments parse(int argc, char** argv) {
-  Arguments a;
-  std::vector<std::string> rest;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--tag")
-      a.tag = value();
-    else if (arg == "--to")
-      a.to = value();
-    else if (arg == "--moments")
-      a.moments = true;
-    else if (arg == "--no-verify")
-      a.verify = false;
-    else if (arg == "-h" || arg == "--help")
-      usage("help");
-    else if (arg.starts_with("--"))
-      usage("unknown option " + arg);
-    else
-      rest.push_back(arg);
-  }
-  if (rest.size() != 2) usage("expected a command and a directory");
-  a.command = rest[0];
-  a.dir = rest[1];
-  if (a.command != "inspect" && a.command != "consolidate") usage("unknown command " + a.command);
-  if (a.command == "consolidate" && a.to.empty()) usage("consolidate needs --to");
-  return a;
-}
+using zero_checkpoint::Arguments;
 
 std::string gigabytes(double bytes) {
   char text[32];
@@ -169,12 +123,28 @@ std::string shape_text(const std::vector<std::size_t>& shape, const char* open, 
   return s + close;
 }
 
-void publish(const fs::path& tmp, const fs::path& to) {
-  std::error_code ec;
-  fs::rename(tmp, to, ec);
-  if (ec)
-    throw zero::Error(zero::ErrorKind::io,
-                      "cannot rename " + tmp.string() + " to " + to.string() + ": " + ec.message());
+// Writes `to` whole under a temporary name (write(file) fills it), flushes it and renames it: a
+// full disk or an I/O error leaves neither a part under `to` nor the temporary, and the error names
+// the path and the system's reason.
+template <class Write>
+void write_whole(const fs::path& to, Write&& write) {
+  const fs::path tmp = to.string() + ".partial";
+  try {
+    {
+      const ck::FileHandle file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+      write(file);
+      file.sync();
+    }
+    std::error_code ec;
+    fs::rename(tmp, to, ec);
+    if (ec)
+      throw zero::Error(zero::ErrorKind::io, "cannot rename " + tmp.string() + " to " +
+                                                 to.string() + ": " + ec.message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
+  }
 }
 
 void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
@@ -194,9 +164,7 @@ void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Argume
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
-  const fs::path tmp = a.to.string() + ".partial";
-  {
-    const ck::FileHandle file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  write_whole(a.to, [&](const ck::FileHandle& file) {
     const std::uint64_t length = text.size();
     unsigned char prefix[8];
     for (int i = 0; i < 8; ++i)
@@ -208,9 +176,7 @@ void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Argume
       stream(reader, m, o, file, offset);
       offset += m.parameters[o.parameter].numel * sizeof(float);
     }
-    file.sync();
-  }
-  publish(tmp, a.to);
+  });
   std::printf("wrote %s: %zu tensors, %s\n", a.to.c_str(), list.size(),
               gigabytes(double(data)).c_str());
 }
@@ -232,15 +198,10 @@ void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Argu
     start += static_cast<char>(header.size() & 0xff);
     start += static_cast<char>(header.size() >> 8);
     start += header;
-    const fs::path final_path = a.to / (o.name + ".npy");
-    const fs::path tmp = final_path.string() + ".partial";
-    {
-      const ck::FileHandle file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    write_whole(a.to / (o.name + ".npy"), [&](const ck::FileHandle& file) {
       file.write_all(start.data(), start.size(), 0);
       stream(reader, m, o, file, start.size());
-      file.sync();
-    }
-    publish(tmp, final_path);
+    });
     total += m.parameters[o.parameter].numel * sizeof(float);
   }
   std::printf("wrote %zu .npy files to %s, %s\n", list.size(), a.to.c_str(),
@@ -260,7 +221,17 @@ void consolidate(const Arguments& a) {
 } // namespace
 
 int main(int argc, char** argv) {
-  const Arguments a = parse(argc, argv);
+  Arguments a;
+  try {
+    a = zero_checkpoint::parse_arguments(argc, argv);
+  } catch (const zero_checkpoint::UsageError& e) {
+    std::fprintf(stderr, "zero-checkpoint: %s\n%s", e.what(), zero_checkpoint::usage);
+    return 2;
+  }
+  if (a.help) {
+    std::fputs(zero_checkpoint::usage, stdout);
+    return 0;
+  }
   try {
     if (a.command == "inspect")
       inspect(a);

@@ -77,6 +77,12 @@ inline std::pair<double, std::string> split_number(std::string_view flag, const 
   return {number, suffix};
 }
 
+// A number times its unit's scale, which may overflow to infinity (1e300T).
+inline double scaled(std::string_view flag, const std::string& text, double value) {
+  if (!std::isfinite(value)) throw UsageError(std::string(flag) + ": '" + text + "' is too large");
+  return value;
+}
+
 inline double parse_count(std::string_view flag, const std::string& text) {
   const auto [number, suffix] = split_number(flag, text);
   static const std::map<std::string, double> scale{
@@ -86,7 +92,7 @@ inline double parse_count(std::string_view flag, const std::string& text) {
     throw UsageError(std::string(flag) + ": unknown suffix in '" + text +
                      "' (use a plain number or K, M, B, T)");
   if (number <= 0) throw UsageError(std::string(flag) + ": must be positive, got '" + text + "'");
-  return number * it->second;
+  return scaled(flag, text, number * it->second);
 }
 
 inline double parse_bytes(std::string_view flag, const std::string& text) {
@@ -102,7 +108,7 @@ inline double parse_bytes(std::string_view flag, const std::string& text) {
     throw UsageError(std::string(flag) + ": unknown unit in '" + text +
                      "' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
   if (number <= 0) throw UsageError(std::string(flag) + ": must be positive, got '" + text + "'");
-  return number * it->second;
+  return scaled(flag, text, number * it->second);
 }
 
 inline std::int64_t parse_whole(std::string_view flag, const std::string& text, std::int64_t min,

@@ -14,18 +14,19 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace zero::checkpoint {
 
 [[noreturn]] inline void fail_io(const std::string& what, const std::filesystem::path& path,
                                  int error = errno) {
-  fail(ErrorKind::io, "checkpoint: " + what + " " + path.string() + ": " + std::strerror(error));
+  fail(ErrorKind::io,
+       "checkpoint: " + what + " " + path.string() + ": " + std::generic_category().message(error));
 }
 
 // An open file descriptor, closed on destruction.
@@ -171,12 +172,13 @@ inline OtherFile write_small_file(const std::filesystem::path& path,
 inline std::vector<std::byte> read_small_file(const std::filesystem::path& dir,
                                               const OtherFile& entry) {
   const auto path = dir / entry.name;
-  std::vector<std::byte> bytes(entry.bytes);
   const FileHandle f(path, O_RDONLY);
+  // The size first: the manifest's number is allocated only once the file is known to hold it.
   require(f.size() == entry.bytes,
           "checkpoint: " + path.string() + " has " + std::to_string(f.size()) +
               " bytes, the manifest says " + std::to_string(entry.bytes),
           ErrorKind::io);
+  std::vector<std::byte> bytes(entry.bytes);
   f.read_all(bytes.data(), bytes.size(), 0);
   require(checksum(bytes.data(), bytes.size()) == entry.xxh3,
           "checkpoint: " + path.string() + " is corrupt: its checksum does not match the manifest",

@@ -15,15 +15,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zero::checkpoint {
@@ -111,9 +116,9 @@ inline std::string hex64(std::uint64_t v) {
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
   return text;
 }
-inline std::uint64_t parse_hex64(const std::string& text) {
+inline std::uint64_t parse_hex64(const std::string& text, const std::string& where) {
   require(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
-          "not a 16-digit checksum: '" + text + "'");
+          where + ": not a 16-digit checksum: '" + text + "'", ErrorKind::io);
   return std::stoull(text, nullptr, 16);
 }
 
@@ -178,38 +183,114 @@ inline nlohmann::json to_json(const Manifest& m) {
 }
 
 // --- from JSON ----------------------------------------------------------------------------------
+// A manifest is outside data: every number is checked to fit its type and to point inside its
+// files (without overflow), and every file name is a plain name in the checkpoint's directory.
+inline constexpr int manifest_max_depth = 32; // a manifest nests 5 levels (files[].records[][])
+
 namespace detail {
-template <class T>
-T field(const nlohmann::json& j, const char* key, const std::string& where) {
+inline const nlohmann::json& member(const nlohmann::json& j, const char* key,
+                                    const std::string& where) {
   if (!j.is_object() || !j.contains(key))
     fail(ErrorKind::io, where + ": the key \"" + key + "\" is missing");
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail(ErrorKind::io, where + ": \"" + key + "\" has the wrong type");
+  return j.at(key);
+}
+
+// nlohmann's get<T> would read -1 as 2^64 - 1 and convert 1e300 without a word (undefined
+// behaviour); a whole number of T's range is what a count, an offset or a size must be.
+template <class T>
+T whole_number(const nlohmann::json& value, const char* key, const std::string& where) {
+  if (value.is_number_unsigned()) {
+    if (const auto v = value.get<std::uint64_t>(); std::in_range<T>(v)) return static_cast<T>(v);
+  } else if (value.is_number_integer()) {
+    if (const auto v = value.get<std::int64_t>(); std::in_range<T>(v)) return static_cast<T>(v);
   }
+  fail(ErrorKind::io, where + ": \"" + key + "\" is not a whole number from " +
+                          std::to_string(std::numeric_limits<T>::min()) + " to " +
+                          std::to_string(std::numeric_limits<T>::max()));
+}
+
+template <class T>
+T field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const nlohmann::json& value = member(j, key, where);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return whole_number<T>(value, key, where);
+  } else {
+    try {
+      return value.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      fail(ErrorKind::io, where + ": \"" + key + "\" has the wrong type");
+    }
+  }
+}
+
+// An array of sizes (a shape), or of `Width` sizes each (records, pieces).
+inline std::vector<std::size_t> sizes(const nlohmann::json& list, const char* key,
+                                      const std::string& where) {
+  if (!list.is_array()) fail(ErrorKind::io, where + ": \"" + key + "\" is not an array");
+  std::vector<std::size_t> values;
+  for (const nlohmann::json& value : list)
+    values.push_back(whole_number<std::size_t>(value, key, where));
+  return values;
+}
+template <std::size_t Width>
+std::vector<std::array<std::size_t, Width>> size_tuples(const nlohmann::json& j, const char* key,
+                                                        const std::string& where) {
+  const nlohmann::json& list = member(j, key, where);
+  if (!list.is_array()) fail(ErrorKind::io, where + ": \"" + key + "\" is not an array");
+  std::vector<std::array<std::size_t, Width>> tuples;
+  for (const nlohmann::json& item : list) {
+    const std::vector<std::size_t> values = sizes(item, key, where);
+    if (values.size() != Width)
+      fail(ErrorKind::io, where + ": an entry of \"" + key + "\" does not hold " +
+                              std::to_string(Width) + " numbers");
+    std::array<std::size_t, Width> tuple{};
+    std::copy(values.begin(), values.end(), tuple.begin());
+    tuples.push_back(tuple);
+  }
+  return tuples;
+}
+
+// A file the manifest names: a plain name in the checkpoint's directory, never a path out of it.
+inline std::string file_name(const nlohmann::json& j, const std::string& where) {
+  std::string name = field<std::string>(j, "name", where);
+  if (name.empty() || name == "." || name == ".." ||
+      name.find_first_of(std::string("/\0", 2)) != std::string::npos)
+    fail(ErrorKind::io, where + ": the file name '" + name +
+                            "' is not a plain name in the checkpoint's directory");
+  return name;
 }
 } // namespace detail
 
 inline StateFile state_file_from_json(const nlohmann::json& j, const std::string& where) {
   using detail::field;
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
   StateFile f;
-  f.name = field<std::string>(j, "name", where);
+  f.name = detail::file_name(j, where);
   const std::string at = where + " (file " + f.name + ")";
   f.bytes = field<std::size_t>(j, "bytes", at);
-  f.xxh3 = parse_hex64(field<std::string>(j, "xxh3", at));
+  f.xxh3 = parse_hex64(field<std::string>(j, "xxh3", at), at);
   f.chunk_bytes = field<std::size_t>(j, "chunk_bytes", at);
-  require(f.chunk_bytes > 0 && f.chunk_bytes % sizeof(float) == 0, at + ": bad chunk_bytes");
+  require(f.chunk_bytes > 0 && f.chunk_bytes % sizeof(float) == 0, at + ": bad chunk_bytes",
+          ErrorKind::io);
   for (const auto& c : field<std::vector<std::string>>(j, "chunks", at))
-    f.chunks.push_back(parse_hex64(c));
-  require(f.chunks.size() == (f.bytes + f.chunk_bytes - 1) / f.chunk_bytes,
-          at + ": the number of chunk checksums does not match the file size");
-  for (const auto& r : field<std::vector<std::array<std::size_t, 4>>>(j, "records", at)) {
-    f.records.push_back({r[0], r[1], r[2], r[3]});
-    require(r[3] + r[2] * sizeof(float) <= f.bytes, at + ": a record lies beyond the file's end");
+    f.chunks.push_back(parse_hex64(c, at));
+  require(f.chunks.size() == f.bytes / f.chunk_bytes + (f.bytes % f.chunk_bytes != 0 ? 1 : 0),
+          at + ": the number of chunk checksums does not match the file size", ErrorKind::io);
+  for (const auto& r : detail::size_tuples<4>(j, "records", at)) {
+    const Record record{r[0], r[1], r[2], r[3]};
+    require(record.file_offset <= f.bytes &&
+                record.count <= (f.bytes - record.file_offset) / sizeof(float),
+            at + ": a record lies beyond the file's end", ErrorKind::io);
+    require(record.count <= most - record.shard_begin,
+            at + ": a record's shard positions run past the largest size", ErrorKind::io);
+    f.records.push_back(record);
   }
-  for (const auto& p : field<std::vector<std::array<std::size_t, 4>>>(j, "pieces", at))
-    f.pieces.push_back({p[0], p[1], p[2], p[3]});
+  for (const auto& p : detail::size_tuples<4>(j, "pieces", at)) {
+    const Piece piece{p[0], p[1], p[2], p[3]};
+    require(piece.length <= most - piece.shard_offset,
+            at + ": a piece's shard positions run past the largest size", ErrorKind::io);
+    f.pieces.push_back(piece);
+  }
   return f;
 }
 
@@ -234,7 +315,8 @@ inline Manifest manifest_from_json(const nlohmann::json& j, const std::string& w
   for (const auto& p : field<nlohmann::json>(j, "parameters", where)) {
     SavedParameter s;
     s.name = field<std::string>(p, "name", where + ": parameters");
-    s.shape = field<std::vector<std::size_t>>(p, "shape", where + ": parameter " + s.name);
+    s.shape = detail::sizes(detail::member(p, "shape", where + ": parameter " + s.name), "shape",
+                            where + ": parameter " + s.name);
     s.numel = field<std::size_t>(p, "numel", where + ": parameter " + s.name);
     s.layer = field<int>(p, "layer", where + ": parameter " + s.name);
     m.parameters.push_back(std::move(s));
@@ -264,18 +346,43 @@ inline Manifest manifest_from_json(const nlohmann::json& j, const std::string& w
   }
   if (j.contains("user_state") && !j.at("user_state").is_null()) {
     const auto& u = j.at("user_state");
-    m.user_state = OtherFile{field<std::string>(u, "name", where + ": user_state"),
-                             field<std::size_t>(u, "bytes", where + ": user_state"),
-                             parse_hex64(field<std::string>(u, "xxh3", where + ": user_state"))};
+    m.user_state = OtherFile{
+        detail::file_name(u, where + ": user_state"),
+        field<std::size_t>(u, "bytes", where + ": user_state"),
+        parse_hex64(field<std::string>(u, "xxh3", where + ": user_state"), where + ": user_state")};
   }
   for (const auto& f : field<nlohmann::json>(j, "files", where))
     m.files.push_back(state_file_from_json(f, where));
   for (const StateFile& f : m.files)
     for (const Piece& p : f.pieces)
       require(p.parameter < m.parameters.size() &&
-                  p.parameter_offset + p.length <= m.parameters[p.parameter].numel,
+                  p.parameter_offset <= m.parameters[p.parameter].numel &&
+                  p.length <= m.parameters[p.parameter].numel - p.parameter_offset,
               where + ": file " + f.name + " has a piece outside its parameter", ErrorKind::io);
   return m;
+}
+
+// Reads the text of a manifest; `path` names it in errors.
+inline Manifest parse_manifest(std::string_view text, const std::string& path) {
+  nlohmann::json j;
+  try {
+    // Copying a document recurses once per level: nesting is bounded before anything copies it.
+    j = nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > manifest_max_depth)
+        fail(ErrorKind::io, "checkpoint: " + path + " nests deeper than " +
+                                std::to_string(manifest_max_depth) + " levels");
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::io, "checkpoint: " + path + " is not valid JSON: " + e.what());
+  }
+  try {
+    return manifest_from_json(j, path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(ErrorKind::io, "checkpoint: " + path + ": " + e.what());
+  }
 }
 
 // Reads DIR/manifest.json; errors name the directory and what is wrong with it.
@@ -287,21 +394,11 @@ inline Manifest read_manifest(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(path, ec))
     fail(ErrorKind::io,
          "checkpoint: " + dir.string() + " is not a checkpoint (it has no " + manifest_file + ")");
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorKind::io, "checkpoint: cannot open " + path.string());
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::io, "checkpoint: " + path.string() + " is not valid JSON: " + e.what());
-  }
-  try {
-    return manifest_from_json(j, path.string());
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(ErrorKind::io, "checkpoint: " + path.string() + ": " + e.what());
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_manifest(text.str(), path.string());
 }
 
 } // namespace zero::checkpoint

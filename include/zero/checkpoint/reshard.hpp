@@ -128,6 +128,7 @@ class StateReader {
   // Reads of parameter p's elements [first, last) of tensor t, to `into`.
   void add_reads(std::size_t t, std::size_t p, std::size_t first, std::size_t last, float* into,
                  std::vector<Read>& reads) const {
+    if (first >= last) return; // nothing to read (a parameter of no elements has no pieces)
     const auto& list = pieces_[p];
     auto it = std::upper_bound(list.begin(), list.end(), first,
                                [](std::size_t o, const SavedPiece& s) { return o < s.begin; });

@@ -213,14 +213,16 @@ class VerifiedReader {
 
   // Reads the whole file, window after window (each read ahead), and checks its checksum too.
   void verify_all() {
-    XXH3_state_t* s = XXH3_createState();
-    XXH3_64bits_reset(s);
+    // Owned: load() throws at the first chunk that does not match.
+    const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> s(XXH3_createState(),
+                                                                     &XXH3_freeState);
+    require(s != nullptr, "checkpoint: out of memory for a checksum state", ErrorKind::io);
+    XXH3_64bits_reset(s.get());
     for (std::size_t at = 0; at < entry_->bytes; at += ahead_bytes_) {
       load(at, std::min(entry_->bytes, at + ahead_bytes_));
-      XXH3_64bits_update(s, window_.data(), window_end_ - window_begin_);
+      XXH3_64bits_update(s.get(), window_.data(), window_end_ - window_begin_);
     }
-    const auto whole = XXH3_64bits_digest(s);
-    XXH3_freeState(s);
+    const auto whole = XXH3_64bits_digest(s.get());
     if (whole != entry_->xxh3)
       fail(ErrorKind::io, "checkpoint: " + path().string() +
                               " is corrupt: its checksum does not match the manifest");

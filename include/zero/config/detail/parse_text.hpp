@@ -1,7 +1,8 @@
 #pragma once
 // Turns config text into a JSON document: // and /* */ comments allowed (DeepSpeed reads configs
-// with hjson), a syntax error reported with line and column, and a key given twice in one object
-// refused, as DeepSpeed refuses it.
+// with hjson), a syntax error reported with line and column, a key given twice in one object
+// refused, as DeepSpeed refuses it, and so are a number too large for a double and nesting deeper
+// than any config (copying and printing a document recurse once per level).
 
 #include "zero/core/error.hpp"
 
@@ -16,19 +17,24 @@
 
 namespace zero::config::detail {
 
-// A parser callback that tracks the path of the value being read, to name a duplicate key.
-class DuplicateKeyCheck {
+// A parser callback that tracks the path of the value being read, to name a duplicate key, and
+// refuses objects and arrays nested deeper than max_depth.
+class StructureCheck {
  public:
-  explicit DuplicateKeyCheck(std::string source) : source_(std::move(source)) {}
+  // DeepSpeed's configs nest four levels at most (zero_optimization.offload_param.device).
+  static constexpr std::size_t max_depth = 64;
+
+  explicit StructureCheck(std::string source) : source_(std::move(source)) {}
 
   bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     switch (event) {
     case Event::object_start:
-      frames_.push_back({true});
-      break;
     case Event::array_start:
-      frames_.push_back({false});
+      if (frames_.size() == max_depth)
+        fail(ErrorKind::invalid_argument, source_ + ": objects and arrays nested deeper than " +
+                                              std::to_string(max_depth) + " levels");
+      frames_.push_back({event == Event::object_start});
       break;
     case Event::key: {
       std::string key = parsed.get<std::string>();
@@ -95,8 +101,14 @@ inline TextPosition position_of(std::string_view text, std::size_t offset) {
 
 inline nlohmann::json parse_config_text(std::string_view text, const std::string& source) {
   try {
-    return nlohmann::json::parse(text.begin(), text.end(), DuplicateKeyCheck(source),
+    return nlohmann::json::parse(text.begin(), text.end(), StructureCheck(source),
                                  /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double's range, "1e999"; nlohmann gives no position for it.
+    std::string reason = e.what();
+    if (const std::size_t end = reason.find("] "); end != std::string::npos)
+      reason = reason.substr(end + 2);
+    fail(ErrorKind::invalid_argument, source + ": " + reason + " (beyond the range of a double)");
   } catch (const nlohmann::json::parse_error& e) {
     // Keep nlohmann's description, drop its prefix: "[json.exception...] ... column N: ".
     std::string reason = e.what();
