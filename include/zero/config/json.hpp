@@ -23,13 +23,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace zero::config {
 
@@ -135,7 +135,8 @@ inline Config from_json_string(std::string_view text, const ParseOptions& option
 inline Config from_json_file(const std::filesystem::path& path, ParseOptions options = {}) {
   std::ifstream file(path, std::ios::binary);
   if (!file)
-    fail(ErrorKind::io, "cannot read config " + path.string() + ": " + std::strerror(errno));
+    fail(ErrorKind::io,
+         "cannot read config " + path.string() + ": " + std::generic_category().message(errno));
   std::ostringstream text;
   text << file.rdbuf();
   options.source = path.string();

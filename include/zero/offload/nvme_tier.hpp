@@ -86,7 +86,7 @@ class NvmeTier {
 
   // A new swap file `<directory>/<name>.swp` of `bytes` bytes (a multiple of 4096), allocated on
   // disk now: a disk too small fails here, naming the bytes needed and free.
-  SwapFile create_file(std::string name, std::size_t bytes) {
+  SwapFile create_file(const std::string& name, std::size_t bytes) {
     require(directory_ != nullptr, "NvmeTier::create_file: this tier was moved from");
     const bool plain_name = !name.empty() && name != "." && name != ".." &&
                             name.find_first_of(std::string("/\0", 2)) == std::string::npos;

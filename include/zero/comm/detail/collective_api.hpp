@@ -112,9 +112,12 @@ class CollectiveApi {
   // rank r receives its reduction, so out.size() == counts[rank()]. `out` may be this rank's block
   // inside `in` (in place). Every element is reduced in rank order, so the bits are those of the
   // equal-block call and of all_reduce; equal counts run as the equal-block call.
-  template <CommInput<Space> In, CommOutput<Space> Out>
+  // `Backend` (always Derived) makes the constraint depend on this template's own parameters:
+  // Clang 14 checks a constraint that names only Derived while Derived is still incomplete (as this
+  // base is instantiated), and then rejects every call.
+  template <CommInput<Space> In, CommOutput<Space> Out, class Backend = Derived>
   Work reduce_scatter(In&& in, Out&& out, std::span<const std::size_t> counts,
-                      ReduceOp op) requires SubmitsVariableCounts<Derived> {
+                      ReduceOp op) requires SubmitsVariableCounts<Backend> {
     same_element<In, Out>();
     check_blocks("reduce_scatter", counts, {"input", std::ranges::size(in)},
                  {"output", std::ranges::size(out)});
@@ -124,9 +127,9 @@ class CollectiveApi {
 
   // Block r (counts[r] elements) from rank r, end to end in `out` in rank order, so
   // in.size() == counts[rank()]. `in` may be this rank's block inside `out` (in place).
-  template <CommInput<Space> In, CommOutput<Space> Out>
+  template <CommInput<Space> In, CommOutput<Space> Out, class Backend = Derived>
   Work all_gather(In&& in, Out&& out,
-                  std::span<const std::size_t> counts) requires SubmitsVariableCounts<Derived> {
+                  std::span<const std::size_t> counts) requires SubmitsVariableCounts<Backend> {
     same_element<In, Out>();
     check_blocks("all_gather", counts, {"output", std::ranges::size(out)},
                  {"input", std::ranges::size(in)});

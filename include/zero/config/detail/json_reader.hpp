@@ -40,7 +40,7 @@ inline std::string join_path(std::string_view parent, std::string_view key) {
 // The value as written, shortened, for the "got ..." of a message.
 inline std::string describe(const nlohmann::json& value) {
   std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  if (text.size() > 60) text.replace(57, std::string::npos, "...");
   if (value.is_string() && value.get_ref<const std::string&>() == "auto")
     text += " (\"auto\" is filled in by the Hugging Face Trainer, not by DeepSpeed; write a value)";
   return text;
