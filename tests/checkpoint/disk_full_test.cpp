@@ -60,7 +60,11 @@ struct SharedSmallFileSystem {
   // Rank 0 fills the file system up to `free` bytes left; every rank waits for it.
   void leave_free(std::size_t free) {
     world->barrier();
-    if (fs) fs->leave_free(free);
+    if (fs) {
+      const std::size_t left = fs->leave_free(free);
+      // A filler that fell short would let a save pass that should have met a full disk.
+      EXPECT_LE(left, free + 16 * KiB) << "the filler left " << left << " bytes free, not " << free;
+    }
     world->barrier();
   }
   void release() {

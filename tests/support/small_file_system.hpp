@@ -89,12 +89,17 @@ class SmallFileSystem {
     const auto filler = mount_point_ / "filler";
     const int fd = ::open(filler.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) throw std::runtime_error("open " + filler.string() + ": " + std::strerror(errno));
+    // statvfs counts blocks the filler's own extent tree may need, so asking for all of them can
+    // fail with ENOSPC (more often the more fragmented the free space is): ask for half as much
+    // then, down to one block, instead of giving up with nothing filled.
     off_t size = 0;
-    for (int attempt = 0; attempt < 8; ++attempt) {
+    for (int attempt = 0; attempt < 64; ++attempt) {
       const std::size_t free = free_bytes();
       if (free <= bytes) break;
-      const off_t more = static_cast<off_t>((free - bytes) / 4096 * 4096);
-      if (more == 0 || ::fallocate(fd, 0, size, more) != 0) break;
+      off_t more = static_cast<off_t>((free - bytes) / 4096 * 4096);
+      while (more >= 4096 && ::fallocate(fd, 0, size, more) != 0)
+        more = more / 2 / 4096 * 4096;
+      if (more < 4096) break;
       size += more;
     }
     ::fsync(fd);
