@@ -3,8 +3,9 @@
 // rank. `mismatch`: rank 0 calls barrier() where the others call all_reduce; this must throw a
 // mismatch error on every rank. `counts`: every rank calls the same reduce_scatter over blocks of
 // different sizes, but rank 0 swaps the first two counts (the same total: only the counts differ);
-// this too must throw a mismatch error. CTest checks the messages; without these mechanisms the
-// program would hang or report success.
+// this too must throw a mismatch error. `exit`: rank 0 returns from main (its communicator and MPI
+// closed as usual) instead of calling the all_reduce; the others must not wait for it forever.
+// CTest checks the messages; without these mechanisms the program would hang or report success.
 
 #include <zero/comm/mpi_communicator.hpp>
 
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
     comm.all_reduce(data, zero::ReduceOp::sum).wait();
   } else if (mode == "mismatch") {
     comm.barrier();
+  } else if (mode == "exit") {
+    return 0;
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(60));
   }

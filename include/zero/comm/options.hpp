@@ -1,7 +1,9 @@
 #pragma once
 // Run-time settings of the host communicators, from code or from the environment:
 //   ZERO_VALIDATE=1        compare every collective's arguments across ranks first (default: on in
-//                          debug builds, off with NDEBUG); a mismatch throws on every rank.
+//                          debug builds, off with NDEBUG); a mismatch throws on every rank. Off,
+//                          mismatches still throw: the shared-memory transport compares the
+//                          calls at every phase, and the MPI transport always compares them.
 //   ZERO_TIMEOUT_S=300     abort the job, naming the op, when a collective runs longer than this.
 //   ZERO_MPI_TRANSPORT=auto|shm|mpi   shared-memory windows (all ranks on one node) or chunked MPI.
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of both transports (shared memory uses two per rank).
