@@ -429,3 +429,50 @@ TEST(Engine, RanksGivenDifferentOptionsAreToldWhich) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(EngineEntryPoints, RanksRegisteringDifferentModelsAreToldWhich) {
+  auto& world = zero::testing::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto params = model();
+  if (world.rank() == 1) params[1].numel += 1;
+  expect_error_contains(
+      [&] {
+        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam,
+                     zero::StaticLossScaler>
+            engine(world, params, zero::Adam{}, zero::StaticLossScaler{});
+      },
+      "ranks registered different parameters: parameter #1 is rank 0: '" + params[1].name + "' (" +
+          std::to_string(params[1].numel - (world.rank() == 1 ? 1 : 0)) + " x float");
+}
+
+// A rank with one batch fewer reads the weights while the others step: an error on every rank,
+// saying what each rank called, instead of a job that waits until the watchdog ends it.
+template <class Plan>
+void expect_step_against_get_layer_fails_everywhere() {
+  auto& world = zero::testing::world();
+  Fixture<Plan> f;
+  f.backward(0);
+  try {
+    if (world.rank() == 0)
+      (void)f.engine.step();
+    else
+      (void)f.engine.get_layer(0);
+    ADD_FAILURE() << "no error";
+  } catch (const zero::Error& e) {
+    EXPECT_EQ(e.kind(), zero::ErrorKind::mismatch) << e.what();
+    EXPECT_NE(std::string(e.what()).find("collective mismatch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 called all_gather("), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EngineEntryPoints, AStepOnOneRankWhileAnotherReadsALayerIsAnErrorOnEveryRank) {
+  if (zero::testing::world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  expect_step_against_get_layer_fails_everywhere<zero::Stage<1>>();
+  expect_step_against_get_layer_fails_everywhere<zero::Stage<2>>();
+  expect_step_against_get_layer_fails_everywhere<zero::Stage<3>>();
+}
+
+} // namespace
