@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -189,6 +190,33 @@ def case_consolidate(mlp, a, scratch):
     expected = sorted(f"{w}.{m}" for w in weights for m in ("exp_avg", "exp_avg_sq"))
     if moments != expected:
         driver.fail(f"moments: {moments} vs {expected}")
+    r = tool(["consolidate", ckpt, "--to", scratch / "npy"], a.zero_checkpoint)
+    expect_bitwise(weights, load_npy_dir(scratch / "npy"), "consolidated .npy files")
+    # A parameter name that is not a plain file name (here from an edited manifest) must not
+    # write outside the output directory; two tensors of one name must not overwrite each other.
+    for bad, message in (("../escaped", "cannot be a file name in"),
+                         ("layer0.bias.exp_avg", "two tensors are named 'layer0.bias.exp_avg'")):
+        edited = scratch / "edited"
+        shutil.rmtree(edited, ignore_errors=True)
+        shutil.copytree(ckpt / "step3", edited)
+        manifest = json.loads((edited / "manifest.json").read_text())
+        manifest["parameters"][0]["name"] = bad
+        (edited / "manifest.json").write_text(json.dumps(manifest))
+        out_dir = scratch / "npy_edited"
+        r = tool(["consolidate", edited, "--to", out_dir, "--moments"], a.zero_checkpoint)
+        if r.returncode == 0 or message not in r.stderr:
+            driver.fail(f"consolidate of a parameter named {bad!r}: exit {r.returncode}: "
+                        f"{r.stdout}{r.stderr}")
+        if (scratch / "escaped.npy").exists() or out_dir.exists():
+            driver.fail(f"consolidate of a parameter named {bad!r} wrote files")
+    # One flipped byte in a state file: inspect names the file.
+    target = sorted((ckpt / "step3").glob("states.rank*.bin"))[-1]
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    r = tool(["inspect", ckpt], a.zero_checkpoint)
+    if r.returncode != 1 or "is corrupt" not in r.stderr or target.name not in r.stderr:
+        driver.fail(f"inspect of a corrupt checkpoint: exit {r.returncode}: {r.stdout}{r.stderr}")
     try:
         from safetensors.numpy import load_file as load_numpy
         from safetensors.torch import load_file as load_torch
@@ -206,16 +234,6 @@ def case_consolidate(mlp, a, scratch):
                for k, v in state.items() if k in weights}
     model.load_state_dict(renamed)  # shapes as torch.nn.Linear's
     expect_bitwise(weights, {k: state[k].numpy() for k in weights}, "safetensors.torch")
-    r = tool(["consolidate", ckpt, "--to", scratch / "npy"], a.zero_checkpoint)
-    expect_bitwise(weights, load_npy_dir(scratch / "npy"), "consolidated .npy files")
-    # One flipped byte in a state file: inspect names the file.
-    target = sorted((ckpt / "step3").glob("states.rank*.bin"))[-1]
-    data = bytearray(target.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    target.write_bytes(bytes(data))
-    r = tool(["inspect", ckpt], a.zero_checkpoint)
-    if r.returncode != 1 or "is corrupt" not in r.stderr or target.name not in r.stderr:
-        driver.fail(f"inspect of a corrupt checkpoint: exit {r.returncode}: {r.stdout}{r.stderr}")
     print("inspect verified; safetensors (numpy, torch, plain) and .npy equal the run's weights; "
           "a flipped byte is named")
 

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -147,8 +148,34 @@ void write_whole(const fs::path& to, Write&& write) {
   }
 }
 
+// Two tensors of one name (a parameter "w.exp_avg" beside w's first moment) would overwrite each
+// other in a directory and make a safetensors header with a duplicate key.
+void require_unique_names(const std::vector<Output>& list) {
+  std::set<std::string> seen;
+  for (const Output& o : list)
+    zero::require(seen.insert(o.name).second,
+                  "consolidate: two tensors are named '" + o.name +
+                      "' (a parameter's name ends "
+                      "with an optimizer state's)",
+                  zero::ErrorKind::invalid_argument);
+}
+
+// Each tensor's file in OUTDIR is named after it: a name that is not a plain file name (a '/',
+// "..", a NUL: a user's name, or a manifest someone edited) would write outside OUTDIR.
+void require_plain_file_names(const std::vector<Output>& list, const fs::path& to) {
+  for (const Output& o : list) {
+    const bool plain = !o.name.empty() && o.name != "." && o.name != ".." &&
+                       o.name.find_first_of(std::string("/\0", 2)) == std::string::npos;
+    zero::require(plain,
+                  "consolidate: the tensor name '" + o.name + "' cannot be a file name in " +
+                      to.string() + " (write a .safetensors file, which keeps names as they are)",
+                  zero::ErrorKind::invalid_argument);
+  }
+}
+
 void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
   const auto list = outputs(m, a.moments);
+  require_unique_names(list);
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"},
                             {"zero.tag", m.tag},
@@ -182,8 +209,10 @@ void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Argume
 }
 
 void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
-  fs::create_directories(a.to);
   const auto list = outputs(m, a.moments);
+  require_unique_names(list);
+  require_plain_file_names(list, a.to);
+  fs::create_directories(a.to);
   std::size_t total = 0;
   for (const Output& o : list) {
     const auto shape = shape_of(m.parameters[o.parameter]);
