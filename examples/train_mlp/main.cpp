@@ -64,6 +64,13 @@ std::string nvme_summary(const train::Flags& f) {
   return ", optimizer states on NVMe in " + optimizer + ", parameters in " + parameters;
 }
 
+// How the ranks talk: "shm transport" on one node, "hierarchical transport, 2 nodes" across nodes.
+std::string links(const zero::MpiCommunicator& world) {
+  std::string s = std::string(world.transport()) + " transport";
+  if (world.nodes() > 1) s += ", " + std::to_string(world.nodes()) + " nodes";
+  return s;
+}
+
 int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const int rank = world.rank(), ranks = world.size();
   const train::Flags f = train::parse(argc, argv);
@@ -87,10 +94,10 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                                                   : train::InitialWeights(f.shape, f.init_npy);
   if (rank == 0)
     std::printf(
-        "train_mlp: ZeRO stage %d, %d ranks x %d thread%s, layers %s, %s, %s, batch %zu (%d "
+        "train_mlp: ZeRO stage %d, %d ranks x %d thread%s (%s), layers %s, %s, %s, batch %zu (%d "
         "micro-step%s), "
         "%zu data rows%s\n\n",
-        f.stage, ranks, threads, threads > 1 ? "s" : "",
+        f.stage, ranks, threads, threads > 1 ? "s" : "", links(world).c_str(),
         [&] {
           std::string s;
           for (auto w : f.shape.widths)
@@ -113,7 +120,8 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       std::printf("nothing to train: the checkpoint has done all %d steps\n", f.steps);
     else
       train::print_summary(f, h, memory, ranks);
-    if (!f.json.empty()) train::write_json(f.json, f, h, memory, ranks);
+    if (!f.json.empty())
+      train::write_json(f.json, f, h, memory, ranks, world.transport(), world.nodes());
     if (!f.save_npy.empty()) {
       std::filesystem::create_directories(f.save_npy);
       train::save_weights(f.save_npy, f.shape, h.final_weights);

@@ -146,8 +146,10 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
   }
 }
 
+// `transport` and `nodes`: how the ranks talked (MpiCommunicator::transport(), nodes()).
 inline void write_json(const std::string& path, const Flags& f, const History& h,
-                       const std::vector<RankMemory>& memory, int ranks) {
+                       const std::vector<RankMemory>& memory, int ranks,
+                       const std::string& transport, int nodes) {
   std::ostringstream out; // written whole, then to the disk under path (never a part there)
   auto list = [&](const auto& values) {
     std::string s = "[";
@@ -155,7 +157,8 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
       s += (i ? ", " : "") + std::to_string(double(values[i]));
     return s + "]";
   };
-  out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \""
+  out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"transport\": \""
+      << transport << "\",\n  \"nodes\": " << nodes << ",\n  \"dtype\": \""
       << zero::to_string(f.dtype) << "\",\n  \"psi\": " << h.psi
       << ",\n  \"psi_padded\": " << h.padded << ",\n  \"shard_ranks\": " << h.shard_ranks
       << ",\n  \"first_step\": " << h.first_step << ",\n  \"loss\": " << list(h.loss)

@@ -47,20 +47,40 @@ T input_value(int rank, std::size_t i) {
     return zero::convert<T>(static_cast<double>(x >> 11) * 0x1p-53 * 3.0 - 1.5);
 }
 
-// The reduction of element i over all ranks, in rank order, in the accumulation type.
+// The order in which the communicator sums the ranks' contributions (see summation_order()).
+struct SummationOrder {
+  std::vector<std::vector<int>> groups;
+  bool rounds_per_group = false; // two levels: each group's sum is rounded to the element type
+};
+
+template <class C>
+SummationOrder summation_order_of(C& comm) {
+  if constexpr (requires { comm.summation_order(); })
+    return {comm.summation_order(), std::string(comm.transport()) == "hierarchical"};
+  else
+    return {{{0}}, false};
+}
+
+template <class A>
+A combine_in(ReduceOp op, A acc, A v) {
+  if (op == ReduceOp::max) return v > acc ? v : acc;
+  if (op == ReduceOp::min) return v < acc ? v : acc;
+  return static_cast<A>(acc + v);
+}
+
+// The reduction of element i over all ranks, in the communicator's order, in the accumulation type.
 template <class T>
-T expected_reduction(int ranks, std::size_t i, ReduceOp op) {
+T expected_reduction(const SummationOrder& order, int ranks, std::size_t i, ReduceOp op) {
   using A = zero::accumulate_t<T>;
-  A acc = zero::convert<A>(input_value<T>(0, i));
-  for (int r = 1; r < ranks; ++r) {
-    const A v = zero::convert<A>(input_value<T>(r, i));
-    if (op == ReduceOp::max)
-      acc = v > acc ? v : acc;
-    else if (op == ReduceOp::min)
-      acc = v < acc ? v : acc;
-    else
-      acc = static_cast<A>(acc + v);
-  }
+  auto group_sum = [&](const std::vector<int>& group) {
+    A acc = zero::convert<A>(input_value<T>(group[0], i));
+    for (std::size_t k = 1; k < group.size(); ++k)
+      acc = combine_in(op, acc, zero::convert<A>(input_value<T>(group[k], i)));
+    return order.rounds_per_group ? zero::convert<A>(zero::convert<T>(acc)) : acc;
+  };
+  A acc = group_sum(order.groups[0]);
+  for (std::size_t g = 1; g < order.groups.size(); ++g)
+    acc = combine_in(op, acc, group_sum(order.groups[g]));
   if (op == ReduceOp::avg) acc = static_cast<A>(acc / static_cast<A>(ranks));
   return zero::convert<T>(acc);
 }
@@ -146,8 +166,9 @@ TYPED_TEST(VariableCounts, ReduceScatterHasTheBitsOfEqualBlocksAndAllReduce) {
           std::vector<T> input(total);
           for (std::size_t i = 0; i < total; ++i)
             input[i] = input_value<T>(this->rank, i);
+          const SummationOrder order = summation_order_of(this->comm);
           auto expected = [&](std::size_t i) {
-            return expected_reduction<T>(this->ranks, first + i, op);
+            return expected_reduction<T>(order, this->ranks, first + i, op);
           };
 
           std::vector<T> out(mine);
@@ -362,6 +383,7 @@ TEST(VariableCountMismatch, ThrowsOnEveryRankWithAndWithoutValidation) {
   validated.validate = true;
   shm.validate = false;
   shm.transport = zero::Transport::shared_memory;
+  shm.node_size = 0; // the real node, whatever ZERO_NODE_SIZE simulates
   struct Case {
     const char* heading;
     zero::MpiCommunicator comm;

@@ -30,6 +30,7 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--tolerance", type=float, default=2e-4)
+    parser.add_argument("--expect-transport", help="fail unless train_mlp reports this transport")
     args = parser.parse_args()
     widths = reference.parse_widths(args.layers)
 
@@ -45,6 +46,8 @@ def main():
             zero = reference.run_train_mlp(args.train_mlp, args.mpirun, args.ranks, flags)
         except RuntimeError as error:
             sys.exit(str(error))
+        if args.expect_transport and zero.get("transport") != args.expect_transport:
+            sys.exit(f"train_mlp ran on the {zero.get('transport')} transport, not {args.expect_transport}")
         spec = {"widths": widths, "batch": args.batch, "steps": args.steps, "lr": args.lr,
                 "weight_decay": args.weight_decay, "optimizer": args.optimizer, "momentum": 0.9,
                 "wrapping": "ddp_zero", "threads": 1, "weights": True}
@@ -54,7 +57,8 @@ def main():
     zero_loss, torch_loss = zero["loss"], torch_run["loss"]
     loss_error = reference.relative_difference(zero_loss, torch_loss)
     weight_error = max(float(abs(zero_weights[name] - value).max()) for name, value in torch_run["weights"].items())
-    print(f"stage {args.stage}, {args.ranks} ranks, {args.optimizer}: losses {zero_loss[0]:.6f} -> "
+    print(f"stage {args.stage}, {args.ranks} ranks ({zero['transport']} transport, {zero['nodes']} nodes), "
+          f"{args.optimizer}: losses {zero_loss[0]:.6f} -> "
           f"{zero_loss[-1]:.6f} (torch {torch_loss[0]:.6f} -> {torch_loss[-1]:.6f}); "
           f"largest relative loss difference {loss_error:.2e}, largest weight difference {weight_error:.2e}")
     if not zero_loss[-1] < 0.8 * zero_loss[0]:

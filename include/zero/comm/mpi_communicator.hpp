@@ -2,10 +2,13 @@
 // MpiCommunicator: collectives among MPI ranks, through Boost.MPI's communicator. Every call is
 // non-blocking: it is queued to the communicator's progress thread and returns a Work handle.
 // Ranks that share one node (the common case, and every multi-rank test) exchange data through an
-// MPI-3 shared-memory window; across nodes the collectives are chunked MPI calls.
+// MPI-3 shared-memory window; across nodes the collectives run in two levels, within each node and
+// then across nodes (hierarchical_transport.hpp), or as flat chunked MPI calls when the nodes hold
+// different numbers of ranks.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
+#include "zero/comm/detail/hierarchical_transport.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/mpi_transport.hpp"
 #include "zero/comm/detail/peer_liveness.hpp"
@@ -18,13 +21,16 @@
 #include <boost/mpi/communicator.hpp>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace zero {
 
@@ -47,8 +53,23 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
   int rank() const noexcept { return state_->rank; }
   int size() const noexcept { return state_->size; }
   const CommOptions& options() const noexcept { return state_->options; }
-  // "shm" when the ranks talk through shared memory, "mpi" otherwise.
-  const char* transport() const noexcept { return state_->transport.index() == 0 ? "shm" : "mpi"; }
+  // "shm" when the ranks talk through shared memory, "hierarchical" across nodes in two levels,
+  // "mpi" for flat chunked MPI.
+  const char* transport() const noexcept {
+    constexpr const char* names[] = {"shm", "mpi", "hierarchical"};
+    return names[state_->transport.index()];
+  }
+  // How many nodes the ranks span, and how many ranks each holds (1 and size() on one node; with
+  // ZERO_NODE_SIZE, the simulated nodes). 0 ranks per node when nodes hold different numbers.
+  int nodes() const noexcept { return state_->nodes; }
+  int ranks_per_node() const noexcept { return state_->ranks_per_node; }
+  // The fixed order in which reductions add the ranks' contributions, for reproducing results: the
+  // ranks of each group in order (rounded to the element type once per group on the hierarchical
+  // transport), then the groups' sums in order. One group of all ranks in rank order on shared
+  // memory and flat MPI; one group per node on the hierarchical transport.
+  const std::vector<std::vector<int>>& summation_order() const noexcept {
+    return state_->summation_order;
+  }
   // The duplicated communicator zero uses, for interoperating with other MPI code.
   boost::mpi::communicator boost_communicator() const {
     return boost::mpi::communicator(state_->comm, boost::mpi::comm_attach);
@@ -83,8 +104,12 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
     int rank = 0;
     int size = 1;
     CommOptions options;
-    std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>>
+    std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>,
+                 std::unique_ptr<detail::HierarchicalTransport>>
         transport;
+    int nodes = 1;
+    int ranks_per_node = 1;
+    std::vector<std::vector<int>> summation_order;
     std::uint64_t sequence = 0;
     std::unique_ptr<detail::PeerLiveness> peers;
     std::unique_ptr<detail::ProgressWorker> worker;
@@ -122,21 +147,61 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
     }
 
     void choose_transport() {
-      MPI_Comm node = MPI_COMM_NULL;
-      ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-      int node_size = 0;
-      MPI_Comm_size(node, &node_size);
-      MPI_Comm_free(&node);
-      const bool one_node = node_size == size;
+      std::vector<int> keys = node_keys();
+      const std::optional<detail::NodeGrid> grid = detail::NodeGrid::from_keys(keys, rank);
+      std::sort(keys.begin(), keys.end());
+      nodes = static_cast<int>(std::unique(keys.begin(), keys.end()) - keys.begin());
+      ranks_per_node = grid ? grid->local_size : 0;
+      const bool one_node = nodes == 1;
+      const std::string where = std::to_string(size) + " ranks on " + std::to_string(nodes) +
+                                " nodes" + (options.node_size > 0 ? " (ZERO_NODE_SIZE)" : "");
       if (options.transport == Transport::shared_memory && !one_node)
         fail(ErrorKind::unsupported,
-             "ZERO_MPI_TRANSPORT=shm needs all ranks on one node, but only " +
-                 std::to_string(node_size) + " of " + std::to_string(size) + " share this one");
-      if (one_node && options.transport != Transport::mpi)
+             "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
+      // Two levels need as many ranks on every node; where they differ (a split communicator may
+      // take some ranks of a node), the collectives are flat.
+      Transport chosen = options.transport;
+      if (chosen == Transport::automatic)
+        chosen = one_node ? Transport::shared_memory : Transport::hierarchical;
+      if (chosen == Transport::hierarchical && !grid) chosen = Transport::mpi;
+      if (chosen == Transport::hierarchical) {
+        for (int m = 0; m < grid->nodes; ++m) {
+          summation_order.emplace_back();
+          for (int l = 0; l < grid->local_size; ++l)
+            summation_order.back().push_back(grid->rank(m, l));
+        }
+      } else {
+        summation_order.emplace_back(static_cast<std::size_t>(size));
+        std::iota(summation_order.back().begin(), summation_order.back().end(), 0);
+      }
+      if (chosen == Transport::shared_memory)
         transport = std::make_unique<detail::ShmTransport>(
             comm, options.chunk_bytes, options.native_gathers, options.native_below_bytes);
+      else if (chosen == Transport::hierarchical)
+        transport =
+            std::make_unique<detail::HierarchicalTransport>(comm, *grid, options.chunk_bytes);
       else
         transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
+    }
+
+    // Every rank's node key: the lowest rank of its node in MPI's shared-memory split, or with
+    // ZERO_NODE_SIZE=k, its rank in MPI_COMM_WORLD / k (so that a split communicator sees the
+    // same simulated nodes). Collective.
+    std::vector<int> node_keys() const {
+      int key = rank;
+      if (options.node_size > 0) {
+        int world_rank = 0;
+        ZERO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+        key = world_rank / options.node_size;
+      } else {
+        MPI_Comm node = MPI_COMM_NULL;
+        ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+        ZERO_CHECK_MPI(MPI_Allreduce(&rank, &key, 1, MPI_INT, MPI_MIN, node));
+        MPI_Comm_free(&node);
+      }
+      std::vector<int> keys(static_cast<std::size_t>(size));
+      ZERO_CHECK_MPI(MPI_Allgather(&key, 1, MPI_INT, keys.data(), 1, MPI_INT, comm));
+      return keys;
     }
 
     void execute(const CollectiveArgs& args) {
@@ -144,8 +209,8 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
       // Validation mode compares every call before it runs. Without it, the shared-memory
       // transport still compares signatures at each of its phases; the MPI transport has no
       // phases of its own, and a mismatched MPI call hangs, fails or quietly mixes unlike data, so
-      // it always compares them first: one allgather of 40 bytes per collective.
-      const bool on_mpi_transport = transport.index() == 1;
+      // the MPI transports always compare them first: one allgather of 40 bytes per collective.
+      const bool on_mpi_transport = transport.index() != 0;
       if (options.validate || on_mpi_transport) detail::validate_call(comm, args, sequence);
       std::visit([&](auto& t) { t->run(args); }, transport);
     }

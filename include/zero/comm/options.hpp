@@ -5,7 +5,12 @@
 //                          mismatches still throw: the shared-memory transport compares the
 //                          calls at every phase, and the MPI transport always compares them.
 //   ZERO_TIMEOUT_S=300     abort the job, naming the op, when a collective runs longer than this.
-//   ZERO_MPI_TRANSPORT=auto|shm|mpi   shared-memory windows (all ranks on one node) or chunked MPI.
+//   ZERO_MPI_TRANSPORT=auto|shm|mpi|hierarchical   shared-memory windows (all ranks on one node),
+//                          chunked MPI, or two-level MPI (within each node, then across nodes).
+//                          auto: shm on one node, else hierarchical where the nodes hold equally
+//                          many ranks and mpi where they do not (hierarchical falls back alike).
+//   ZERO_NODE_SIZE=k       treat every k consecutive ranks of MPI_COMM_WORLD as one node (to run
+//                          the across-nodes paths on one machine, in tests); 0: MPI's nodes.
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of both transports (shared memory uses two per rank).
 //   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast use Open MPI's own calls, whose
 //                          single-copy transfers beat staging through shared memory (no arithmetic,
@@ -21,7 +26,7 @@
 
 namespace zero {
 
-enum class Transport { automatic, shared_memory, mpi };
+enum class Transport { automatic, shared_memory, mpi, hierarchical };
 
 constexpr const char* to_string(Transport t) noexcept {
   switch (t) {
@@ -31,6 +36,8 @@ constexpr const char* to_string(Transport t) noexcept {
     return "shm";
   case Transport::mpi:
     return "mpi";
+  case Transport::hierarchical:
+    return "hierarchical";
   }
   return "?";
 }
@@ -46,6 +53,7 @@ struct CommOptions {
   std::size_t chunk_bytes = std::size_t{1} << 20;
   bool native_gathers = true;
   std::size_t native_below_bytes = std::size_t{4} << 20;
+  int node_size = 0; // ZERO_NODE_SIZE
 
   // The defaults above, overridden by whichever ZERO_* variables are set.
   static CommOptions from_environment() {
@@ -65,9 +73,17 @@ struct CommOptions {
         o.transport = Transport::shared_memory;
       else if (*v == "mpi")
         o.transport = Transport::mpi;
+      else if (*v == "hierarchical")
+        o.transport = Transport::hierarchical;
       else
         fail(ErrorKind::invalid_argument,
-             "ZERO_MPI_TRANSPORT=" + std::string(*v) + ": expected auto, shm or mpi");
+             "ZERO_MPI_TRANSPORT=" + std::string(*v) + ": expected auto, shm, mpi or hierarchical");
+    }
+    if (auto v = detail::env_number("ZERO_NODE_SIZE")) {
+      require(*v >= 0 && *v <= 1e6 && *v == static_cast<double>(static_cast<int>(*v)),
+              "ZERO_NODE_SIZE must be a whole number of ranks per node, or 0 for the nodes MPI "
+              "reports");
+      o.node_size = static_cast<int>(*v);
     }
     require(o.chunk_bytes >= 4096, "ZERO_CHUNK_BYTES must be at least 4096");
     require(o.timeout_seconds > 0, "ZERO_TIMEOUT_S must be positive");

@@ -14,6 +14,7 @@
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/scratch_buffers.hpp"
 #include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/variable_blocks.hpp"
 #include "zero/core/convert.hpp"
@@ -60,6 +61,19 @@ inline MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// Broadcast from root as Open MPI's own calls of chunk_bytes each (bytes only: no arithmetic).
+template <class T>
+void chunked_broadcast(MPI_Comm comm, int rank, const T* in, T* out, std::size_t count, int root,
+                       std::size_t chunk_bytes) {
+  if (rank == root && count != 0 && static_cast<const void*>(in) != static_cast<void*>(out))
+    std::memcpy(out, in, count * sizeof(T));
+  const std::size_t piece = std::max<std::size_t>(1, chunk_bytes / sizeof(T));
+  for (std::size_t offset = 0; offset < count; offset += piece) {
+    const std::size_t p = std::min(piece, count - offset);
+    ZERO_CHECK_MPI(MPI_Bcast(out + offset, static_cast<int>(p * sizeof(T)), MPI_BYTE, root, comm));
+  }
+}
+
 class MpiTransport {
  public:
   void abandon() noexcept {} // nothing collective to skip when it goes
@@ -79,12 +93,6 @@ class MpiTransport {
  private:
   template <class Transport>
   friend void run_typed(Transport&, const CollectiveArgs&);
-  template <class A>
-  A* scratch(std::size_t which, std::size_t n) {
-    auto& s = scratch_[which];
-    if (s.size() < n * sizeof(A)) s.resize(n * sizeof(A));
-    return reinterpret_cast<A*>(s.data());
-  }
 
   // all_reduce (root < 0) or reduce to root: per chunk, reduce-scatter into equal blocks, then
   // all-gather (or gather) the reduced blocks.
@@ -95,12 +103,12 @@ class MpiTransport {
     for (std::size_t base = 0; base < count; base += block_max * ranks) {
       const std::size_t m = std::min(block_max * ranks, count - base);
       const std::size_t block = (m + ranks - 1) / ranks; // the last block is padded
-      T* padded = scratch<T>(2, block * ranks);
+      T* padded = scratch_.get<T>(2, block * ranks);
       std::memcpy(padded, in + base, m * sizeof(T));
       std::memset(static_cast<void*>(padded + m), 0, (block * ranks - m) * sizeof(T));
-      T* mine = scratch<T>(3, block);
+      T* mine = scratch_.get<T>(3, block);
       reduce_scatter_piece(padded, block, block, mine, op);
-      T* gathered = scratch<T>(2, block * ranks); // the padded input is no longer needed
+      T* gathered = scratch_.get<T>(2, block * ranks); // the padded input is no longer needed
       const int bytes = static_cast<int>(block * sizeof(T));
       if (root < 0) {
         ZERO_CHECK_MPI(MPI_Allgather(mine, bytes, MPI_BYTE, gathered, bytes, MPI_BYTE, comm_));
@@ -119,8 +127,8 @@ class MpiTransport {
     for (std::size_t offset = 0; offset < block; offset += piece) {
       const std::size_t p = std::min(piece, block - offset);
       // The pieces are read before the result is written, so in place (out inside in) is safe.
-      reduce_scatter_piece(in + offset, block, p, scratch<T>(3, p), op);
-      std::memcpy(out + offset, scratch<T>(3, p), p * sizeof(T));
+      reduce_scatter_piece(in + offset, block, p, scratch_.get<T>(3, p), op);
+      std::memcpy(out + offset, scratch_.get<T>(3, p), p * sizeof(T));
     }
   }
 
@@ -129,10 +137,10 @@ class MpiTransport {
   template <class T>
   void reduce_scatter_piece(const T* in, std::size_t stride, std::size_t p, T* out, ReduceOp op) {
     const std::size_t ranks = static_cast<std::size_t>(size_);
-    T* packed = scratch<T>(0, p * ranks);
+    T* packed = scratch_.get<T>(0, p * ranks);
     for (std::size_t r = 0; r < ranks; ++r)
       std::memcpy(packed + r * p, in + r * stride, p * sizeof(T));
-    T* received = scratch<T>(1, p * ranks);
+    T* received = scratch_.get<T>(1, p * ranks);
     const int bytes = static_cast<int>(p * sizeof(T));
     ZERO_CHECK_MPI(MPI_Alltoall(packed, bytes, MPI_BYTE, received, bytes, MPI_BYTE, comm_));
     std::vector<const T*> sources(ranks);
@@ -153,7 +161,7 @@ class MpiTransport {
     std::vector<int> send_bytes(ranks), send_starts(ranks), recv_bytes(ranks), recv_starts(ranks);
     std::vector<const T*> sources(ranks);
     for (std::size_t offset = 0; offset < largest_block(counts); offset += piece) {
-      T* packed = scratch<T>(0, piece * ranks);
+      T* packed = scratch_.get<T>(0, piece * ranks);
       std::size_t packed_count = 0;
       for (std::size_t r = 0; r < ranks; ++r) {
         const std::size_t p = piece_of(counts[r], offset, piece);
@@ -163,7 +171,7 @@ class MpiTransport {
         packed_count += p;
       }
       const std::size_t own = piece_of(counts[me], offset, piece);
-      T* received = scratch<T>(1, own * ranks);
+      T* received = scratch_.get<T>(1, own * ranks);
       for (std::size_t r = 0; r < ranks; ++r) {
         recv_bytes[r] = static_cast<int>(own * sizeof(T));
         recv_starts[r] = static_cast<int>(r * own * sizeof(T));
@@ -183,12 +191,12 @@ class MpiTransport {
     const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T) / ranks);
     for (std::size_t offset = 0; offset < block; offset += piece) {
       const std::size_t p = std::min(piece, block - offset);
-      T* gathered = scratch<T>(0, p * ranks);
+      T* gathered = scratch_.get<T>(0, p * ranks);
       const T* mine = in + offset;
       if (static_cast<const void*>(mine) ==
           static_cast<const void*>(out + rank_ * block + offset)) {
         // in place: copy first, the unpacking below writes over it
-        T* own = scratch<T>(1, p);
+        T* own = scratch_.get<T>(1, p);
         std::memcpy(own, mine, p * sizeof(T));
         mine = own;
       }
@@ -213,7 +221,7 @@ class MpiTransport {
         gathered_starts[r] = static_cast<int>(gathered_count * sizeof(T));
         gathered_count += piece_of(counts[r], offset, piece);
       }
-      T* gathered = scratch<T>(0, gathered_count);
+      T* gathered = scratch_.get<T>(0, gathered_count);
       // In place, the own piece is sent from `out` and copied back onto itself from `gathered`.
       const T* own = bytes[me] != 0 ? in + offset : in;
       ZERO_CHECK_MPI(MPI_Allgatherv(own, bytes[me], MPI_BYTE, gathered, bytes.data(),
@@ -228,21 +236,14 @@ class MpiTransport {
 
   template <class T>
   void broadcast(const T* in, T* out, std::size_t count, int root) {
-    if (rank_ == root && count != 0 && static_cast<const void*>(in) != static_cast<void*>(out))
-      std::memcpy(out, in, count * sizeof(T));
-    const std::size_t piece = std::max<std::size_t>(1, chunk_bytes_ / sizeof(T));
-    for (std::size_t offset = 0; offset < count; offset += piece) {
-      const std::size_t p = std::min(piece, count - offset);
-      ZERO_CHECK_MPI(
-          MPI_Bcast(out + offset, static_cast<int>(p * sizeof(T)), MPI_BYTE, root, comm_));
-    }
+    chunked_broadcast(comm_, rank_, in, out, count, root, chunk_bytes_);
   }
 
   MPI_Comm comm_;
   std::size_t chunk_bytes_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<std::byte> scratch_[4];
+  ScratchBuffers<4> scratch_;
 };
 
 } // namespace zero::detail
