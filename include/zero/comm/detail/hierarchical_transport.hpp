@@ -48,7 +48,10 @@ struct NodeGrid {
   int local = 0;            // this rank's index on its node
   std::vector<int> rank_at; // rank_at[m * local_size + l]: the rank with local index l on node m
 
-  int rank(int m, int l) const { return rank_at[std::size_t(m * local_size + l)]; }
+  int rank(int m, int l) const { return rank_at[slot(m, l)]; }
+  std::size_t slot(int m, int l) const {
+    return std::size_t(m) * std::size_t(local_size) + std::size_t(l);
+  }
 
   // From every rank's node key (ranks with equal keys share a node); nullopt when the nodes hold
   // different numbers of ranks, which the two-level scheme cannot serve.
@@ -75,7 +78,7 @@ struct NodeGrid {
       const int m = node_of[std::size_t(r)];
       const int l = filled[std::size_t(m)]++;
       if (l >= g.local_size) return std::nullopt;
-      g.rank_at[std::size_t(m * g.local_size + l)] = r;
+      g.rank_at[g.slot(m, l)] = r;
       if (r == me) {
         g.node = m;
         g.local = l;
