@@ -66,7 +66,13 @@ CommOptions with(Transport transport, int node_size) {
   return o;
 }
 
+// The simulated layouts below assume one machine; on several, ZERO_NODE_SIZE cuts each node.
+bool on_one_machine() {
+  return MpiCommunicator(boost::mpi::communicator(), with(Transport::automatic, 0)).nodes() == 1;
+}
+
 TEST(NodeLayout, EveryNodeSizeGivesItsGridOrFlatMpi) {
+  if (!on_one_machine()) GTEST_SKIP() << "the ranks span several machines";
   const int size = zero::testing::world().size();
   for (int k = 1; k <= size + 1; ++k) {
     MpiCommunicator comm(boost::mpi::communicator(), with(Transport::hierarchical, k));
@@ -91,6 +97,7 @@ TEST(NodeLayout, EveryNodeSizeGivesItsGridOrFlatMpi) {
 }
 
 TEST(NodeLayout, AutomaticUsesSharedMemoryOnOneNodeAndTwoLevelsAcrossNodes) {
+  if (!on_one_machine()) GTEST_SKIP() << "the ranks span several machines";
   const int size = zero::testing::world().size();
   MpiCommunicator one_node(boost::mpi::communicator(), with(Transport::automatic, size));
   EXPECT_EQ(std::string(one_node.transport()), "shm");
@@ -102,6 +109,7 @@ TEST(NodeLayout, AutomaticUsesSharedMemoryOnOneNodeAndTwoLevelsAcrossNodes) {
 
 TEST(NodeLayout, SharedMemoryAcrossNodesIsRefusedWithTheLayout) {
   const int size = zero::testing::world().size();
+  if (!on_one_machine()) GTEST_SKIP() << "the ranks span several machines";
   if (size == 1) GTEST_SKIP() << "one rank is always one node";
   try {
     MpiCommunicator comm(boost::mpi::communicator(), with(Transport::shared_memory, 1));
@@ -113,6 +121,26 @@ TEST(NodeLayout, SharedMemoryAcrossNodesIsRefusedWithTheLayout) {
         " ranks on " + std::to_string(size) + " nodes (ZERO_NODE_SIZE)";
     EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
+}
+
+// On a real cluster (tools/zero-cluster): the automatic transport is the two-level one, its
+// groups are the machines, and ZERO_NODE_SIZE=1 still cuts them into single ranks.
+TEST(NodeLayout, SeveralMachinesAreNodesOfTheTwoLevelTransport) {
+  if (on_one_machine()) GTEST_SKIP() << "the ranks share one machine";
+  const int size = zero::testing::world().size();
+  MpiCommunicator comm(boost::mpi::communicator(), with(Transport::automatic, 0));
+  EXPECT_GT(comm.nodes(), 1);
+  if (comm.ranks_per_node() > 0) {
+    EXPECT_EQ(std::string(comm.transport()), "hierarchical");
+    EXPECT_EQ(comm.nodes() * comm.ranks_per_node(), size);
+    for (const std::vector<int>& node : comm.summation_order())
+      EXPECT_EQ(static_cast<int>(node.size()), comm.ranks_per_node());
+  } else {
+    EXPECT_EQ(std::string(comm.transport()), "mpi");
+  }
+  MpiCommunicator singles(boost::mpi::communicator(), with(Transport::automatic, 1));
+  EXPECT_EQ(singles.nodes(), size);
+  EXPECT_EQ(std::string(singles.transport()), "hierarchical");
 }
 
 TEST(NodeLayout, ABadNodeSizeIsNamed) {

@@ -59,6 +59,8 @@ class ZeroMpiBackend final : public HostBuffers {
       : HostBuffers(bytes), comm_(comm), blocking_(blocking) {}
   std::string describe() const override {
     return std::string("zero MpiCommunicator, ") + comm_.transport() + " transport, " +
+           std::to_string(comm_.nodes()) + " node(s), " +
+           std::to_string(comm_.options().chunk_bytes >> 10) + " KiB chunks, " +
            (blocking_ ? "wait after each call" : "all iterations in flight");
   }
   void run(const CollectiveArgs& a, int iterations) override {

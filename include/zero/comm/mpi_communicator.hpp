@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -52,6 +53,7 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
 
   int rank() const noexcept { return state_->rank; }
   int size() const noexcept { return state_->size; }
+  // The settings in force: a chunk of 0 (the default) reads as the chosen transport's chunk.
   const CommOptions& options() const noexcept { return state_->options; }
   // "shm" when the ranks talk through shared memory, "hierarchical" across nodes in two levels,
   // "mpi" for flat chunked MPI.
@@ -84,8 +86,9 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
     state_->worker->run_and_wait(
         "split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
         [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
+    // As this one was asked for: the part picks its own transport and that transport's defaults.
     MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach),
-                           state_->options);
+                           state_->requested);
     MPI_Comm_free(&part);
     return result;
   }
@@ -103,7 +106,8 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
     MPI_Comm comm = MPI_COMM_NULL;
     int rank = 0;
     int size = 1;
-    CommOptions options;
+    CommOptions options;   // in force (a chunk of 0 resolved to the transport's default)
+    CommOptions requested; // as given
     std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>,
                  std::unique_ptr<detail::HierarchicalTransport>>
         transport;
@@ -115,7 +119,7 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
     std::unique_ptr<detail::ProgressWorker> worker;
     int exceptions_at_start = std::uncaught_exceptions();
 
-    State(MPI_Comm parent, const CommOptions& opts) : options(opts) {
+    State(MPI_Comm parent, const CommOptions& opts) : options(opts), requested(opts) {
       initialize_mpi();
       ZERO_CHECK_MPI(MPI_Comm_dup(parent, &comm));
       ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
@@ -174,6 +178,9 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
         summation_order.emplace_back(static_cast<std::size_t>(size));
         std::iota(summation_order.back().begin(), summation_order.back().end(), 0);
       }
+      if (options.chunk_bytes == 0)
+        options.chunk_bytes =
+            chosen == Transport::shared_memory ? shm_chunk_bytes : network_chunk_bytes;
       if (chosen == Transport::shared_memory)
         transport = std::make_unique<detail::ShmTransport>(
             comm, options.chunk_bytes, options.native_gathers, options.native_below_bytes);
@@ -184,23 +191,32 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
         transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
     }
 
-    // Every rank's node key: the lowest rank of its node in MPI's shared-memory split, or with
-    // ZERO_NODE_SIZE=k, its rank in MPI_COMM_WORLD / k (so that a split communicator sees the
-    // same simulated nodes). Collective.
+    // Every rank's node key, equal on the ranks of one node: the lowest rank of its node in MPI's
+    // shared-memory split; with ZERO_NODE_SIZE=k, each such node is cut further into groups of k
+    // consecutive ranks of MPI_COMM_WORLD (so that a split communicator sees the same simulated
+    // nodes, and a simulated node never spans two real ones). Collective.
     std::vector<int> node_keys() const {
-      int key = rank;
+      int lowest = rank;
+      MPI_Comm node = MPI_COMM_NULL;
+      ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+      ZERO_CHECK_MPI(MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, node));
+      MPI_Comm_free(&node);
+      int group = 0;
       if (options.node_size > 0) {
         int world_rank = 0;
         ZERO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-        key = world_rank / options.node_size;
-      } else {
-        MPI_Comm node = MPI_COMM_NULL;
-        ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-        ZERO_CHECK_MPI(MPI_Allreduce(&rank, &key, 1, MPI_INT, MPI_MIN, node));
-        MPI_Comm_free(&node);
+        group = world_rank / options.node_size;
       }
+      const int mine[2] = {lowest, group};
+      std::vector<int> pairs(2 * static_cast<std::size_t>(size));
+      ZERO_CHECK_MPI(MPI_Allgather(mine, 2, MPI_INT, pairs.data(), 2, MPI_INT, comm));
+      // The key of a (node, group) pair: the first rank that has it.
+      std::map<std::pair<int, int>, int> first;
       std::vector<int> keys(static_cast<std::size_t>(size));
-      ZERO_CHECK_MPI(MPI_Allgather(&key, 1, MPI_INT, keys.data(), 1, MPI_INT, comm));
+      for (int r = 0; r < size; ++r) {
+        const std::pair<int, int> at{pairs[2 * std::size_t(r)], pairs[2 * std::size_t(r) + 1]};
+        keys[std::size_t(r)] = first.try_emplace(at, r).first->second;
+      }
       return keys;
     }
 

@@ -9,9 +9,11 @@
 //                          chunked MPI, or two-level MPI (within each node, then across nodes).
 //                          auto: shm on one node, else hierarchical where the nodes hold equally
 //                          many ranks and mpi where they do not (hierarchical falls back alike).
-//   ZERO_NODE_SIZE=k       treat every k consecutive ranks of MPI_COMM_WORLD as one node (to run
-//                          the across-nodes paths on one machine, in tests); 0: MPI's nodes.
-//   ZERO_CHUNK_BYTES=...   pipeline chunk of both transports (shared memory uses two per rank).
+//   ZERO_NODE_SIZE=k       cut every node into simulated nodes of k consecutive ranks of
+//                          MPI_COMM_WORLD (to run the across-nodes paths on one machine, in
+//                          tests); 0: the nodes MPI reports.
+//   ZERO_CHUNK_BYTES=...   pipeline chunk of every transport (shared memory uses two per rank);
+//                          unset or 0: 1 MiB for shared memory, 16 MiB for the MPI transports.
 //   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast use Open MPI's own calls, whose
 //                          single-copy transfers beat staging through shared memory (no arithmetic,
 //                          so nothing about determinism changes); 0 keeps them on the pipeline.
@@ -27,6 +29,13 @@
 namespace zero {
 
 enum class Transport { automatic, shared_memory, mpi, hierarchical };
+
+// Default pipeline chunks. Shared memory stages every chunk through the window, so a chunk that
+// stays in cache wins; the MPI transports wait for every chunk's exchange before the next, which
+// across a network costs a round trip and a TCP ramp each: there a chunk of 1 MiB moved 16 MB
+// all-gathers at a fifth of the bandwidth of 16 MiB chunks (docs/communicators.md).
+inline constexpr std::size_t shm_chunk_bytes = std::size_t{1} << 20;
+inline constexpr std::size_t network_chunk_bytes = std::size_t{16} << 20;
 
 constexpr const char* to_string(Transport t) noexcept {
   switch (t) {
@@ -50,7 +59,9 @@ struct CommOptions {
 #endif
   double timeout_seconds = 300;
   Transport transport = Transport::automatic;
-  std::size_t chunk_bytes = std::size_t{1} << 20;
+  // 0: the transport's own default, shm_chunk_bytes or network_chunk_bytes below; the
+  // communicator's options() report the chunk in force.
+  std::size_t chunk_bytes = 0;
   bool native_gathers = true;
   std::size_t native_below_bytes = std::size_t{4} << 20;
   int node_size = 0; // ZERO_NODE_SIZE
@@ -85,7 +96,8 @@ struct CommOptions {
               "reports");
       o.node_size = static_cast<int>(*v);
     }
-    require(o.chunk_bytes >= 4096, "ZERO_CHUNK_BYTES must be at least 4096");
+    require(o.chunk_bytes == 0 || o.chunk_bytes >= 4096,
+            "ZERO_CHUNK_BYTES must be at least 4096 (or 0, the transport's default)");
     require(o.timeout_seconds > 0, "ZERO_TIMEOUT_S must be positive");
     return o;
   }
