@@ -38,6 +38,9 @@ inline const char* usage =
     "  --nvme DIR              fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
     "                          (without --config: a pipelined step, pipeline_read/write on)\n"
     "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
+    "  --quantized-weights     stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
+    "                          zero_quantized_weights in --config)\n"
+    "  --quantization-block N  values per int8 block's scale (default 256)\n"
     "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
     "  --remove-stale-swap     delete swap files a crashed run left in DIR instead of refusing\n"
     "  --no-reference-pass     do not time the fused optimizer pass alone on fresh buffers (they\n"
@@ -86,6 +89,8 @@ struct Flags {
   std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
+  bool quantized_weights = false; // --quantized-weights (or the config's zero_quantized_weights)
+  std::optional<std::size_t> quantization_block;
   bool reference_pass =
       true; // time the fused optimizer pass alone after training (see training.hpp)
 };
@@ -122,7 +127,8 @@ inline Flags parse(int argc, char** argv) {
       continue;
     }
     if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
-        flag == "--no-reference-pass" || flag == "--async-checkpoint") {
+        flag == "--no-reference-pass" || flag == "--async-checkpoint" ||
+        flag == "--quantized-weights") {
       pairs.push_back({flag, "1"});
       continue;
     }
@@ -259,6 +265,10 @@ inline Flags parse(int argc, char** argv) {
       f.remove_stale_swap = true;
     else if (flag == "--no-reference-pass")
       f.reference_pass = false;
+    else if (flag == "--quantized-weights")
+      f.quantized_weights = true;
+    else if (flag == "--quantization-block")
+      f.quantization_block = std::size_t(whole(1, size_max));
     else
       zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
   }
@@ -270,6 +280,11 @@ inline Flags parse(int argc, char** argv) {
   if (f.optimizer_on_nvme) f.reference_pass = false;
   zero::require(!f.save_checkpoint.empty() || (f.save_every == 0 && !f.async_checkpoint),
                 "--save-every and --async-checkpoint need --save-checkpoint DIR");
+  if (f.ds && f.ds->zero_optimization.zero_quantized_weights) f.quantized_weights = true;
+  zero::require(!f.quantized_weights || f.stage == 3,
+                "quantized weights (qwZ) quantize stage 3's weight gathers: they need --stage 3");
+  zero::require(!f.quantization_block || f.quantized_weights,
+                "--quantization-block needs --quantized-weights");
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");
   return f;

@@ -103,9 +103,14 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
     std::printf("\ncommunication per step, per rank (elements; last step)\n");
     for (zero::Collective op : zero::all_collectives) {
       if (c[op].calls == 0) continue;
-      std::printf("  %-15s %6llu calls %14llu elements\n", zero::to_string(op),
-                  (unsigned long long)c[op].calls, (unsigned long long)c[op].elements);
+      std::printf("  %-15s %6llu calls %14llu elements %10.3f MB\n", zero::to_string(op),
+                  (unsigned long long)c[op].calls, (unsigned long long)c[op].elements,
+                  mb(double(c[op].bytes)));
     }
+    if (f.quantized_weights)
+      std::printf("  weights gathered as int8 blocks of %zu values with a float scale each (qwZ): "
+                  "the all-gathers' elements are bytes\n",
+                  f.quantization_block.value_or(zero::BlockQuantization{}.block));
     std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %s = %.0f "
                 "elements\n",
                 (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi,
@@ -183,7 +188,8 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
   out << "],\n  \"communication_per_step\": [";
   for (std::size_t s = 0; s < h.steps.size(); ++s) {
     const zero::CommStats& c = h.steps[s].communication;
-    out << (s ? ", " : "") << "{\"volume_elements\": " << c.volume_elements();
+    out << (s ? ", " : "") << "{\"volume_elements\": " << c.volume_elements()
+        << ", \"bytes\": " << c.total_bytes();
     for (zero::Collective op : zero::all_collectives)
       out << ", \"" << zero::to_string(op) << "\": " << c[op].elements;
     const zero::ReducerStats& r = h.steps[s].reduction;

@@ -3,6 +3,8 @@
 
 #include "config_test_support.hpp"
 
+#include <zero/engine/options.hpp>
+
 #include <gtest/gtest.h>
 
 #include <variant>
@@ -153,6 +155,25 @@ TEST(ConfigJson, UnbuiltFeaturesAreRejectedByName) {
   code.activation_checkpointing.cpu_checkpointing = true;
   EXPECT_THROW(config::require_built(code), zero::Error);
   EXPECT_NO_THROW(config::require_built(config::Config{}));
+}
+
+TEST(ConfigJson, ZeroPlusPlusKeys) {
+  // qwZ is built: the engine gathers int8 weights (EngineOptions::quantized_weights).
+  const auto parsed =
+      parse(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})");
+  EXPECT_TRUE(parsed.config.zero_optimization.zero_quantized_weights);
+  EXPECT_TRUE(zero::EngineOptions::from_config(parsed.config).quantized_weights);
+  EXPECT_FALSE(zero::EngineOptions::from_config(parse("{}").config).quantized_weights);
+  expect_invalid(R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": true}})",
+                 {"zero_optimization.zero_quantized_weights: quantizes stage 3's weight gathers, "
+                  "so it needs ZeRO stage 3, got stage 2"});
+  // hpZ and qgZ are not: refused by name, never ignored.
+  expect_error(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8,
+                                         "zero_quantized_gradients": true}})",
+               ErrorKind::unsupported,
+               {"zero_optimization.zero_hpz_partition_size = 8",
+                "zero_optimization.zero_quantized_gradients = true"});
+  EXPECT_NO_THROW(parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 1}})"));
 }
 
 TEST(ConfigJson, OffloadAndCheckpointingConsistency) {

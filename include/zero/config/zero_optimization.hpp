@@ -68,6 +68,11 @@ struct ZeroOptimizationConfig {
   std::int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer{};
   OffloadParamConfig offload_param{};
+  // ZeRO++ (stage 3): int8 weight gathers (qwZ); a secondary shard of the weights within groups of
+  // this many ranks (hpZ, 1: none); int8 gradient reduction (qgZ). hpZ and qgZ are not built.
+  bool zero_quantized_weights = false;
+  std::int64_t zero_hpz_partition_size = 1;
+  bool zero_quantized_gradients = false;
 
   bool overlap_comm_enabled() const noexcept { return overlap_comm.value_or(stage == 3); }
   friend bool operator==(const ZeroOptimizationConfig&, const ZeroOptimizationConfig&) = default;

@@ -6,6 +6,7 @@
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/offload/offload_options.hpp"
+#include "zero/precision/block_quantization.hpp"
 
 #include <array>
 #include <bit>
@@ -37,6 +38,11 @@ struct EngineOptions {
   std::size_t persistence_threshold = 0;
   std::size_t prefetch_elements = 50'000'000;
   std::size_t max_live_elements = 1'000'000'000;
+  // Stage 3: gather weights as int8 with one scale per `quantization_block` values (ZeRO++'s qwZ,
+  // DeepSpeed's zero_quantized_weights): forward and backward then compute with the dequantized
+  // weights, within max|x| / 254 of the exact ones per block; the update stays in full precision.
+  bool quantized_weights = false;
+  std::size_t quantization_block = 256;
   // A run whose gradients overflow this many steps in a row stops with an error (0: never); see
   // precision/skipped_steps.hpp. Not a DeepSpeed setting: DeepSpeed skips such steps forever.
   std::int64_t max_consecutive_skipped_steps = 100;
@@ -48,10 +54,14 @@ struct EngineOptions {
   config::OffloadDevice offload_param = config::OffloadDevice::none;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
+  std::optional<BlockQuantization> weight_quantization() const {
+    if (!quantized_weights) return std::nullopt;
+    return BlockQuantization{quantization_block};
+  }
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 10> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 12> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -61,6 +71,8 @@ struct EngineOptions {
              {"persistence_threshold", persistence_threshold},
              {"prefetch_elements", prefetch_elements},
              {"max_live_elements", max_live_elements},
+             {"quantized_weights", std::uint64_t(quantized_weights)},
+             {"quantization_block", quantization_block},
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)}}};
   }
 
@@ -77,6 +89,7 @@ struct EngineOptions {
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
     require(max_consecutive_skipped_steps >= 0,
             "engine: max_consecutive_skipped_steps must be 0 (no limit) or positive");
+    require(quantization_block >= 1, "engine: quantization_block must be at least 1 value");
     nvme.validate();
   }
 
@@ -96,6 +109,7 @@ struct EngineOptions {
         static_cast<std::size_t>(c.zero_optimization.stage3_param_persistence_threshold);
     o.prefetch_elements = static_cast<std::size_t>(c.zero_optimization.stage3_prefetch_bucket_size);
     o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
+    o.quantized_weights = c.zero_optimization.zero_quantized_weights;
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
     o.nvme = NvmeOptions::from_config(c);

@@ -29,9 +29,12 @@ class ReplicatedParameters {
   using Tensor = ShardedTensor<T, ReplicatedIn<Space>>;
 
  public:
-  ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions&)
+  ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options)
       : comm_(shard), model_(model), copy_(shard, model.replica), gathers_(model.layers()),
         holders_(model.layers(), 0) {
+    require(!options.quantized_weights,
+            "engine: quantized_weights (zero_quantized_weights, ZeRO++'s qwZ) quantizes stage 3's "
+            "parameter gathers, and this plan keeps whole parameters on every rank; use stage 3");
     if constexpr (Plan::optimizer_states)
       if (!model.images.all_in_order()) staging_.emplace(shard, model.replica);
   }

@@ -28,7 +28,8 @@ class ShardedParameters {
       : model_(model), shard_(shard, model.sharded),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
-                                        options.max_live_elements}) {}
+                                        options.max_live_elements},
+                options.weight_quantization()) {}
 
   // Layer l's weights, its parameters in order: this rank keeps its block. Collective when the
   // layer stays gathered.

@@ -11,11 +11,18 @@
 //
 // Where this rank's blocks come from is a BlockSource: the shard in memory (ShardBlocks), or the
 // NVMe tier, which reads a block ahead when asked to prefetch it.
+//
+// With quantized weights (ZeRO++'s qwZ), a gather that acquire() starts carries int8 blocks and
+// their scales (precision/block_quantization.hpp) instead of T: this rank packs its block, the
+// packed blocks are all-gathered as bytes, and every rank, this one included, unpacks the whole
+// layer when the gather is waited for. Layers kept gathered are refreshed in full precision once a
+// step (they are small by definition).
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/gather/acquisition_order.hpp"
+#include "zero/precision/block_quantization.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
@@ -57,11 +64,15 @@ class ParameterGather {
     std::size_t max_live_elements = 0;     // gathered at once at most (held layers excepted)
   };
 
-  ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits)
-      : comm_(comm), layout_(layout), images_(images), limits_(limits),
+  // `quantization`: gather int8 blocks instead of T (qwZ); none gathers T.
+  ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits,
+                  std::optional<BlockQuantization> quantization = std::nullopt)
+      : comm_(comm), layout_(layout), images_(images), limits_(limits), quantization_(quantization),
         slots_(layout.layer_count()), order_(layout.layer_count()) {
+    if (quantization_) quantization_->validate();
     for (std::size_t l = 0; l < slots_.size(); ++l) {
       largest_ = std::max(largest_, layout.layer(l).flat_numel);
+      if (quantization_) largest_packed_ = std::max(largest_packed_, packed_image_bytes(l));
       if (layout.layer(l).numel < limits.persistence_threshold) {
         slots_[l].persistent.emplace(layout.layer(l).flat_numel);
         persistent_bytes_ += slots_[l].persistent->size_bytes();
@@ -167,7 +178,9 @@ class ParameterGather {
   // Elements gathered now (held and prefetched), and the most ever.
   std::size_t live_elements() const noexcept { return live_; }
   std::size_t peak_live_elements() const noexcept { return peak_live_; }
-  std::size_t pool_bytes() const noexcept { return pool_.size() * largest_ * sizeof(T); }
+  std::size_t pool_bytes() const noexcept {
+    return pool_.size() * largest_ * sizeof(T) + packed_pool_.size() * largest_packed_;
+  }
   std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
   // Time acquire() waited for a gather that was already in flight.
   double exposed_seconds() const noexcept { return exposed_seconds_; }
@@ -183,6 +196,7 @@ class ParameterGather {
     std::optional<Buffer<T>> persistent;
     std::optional<std::size_t> ordered; // into pool_: the layer's parameters in order
     std::optional<std::size_t> image;   // into pool_: its image while in flight, if not in order
+    std::optional<std::size_t> packed;  // into packed_pool_: its quantized image while in flight
     Work work;                          // the gather in flight
     bool source_held = false;           // the source's block is read by the gather
     int holders = 0;
@@ -208,10 +222,25 @@ class ParameterGather {
     if (!images_.in_order(l)) s.image = take_buffer();
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
-    const std::size_t target = s.image ? *s.image : *s.ordered;
-    s.work = gather_layer_image(comm_, layout_, l, source.block(l),
-                                pool_[target].view().first(layout_.layer(l).flat_numel));
-    s.source_held = true;
+    if (quantization_) {
+      s.packed = take_packed_buffer();
+      try {
+        s.work = gather_quantized(l, source.block(l), packed_pool_[*s.packed]);
+      } catch (...) { // a block that cannot be quantized: nothing stays half launched
+        free_packed_.push_back(*s.packed);
+        s.packed.reset();
+        if (s.image) free_.push_back(*s.image);
+        s.image.reset();
+        drop(l);
+        throw;
+      }
+      source.release(l); // packed into the gather's own buffer
+    } else {
+      const std::size_t target = s.image ? *s.image : *s.ordered;
+      s.work = gather_layer_image(comm_, layout_, l, source.block(l),
+                                  pool_[target].view().first(layout_.layer(l).flat_numel));
+      s.source_held = true;
+    }
     if (prefetch)
       prefetched_ += layout_.layer(l).flat_numel;
     else
@@ -225,6 +254,13 @@ class ParameterGather {
     if (s.source_held) {
       source.release(l);
       s.source_held = false;
+    }
+    if (s.packed) {
+      unpack_quantized(
+          l, packed_pool_[*s.packed],
+          pool_[s.image ? *s.image : *s.ordered].view().first(layout_.layer(l).flat_numel));
+      free_packed_.push_back(*s.packed);
+      s.packed.reset();
     }
     if (!s.image) return;
     images_.unpack(l, pool_[*s.image].data(), pool_[*s.ordered].data());
@@ -247,6 +283,62 @@ class ParameterGather {
     }
     pool_.emplace_back(largest_, uninitialized);
     return pool_.size() - 1;
+  }
+
+  // Bytes of layer l's quantized image: every rank's packed block, end to end in rank order.
+  std::size_t packed_image_bytes(std::size_t l) const {
+    std::size_t bytes = 0;
+    for (int r = 0; r < layout_.world_size(); ++r)
+      bytes += quantization_->packed_bytes(layout_.block(l, r).size());
+    return bytes;
+  }
+
+  // Packs `mine` into its place in `image` and all-gathers the packed blocks in place.
+  Work gather_quantized(std::size_t l, View<const T> mine, Buffer<std::uint8_t>& image) {
+    const BlockQuantization& q = *quantization_;
+    std::vector<std::size_t> counts(std::size_t(layout_.world_size()));
+    std::size_t at = 0;
+    for (int r = 0; r < layout_.world_size(); ++r) {
+      counts[std::size_t(r)] = q.packed_bytes(layout_.block(l, r).size());
+      if (r < comm_.rank()) at += counts[std::size_t(r)];
+    }
+    const std::size_t total = packed_image_bytes(l);
+    const View<std::uint8_t> bytes = image.view().first(total);
+    const View<std::uint8_t> my_bytes = bytes.subview(at, counts[std::size_t(comm_.rank())]);
+    quantize_blocks(q, mine, std::span<std::uint8_t>(my_bytes.data(), my_bytes.size()),
+                    "layer " + std::to_string(l) + "'s block on rank " +
+                        std::to_string(comm_.rank()));
+    if (equal_blocks(layout_, l)) return comm_.all_gather(bytes);
+    if constexpr (VariableCountCommunicator<Comm>) {
+      return comm_.all_gather(View<const std::uint8_t>(my_bytes), bytes, counts);
+    } else {
+      fail(ErrorKind::unsupported,
+           "quantized gather: the ranks' blocks of layer " + std::to_string(l) +
+               " differ in size, which needs a communicator with per-rank counts "
+               "(zero::VariableCountCommunicator)");
+    }
+  }
+
+  // Every rank's packed block of layer l into its place in `image` (rank r's at flat_range(l, r)).
+  void unpack_quantized(std::size_t l, const Buffer<std::uint8_t>& packed, View<T> image) const {
+    std::size_t at = 0;
+    for (int r = 0; r < layout_.world_size(); ++r) {
+      const Range range = layout_.flat_range(l, r);
+      const std::size_t bytes = quantization_->packed_bytes(range.size());
+      dequantize_blocks(*quantization_, std::span<const std::uint8_t>(packed.data() + at, bytes),
+                        image.subview(range.begin, range.size()));
+      at += bytes;
+    }
+  }
+
+  std::size_t take_packed_buffer() {
+    if (!free_packed_.empty()) {
+      const std::size_t b = free_packed_.back();
+      free_packed_.pop_back();
+      return b;
+    }
+    packed_pool_.emplace_back(largest_packed_, uninitialized);
+    return packed_pool_.size() - 1;
   }
 
   template <class Source>
@@ -272,10 +364,14 @@ class ParameterGather {
   const ShardLayout& layout_;
   const LayerImages& images_;
   Limits limits_;
+  std::optional<BlockQuantization> quantization_;
   std::vector<Slot> slots_;
   std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
   std::size_t largest_ = 0;
   std::vector<std::size_t> free_;
+  std::vector<Buffer<std::uint8_t>> packed_pool_; // quantized images in flight
+  std::size_t largest_packed_ = 0;
+  std::vector<std::size_t> free_packed_;
   AcquisitionOrder order_;
   GatherCounts counts_;
   std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0;

@@ -76,7 +76,8 @@ class NvmeParameters {
                         })),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
-                                        options.max_live_elements}) {
+                                        options.max_live_elements},
+                options.weight_quantization()) {
     // Every block starts at zero, as in memory, until set_layer.
     agreed(shard, "writing the parameters' initial blocks", [&] {
       std::memset(staging_[0].data(), 0, staging_[0].size());
