@@ -41,6 +41,8 @@ inline const char* usage =
     "  --quantized-weights     stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
     "                          zero_quantized_weights in --config)\n"
     "  --quantization-block N  values per int8 block's scale (default 256)\n"
+    "  --hpz N                 stage 3: backward gathers within groups of N consecutive ranks,\n"
+    "                          e.g. a node's (ZeRO++'s hpZ; zero_hpz_partition_size)\n"
     "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
     "  --remove-stale-swap     delete swap files a crashed run left in DIR instead of refusing\n"
     "  --no-reference-pass     do not time the fused optimizer pass alone on fresh buffers (they\n"
@@ -91,6 +93,7 @@ struct Flags {
   bool remove_stale_swap = false;
   bool quantized_weights = false; // --quantized-weights (or the config's zero_quantized_weights)
   std::optional<std::size_t> quantization_block;
+  int hpz = 1; // --hpz (or the config's zero_hpz_partition_size)
   bool reference_pass =
       true; // time the fused optimizer pass alone after training (see training.hpp)
 };
@@ -142,6 +145,8 @@ inline Flags parse(int argc, char** argv) {
     f.ds = zero::config::from_json_file(f.config);
     const auto& c = *f.ds;
     f.stage = c.zero_optimization.stage;
+    f.quantized_weights = c.zero_optimization.zero_quantized_weights;
+    f.hpz = static_cast<int>(c.zero_optimization.zero_hpz_partition_size);
     f.dtype = c.fp16.enabled   ? zero::DType::float16
               : c.bf16.enabled ? zero::DType::bfloat16
                                : zero::DType::float32;
@@ -269,6 +274,8 @@ inline Flags parse(int argc, char** argv) {
       f.quantized_weights = true;
     else if (flag == "--quantization-block")
       f.quantization_block = std::size_t(whole(1, size_max));
+    else if (flag == "--hpz")
+      f.hpz = int(whole(1, int_max));
     else
       zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
   }
@@ -280,7 +287,8 @@ inline Flags parse(int argc, char** argv) {
   if (f.optimizer_on_nvme) f.reference_pass = false;
   zero::require(!f.save_checkpoint.empty() || (f.save_every == 0 && !f.async_checkpoint),
                 "--save-every and --async-checkpoint need --save-checkpoint DIR");
-  if (f.ds && f.ds->zero_optimization.zero_quantized_weights) f.quantized_weights = true;
+  zero::require(f.hpz == 1 || f.stage == 3,
+                "--hpz (ZeRO++'s secondary weight partition) needs --stage 3");
   zero::require(!f.quantized_weights || f.stage == 3,
                 "quantized weights (qwZ) quantize stage 3's weight gathers: they need --stage 3");
   zero::require(!f.quantization_block || f.quantized_weights,

@@ -107,9 +107,13 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   (unsigned long long)c[op].calls, (unsigned long long)c[op].elements,
                   mb(double(c[op].bytes)));
     }
+    if (f.hpz > 1)
+      std::printf("  of which within hpZ groups of %d ranks (backward's gathers): %.3f MB\n", f.hpz,
+                  mb(double(h.steps.back().within_hpz_groups.total_bytes())));
     if (f.quantized_weights)
-      std::printf("  weights gathered as int8 blocks of %zu values with a float scale each (qwZ): "
-                  "the all-gathers' elements are bytes\n",
+      std::printf("  weights gathered across the shard group as int8 blocks of %zu values with a "
+                  "float scale each (qwZ): those all-gathers' elements are bytes, one a value plus "
+                  "the scales\n",
                   f.quantization_block.value_or(zero::BlockQuantization{}.block));
     std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %s = %.0f "
                 "elements\n",
@@ -189,7 +193,8 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
   for (std::size_t s = 0; s < h.steps.size(); ++s) {
     const zero::CommStats& c = h.steps[s].communication;
     out << (s ? ", " : "") << "{\"volume_elements\": " << c.volume_elements()
-        << ", \"bytes\": " << c.total_bytes();
+        << ", \"bytes\": " << c.total_bytes()
+        << ", \"within_hpz_bytes\": " << h.steps[s].within_hpz_groups.total_bytes();
     for (zero::Collective op : zero::all_collectives)
       out << ", \"" << zero::to_string(op) << "\": " << c[op].elements;
     const zero::ReducerStats& r = h.steps[s].reduction;

@@ -64,6 +64,7 @@ Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
   }
   if (f.sub_group_size) options.nvme.optimizer.sub_group_size = *f.sub_group_size;
   options.quantized_weights = f.quantized_weights;
+  options.hpz_partition_size = f.hpz;
   if (f.quantization_block) options.quantization_block = *f.quantization_block;
   options.nvme.remove_stale = f.remove_stale_swap;
   return Engine(world, f.shape.specs(), std::move(optimizer), make_scaler(f), options);

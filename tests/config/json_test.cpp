@@ -167,13 +167,16 @@ TEST(ConfigJson, ZeroPlusPlusKeys) {
   expect_invalid(R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": true}})",
                  {"zero_optimization.zero_quantized_weights: quantizes stage 3's weight gathers, "
                   "so it needs ZeRO stage 3, got stage 2"});
-  // hpZ and qgZ are not: refused by name, never ignored.
-  expect_error(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8,
-                                         "zero_quantized_gradients": true}})",
-               ErrorKind::unsupported,
-               {"zero_optimization.zero_hpz_partition_size = 8",
-                "zero_optimization.zero_quantized_gradients = true"});
-  EXPECT_NO_THROW(parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 1}})"));
+  // hpZ too: the secondary partition (EngineOptions::hpz_partition_size).
+  const auto hpz = parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})");
+  EXPECT_EQ(zero::EngineOptions::from_config(hpz.config).hpz_partition_size, 8);
+  EXPECT_EQ(zero::EngineOptions::from_config(parse("{}").config).hpz_partition_size, 1);
+  expect_invalid(R"({"zero_optimization": {"stage": 1, "zero_hpz_partition_size": 2}})",
+                 {"zero_optimization.zero_hpz_partition_size: cuts stage 3's weights a second "
+                  "time, so it needs ZeRO stage 3, got stage 1"});
+  // qgZ is not: refused by name, never ignored.
+  expect_error(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
+               ErrorKind::unsupported, {"zero_optimization.zero_quantized_gradients = true"});
 }
 
 TEST(ConfigJson, OffloadAndCheckpointingConsistency) {

@@ -26,11 +26,6 @@ inline std::vector<UnbuiltFeature> unbuilt_features(const Config& config) {
     found.push_back({"zero_optimization.allgather_partitions = false",
                      "parameters are always all-gathered after the step; the broadcast variant "
                      "is not built"});
-  if (zero_opt.zero_hpz_partition_size > 1)
-    found.push_back({"zero_optimization.zero_hpz_partition_size = " +
-                         std::to_string(zero_opt.zero_hpz_partition_size),
-                     "ZeRO++'s secondary weight shards within a node (hpZ) are not built; "
-                     "zero_quantized_weights (qwZ) is"});
   if (zero_opt.zero_quantized_gradients)
     found.push_back({"zero_optimization.zero_quantized_gradients = true",
                      "ZeRO++'s int8 gradient reduction (qgZ) is not built; gradients are reduced "

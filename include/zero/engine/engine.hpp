@@ -94,7 +94,8 @@ class Engine {
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {})
       : options_(validated(std::move(options))), optimizer_(std::move(optimizer)),
-        scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps), groups_(comm),
+        scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
+        groups_(comm, options_.hpz_partition_size),
         model_(make_layout_checked(groups_.shard(), std::move(parameters)), groups_.shard().rank(),
                groups_.world().rank()),
         micro_(*model_.sharded, options_.gradient_accumulation_steps) {
@@ -237,6 +238,9 @@ class Engine {
     const CommStats total = groups_.total();
     result.communication = total - last_total_;
     last_total_ = total;
+    const CommStats hpz = groups_.hpz_total();
+    result.within_hpz_groups = hpz - last_hpz_total_;
+    last_hpz_total_ = hpz;
     result.seconds.total = clock.total();
     // Last, so that a run stopped here leaves the engine between steps.
     skipped_.record(!result.applied, result.loss_scale, scaler_.state().dynamic);
@@ -409,13 +413,13 @@ class Engine {
   void make_states() {
     switch (options_.compute_dtype) {
     case DType::float16:
-      states_.template emplace<States<half>>(groups_.shard(), model_, options_);
+      states_.template emplace<States<half>>(groups_.shard(), model_, options_, groups_.hpz());
       break;
     case DType::bfloat16:
-      states_.template emplace<States<bfloat16>>(groups_.shard(), model_, options_);
+      states_.template emplace<States<bfloat16>>(groups_.shard(), model_, options_, groups_.hpz());
       break;
     default:
-      states_.template emplace<States<float>>(groups_.shard(), model_, options_);
+      states_.template emplace<States<float>>(groups_.shard(), model_, options_, groups_.hpz());
     }
   }
 
@@ -488,7 +492,7 @@ class Engine {
   ModelLayout model_;
   MicroSteps micro_;
   std::variant<std::monostate, States<float>, States<half>, States<bfloat16>> states_;
-  CommStats last_total_;
+  CommStats last_total_, last_hpz_total_;
   double gather_exposed_before_ = 0;
   GatherCounts gathers_before_;
   IoStats nvme_before_;

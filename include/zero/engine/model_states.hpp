@@ -67,8 +67,11 @@ class ModelStates {
  public:
   using value_type = T;
 
-  ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options)
-      : shard_(shard), parameters_(shard, model, options),
+  // `hpz`: the group of stage 3's secondary weight copy (EngineOptions::hpz_partition_size), or
+  // null.
+  ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options,
+              Comm* hpz = nullptr)
+      : shard_(shard), parameters_(shard, model, options, hpz),
         gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {}
 
   ModelStates(const ModelStates&) = delete;

@@ -43,6 +43,11 @@ struct EngineOptions {
   // weights, within max|x| / 254 of the exact ones per block; the update stays in full precision.
   bool quantized_weights = false;
   std::size_t quantization_block = 256;
+  // Stage 3: keep a secondary copy of the weights cut among groups of this many consecutive ranks
+  // of the shard group (ZeRO++'s hpZ, DeepSpeed's zero_hpz_partition_size; 1: none), taken from
+  // each layer's first gather of a step; later gathers of the step (backward's) stay in the
+  // group, on one node when the group is a node's ranks.
+  int hpz_partition_size = 1;
   // A run whose gradients overflow this many steps in a row stops with an error (0: never); see
   // precision/skipped_steps.hpp. Not a DeepSpeed setting: DeepSpeed skips such steps forever.
   std::int64_t max_consecutive_skipped_steps = 100;
@@ -61,7 +66,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 12> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 13> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -73,6 +78,7 @@ struct EngineOptions {
              {"max_live_elements", max_live_elements},
              {"quantized_weights", std::uint64_t(quantized_weights)},
              {"quantization_block", quantization_block},
+             {"hpz_partition_size", std::uint64_t(hpz_partition_size)},
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)}}};
   }
 
@@ -90,6 +96,7 @@ struct EngineOptions {
     require(max_consecutive_skipped_steps >= 0,
             "engine: max_consecutive_skipped_steps must be 0 (no limit) or positive");
     require(quantization_block >= 1, "engine: quantization_block must be at least 1 value");
+    require(hpz_partition_size >= 1, "engine: hpz_partition_size must be at least 1 rank");
     nvme.validate();
   }
 
@@ -110,6 +117,7 @@ struct EngineOptions {
     o.prefetch_elements = static_cast<std::size_t>(c.zero_optimization.stage3_prefetch_bucket_size);
     o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
     o.quantized_weights = c.zero_optimization.zero_quantized_weights;
+    o.hpz_partition_size = static_cast<int>(c.zero_optimization.zero_hpz_partition_size);
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
     o.nvme = NvmeOptions::from_config(c);

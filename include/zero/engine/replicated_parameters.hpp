@@ -29,9 +29,14 @@ class ReplicatedParameters {
   using Tensor = ShardedTensor<T, ReplicatedIn<Space>>;
 
  public:
-  ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options)
+  ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
+                       Comm* /*hpz: refused below*/ = nullptr)
       : comm_(shard), model_(model), copy_(shard, model.replica), gathers_(model.layers()),
         holders_(model.layers(), 0) {
+    require(options.hpz_partition_size == 1,
+            "engine: hpz_partition_size (zero_hpz_partition_size, ZeRO++'s hpZ) cuts stage 3's "
+            "weights a second time, and this plan keeps whole parameters on every rank; use "
+            "stage 3");
     require(!options.quantized_weights,
             "engine: quantized_weights (zero_quantized_weights, ZeRO++'s qwZ) quantizes stage 3's "
             "parameter gathers, and this plan keeps whole parameters on every rank; use stage 3");

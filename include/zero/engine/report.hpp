@@ -67,6 +67,8 @@ struct StepResult {
   double clip_coefficient = 1.0;
   ReducerStats reduction;  // the gradient buckets of the last micro-step
   CommStats communication; // every collective of this step, forward and backward included
+  // The part of `communication` within the hpZ groups (EngineOptions::hpz_partition_size).
+  CommStats within_hpz_groups;
   // Time acquire() waited for parameters to be gathered since the last step (stage 3's gathers;
   // stages 1/2: the all-gathers the last step launched).
   double gather_exposed_seconds = 0;

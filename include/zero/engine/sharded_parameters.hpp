@@ -24,12 +24,13 @@ class ShardedParameters {
   using Gather = ParameterGather<T, Comm>;
 
  public:
-  ShardedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options)
+  ShardedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
+                    Comm* hpz = nullptr)
       : model_(model), shard_(shard, model.sharded),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
                                         options.max_live_elements},
-                options.weight_quantization()) {}
+                options.weight_quantization(), hpz) {}
 
   // Layer l's weights, its parameters in order: this rank keeps its block. Collective when the
   // layer stays gathered.

@@ -17,6 +17,13 @@
 // packed blocks are all-gathered as bytes, and every rank, this one included, unpacks the whole
 // layer when the gather is waited for. Layers kept gathered are refreshed in full precision once a
 // step (they are small by definition).
+//
+// With a secondary group (ZeRO++'s hpZ: groups of consecutive ranks, typically a node's), the
+// first gather of a layer after its weights changed leaves each rank of the group a piece of the
+// gathered layer (its flat image cut into one piece per group rank); later gathers of the layer,
+// backward's, all-gather those pieces within the group instead of the blocks across the shard
+// group. The pieces are copies of the gathered values, so the weights are the same bits either
+// way; they cost flat size / group size elements per layer and are dropped when weights change.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
@@ -64,14 +71,17 @@ class ParameterGather {
     std::size_t max_live_elements = 0;     // gathered at once at most (held layers excepted)
   };
 
-  // `quantization`: gather int8 blocks instead of T (qwZ); none gathers T.
+  // `quantization`: gather int8 blocks instead of T (qwZ); none gathers T. `hpz`: the secondary
+  // group (hpZ), or null.
   ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits,
-                  std::optional<BlockQuantization> quantization = std::nullopt)
+                  std::optional<BlockQuantization> quantization = std::nullopt, Comm* hpz = nullptr)
       : comm_(comm), layout_(layout), images_(images), limits_(limits), quantization_(quantization),
-        slots_(layout.layer_count()), order_(layout.layer_count()) {
+        hpz_(hpz), slots_(layout.layer_count()), order_(layout.layer_count()) {
     if (quantization_) quantization_->validate();
     for (std::size_t l = 0; l < slots_.size(); ++l) {
-      largest_ = std::max(largest_, layout.layer(l).flat_numel);
+      // With hpZ a gathered image is the group's pieces end to end, padded to whole pieces.
+      largest_ = std::max(largest_, hpz_ ? hpz_piece_elements(l) * std::size_t(hpz_->size())
+                                         : layout.layer(l).flat_numel);
       if (quantization_) largest_packed_ = std::max(largest_packed_, packed_image_bytes(l));
       if (layout.layer(l).numel < limits.persistence_threshold) {
         slots_[l].persistent.emplace(layout.layer(l).flat_numel);
@@ -179,7 +189,7 @@ class ParameterGather {
   std::size_t live_elements() const noexcept { return live_; }
   std::size_t peak_live_elements() const noexcept { return peak_live_; }
   std::size_t pool_bytes() const noexcept {
-    return pool_.size() * largest_ * sizeof(T) + packed_pool_.size() * largest_packed_;
+    return pool_.size() * largest_ * sizeof(T) + packed_pool_.size() * largest_packed_ + hpz_bytes_;
   }
   std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
   // Time acquire() waited for a gather that was already in flight.
@@ -197,6 +207,9 @@ class ParameterGather {
     std::optional<std::size_t> ordered; // into pool_: the layer's parameters in order
     std::optional<std::size_t> image;   // into pool_: its image while in flight, if not in order
     std::optional<std::size_t> packed;  // into packed_pool_: its quantized image while in flight
+    std::optional<Buffer<T>> hpz_piece; // this rank's piece of the gathered layer (hpZ)
+    bool hpz_valid = false;             // the piece holds the current weights
+    bool from_hpz = false;              // the gather in flight reads the group's pieces
     Work work;                          // the gather in flight
     bool source_held = false;           // the source's block is read by the gather
     int holders = 0;
@@ -206,6 +219,7 @@ class ParameterGather {
   template <class Source>
   void forget(Source& source, std::size_t l) {
     Slot& s = slots_[l];
+    s.hpz_valid = false; // the weights are about to change
     if (!s.ordered) return;
     if (s.work.pending()) {
       s.work.wait();
@@ -222,7 +236,13 @@ class ParameterGather {
     if (!images_.in_order(l)) s.image = take_buffer();
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
-    if (quantization_) {
+    if (hpz_ && s.hpz_valid) {
+      const std::size_t piece = hpz_piece_elements(l);
+      const std::size_t target = s.image ? *s.image : *s.ordered;
+      s.work = hpz_->all_gather(View<const T>(s.hpz_piece->view()),
+                                pool_[target].view().first(piece * std::size_t(hpz_->size())));
+      s.from_hpz = true;
+    } else if (quantization_) {
       s.packed = take_packed_buffer();
       try {
         s.work = gather_quantized(l, source.block(l), packed_pool_[*s.packed]);
@@ -255,13 +275,15 @@ class ParameterGather {
       source.release(l);
       s.source_held = false;
     }
+    const View<T> image =
+        pool_[s.image ? *s.image : *s.ordered].view().first(layout_.layer(l).flat_numel);
     if (s.packed) {
-      unpack_quantized(
-          l, packed_pool_[*s.packed],
-          pool_[s.image ? *s.image : *s.ordered].view().first(layout_.layer(l).flat_numel));
+      unpack_quantized(l, packed_pool_[*s.packed], image);
       free_packed_.push_back(*s.packed);
       s.packed.reset();
     }
+    if (hpz_ && !s.from_hpz) keep_hpz_piece(l, image);
+    s.from_hpz = false;
     if (!s.image) return;
     images_.unpack(l, pool_[*s.image].data(), pool_[*s.ordered].data());
     free_.push_back(*s.image);
@@ -283,6 +305,26 @@ class ParameterGather {
     }
     pool_.emplace_back(largest_, uninitialized);
     return pool_.size() - 1;
+  }
+
+  // hpZ: layer l's flat image cut into one piece per rank of the secondary group.
+  std::size_t hpz_piece_elements(std::size_t l) const {
+    const std::size_t ranks = std::size_t(hpz_->size());
+    return (layout_.layer(l).flat_numel + ranks - 1) / ranks;
+  }
+
+  // This rank's piece of a freshly gathered image of layer l, for the layer's later gathers.
+  void keep_hpz_piece(std::size_t l, View<const T> image) {
+    Slot& s = slots_[l];
+    const std::size_t piece = hpz_piece_elements(l);
+    if (!s.hpz_piece) {
+      s.hpz_piece.emplace(piece); // zeroed: the last piece's padding stays zero
+      hpz_bytes_ += s.hpz_piece->size_bytes();
+    }
+    const std::size_t begin = std::min(image.size(), piece * std::size_t(hpz_->rank()));
+    const std::size_t count = std::min(piece, image.size() - begin);
+    std::copy_n(image.data() + begin, count, s.hpz_piece->data());
+    s.hpz_valid = true;
   }
 
   // Bytes of layer l's quantized image: every rank's packed block, end to end in rank order.
@@ -365,6 +407,7 @@ class ParameterGather {
   const LayerImages& images_;
   Limits limits_;
   std::optional<BlockQuantization> quantization_;
+  Comm* hpz_;
   std::vector<Slot> slots_;
   std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
   std::size_t largest_ = 0;
@@ -374,7 +417,7 @@ class ParameterGather {
   std::vector<std::size_t> free_packed_;
   AcquisitionOrder order_;
   GatherCounts counts_;
-  std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0;
+  std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0, hpz_bytes_ = 0;
   double exposed_seconds_ = 0;
 };
 

@@ -44,7 +44,8 @@ class NvmeParameters {
   static constexpr std::size_t staging_buffers = 2; // one being filled, one being written
 
  public:
-  NvmeParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options)
+  NvmeParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
+                 Comm* hpz = nullptr)
       : model_(model),
         // What can fail on one rank only is agreed, so that the others do not go on to wait in a
         // collective (see nvme_optimizer_store.hpp).
@@ -77,7 +78,7 @@ class NvmeParameters {
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
                                         options.max_live_elements},
-                options.weight_quantization()) {
+                options.weight_quantization(), hpz) {
     // Every block starts at zero, as in memory, until set_layer.
     agreed(shard, "writing the parameters' initial blocks", [&] {
       std::memset(staging_[0].data(), 0, staging_[0].size());

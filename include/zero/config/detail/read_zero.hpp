@@ -116,11 +116,17 @@ inline ZeroOptimizationConfig read_zero_optimization(ObjectReader& reader) {
   read_deprecated_offload(reader, zero_opt);
   check_offload(reader, zero_opt);
   zero_opt.zero_quantized_weights = reader.boolean("zero_quantized_weights", false);
-  zero_opt.zero_hpz_partition_size = reader.integer("zero_hpz_partition_size", 1, positive);
+  zero_opt.zero_hpz_partition_size =
+      reader.integer("zero_hpz_partition_size", 1, IntegerRange{1, 1 << 20});
   zero_opt.zero_quantized_gradients = reader.boolean("zero_quantized_gradients", false);
   if (zero_opt.zero_quantized_weights && zero_opt.stage != 3)
     reader.context().fail_at(reader.path_of("zero_quantized_weights"),
                              "quantizes stage 3's weight gathers, so it needs ZeRO stage 3, got "
+                             "stage " +
+                                 std::to_string(zero_opt.stage));
+  if (zero_opt.zero_hpz_partition_size > 1 && zero_opt.stage != 3)
+    reader.context().fail_at(reader.path_of("zero_hpz_partition_size"),
+                             "cuts stage 3's weights a second time, so it needs ZeRO stage 3, got "
                              "stage " +
                                  std::to_string(zero_opt.stage));
   return zero_opt;
