@@ -40,7 +40,10 @@ inline const char* usage =
     "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
     "  --quantized-weights     stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
     "                          zero_quantized_weights in --config)\n"
-    "  --quantization-block N  values per int8 block's scale (default 256)\n"
+    "  --quantized-gradients   stages 1-3: gradients cross between nodes as 4-bit blocks\n"
+    "                          (ZeRO++'s qgZ; also zero_quantized_gradients in --config)\n"
+    "  --gradient-bits N       bits per quantized gradient value: 4 (default) or 8\n"
+    "  --quantization-block N  values per quantized block's scale (default 256)\n"
     "  --hpz N                 stage 3: backward gathers within groups of N consecutive ranks,\n"
     "                          e.g. a node's (ZeRO++'s hpZ; zero_hpz_partition_size)\n"
     "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
@@ -91,7 +94,9 @@ struct Flags {
   std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
-  bool quantized_weights = false; // --quantized-weights (or the config's zero_quantized_weights)
+  bool quantized_weights = false;   // --quantized-weights (or the config's zero_quantized_weights)
+  bool quantized_gradients = false; // --quantized-gradients (or zero_quantized_gradients)
+  int gradient_bits = 4;
   std::optional<std::size_t> quantization_block;
   int hpz = 1; // --hpz (or the config's zero_hpz_partition_size)
   bool reference_pass =
@@ -131,7 +136,7 @@ inline Flags parse(int argc, char** argv) {
     }
     if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
         flag == "--no-reference-pass" || flag == "--async-checkpoint" ||
-        flag == "--quantized-weights") {
+        flag == "--quantized-weights" || flag == "--quantized-gradients") {
       pairs.push_back({flag, "1"});
       continue;
     }
@@ -146,6 +151,7 @@ inline Flags parse(int argc, char** argv) {
     const auto& c = *f.ds;
     f.stage = c.zero_optimization.stage;
     f.quantized_weights = c.zero_optimization.zero_quantized_weights;
+    f.quantized_gradients = c.zero_optimization.zero_quantized_gradients;
     f.hpz = static_cast<int>(c.zero_optimization.zero_hpz_partition_size);
     f.dtype = c.fp16.enabled   ? zero::DType::float16
               : c.bf16.enabled ? zero::DType::bfloat16
@@ -272,6 +278,10 @@ inline Flags parse(int argc, char** argv) {
       f.reference_pass = false;
     else if (flag == "--quantized-weights")
       f.quantized_weights = true;
+    else if (flag == "--quantized-gradients")
+      f.quantized_gradients = true;
+    else if (flag == "--gradient-bits")
+      f.gradient_bits = int(whole(4, 8));
     else if (flag == "--quantization-block")
       f.quantization_block = std::size_t(whole(1, size_max));
     else if (flag == "--hpz")
@@ -291,8 +301,12 @@ inline Flags parse(int argc, char** argv) {
                 "--hpz (ZeRO++'s secondary weight partition) needs --stage 3");
   zero::require(!f.quantized_weights || f.stage == 3,
                 "quantized weights (qwZ) quantize stage 3's weight gathers: they need --stage 3");
-  zero::require(!f.quantization_block || f.quantized_weights,
-                "--quantization-block needs --quantized-weights");
+  zero::require(!f.quantized_gradients || f.stage >= 1,
+                "quantized gradients (qgZ) quantize the gradients' reduce-scatter: they need "
+                "--stage 1, 2 or 3");
+  zero::require(f.gradient_bits == 4 || f.gradient_bits == 8, "--gradient-bits must be 4 or 8");
+  zero::require(!f.quantization_block || f.quantized_weights || f.quantized_gradients,
+                "--quantization-block needs --quantized-weights or --quantized-gradients");
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");
   return f;

@@ -119,7 +119,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     if (h.steps.empty())
       std::printf("nothing to train: the checkpoint has done all %d steps\n", f.steps);
     else
-      train::print_summary(f, h, memory, ranks);
+      train::print_summary(f, h, memory, ranks, world.quantizes_on_wire());
     if (!f.json.empty())
       train::write_json(f.json, f, h, memory, ranks, world.transport(), world.nodes());
     if (!f.save_npy.empty()) {

@@ -67,8 +67,9 @@ inline double expected_volume(const Flags& f, double psi) {
   return (f.stage == 3 ? 3 : 2) * psi;
 }
 
+// `quantizes_on_wire`: whether quantized gradients were quantized (across nodes only).
 inline void print_summary(const Flags& f, const History& h, const std::vector<RankMemory>& memory,
-                          int ranks) {
+                          int ranks, bool quantizes_on_wire) {
   const double psi = double(h.psi);
   std::printf("\nmodel: %zu parameters (Psi), %zu with padding; ZeRO stage %d over %d ranks (shard "
               "group of %d); "
@@ -115,6 +116,11 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   "float scale each (qwZ): those all-gathers' elements are bytes, one a value plus "
                   "the scales\n",
                   f.quantization_block.value_or(zero::BlockQuantization{}.block));
+    if (f.quantized_gradients)
+      std::printf("  gradients reduce-scattered as %d-bit blocks of %zu values with a float scale "
+                  "each where they cross between nodes (qgZ)%s\n",
+                  f.gradient_bits, f.quantization_block.value_or(zero::BlockQuantization{}.block),
+                  quantizes_on_wire ? "" : "; on one node they are reduced exactly");
     std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %s = %.0f "
                 "elements\n",
                 (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi,

@@ -65,6 +65,8 @@ Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
   if (f.sub_group_size) options.nvme.optimizer.sub_group_size = *f.sub_group_size;
   options.quantized_weights = f.quantized_weights;
   options.hpz_partition_size = f.hpz;
+  options.quantized_gradients = f.quantized_gradients;
+  options.gradient_quantization_bits = f.gradient_bits;
   if (f.quantization_block) options.quantization_block = *f.quantization_block;
   options.nvme.remove_stale = f.remove_stale_swap;
   return Engine(world, f.shape.specs(), std::move(optimizer), make_scaler(f), options);

@@ -174,9 +174,15 @@ TEST(ConfigJson, ZeroPlusPlusKeys) {
   expect_invalid(R"({"zero_optimization": {"stage": 1, "zero_hpz_partition_size": 2}})",
                  {"zero_optimization.zero_hpz_partition_size: cuts stage 3's weights a second "
                   "time, so it needs ZeRO stage 3, got stage 1"});
-  // qgZ is not: refused by name, never ignored.
-  expect_error(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
-               ErrorKind::unsupported, {"zero_optimization.zero_quantized_gradients = true"});
+  // qgZ: the gradients' reduce-scatter, stages 1-3 (EngineOptions::quantized_gradients).
+  const auto qgz =
+      parse(R"({"zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})");
+  EXPECT_TRUE(zero::EngineOptions::from_config(qgz.config).quantized_gradients);
+  EXPECT_EQ(zero::EngineOptions::from_config(qgz.config).gradient_quantization()->bits, 4);
+  EXPECT_FALSE(zero::EngineOptions::from_config(parse("{}").config).gradient_quantization());
+  expect_invalid(R"({"zero_optimization": {"stage": 0, "zero_quantized_gradients": true}})",
+                 {"zero_optimization.zero_quantized_gradients: quantizes the gradients' "
+                  "reduce-scatter, so it needs ZeRO stage 1, 2 or 3 (stage 0 all-reduces them)"});
 }
 
 TEST(ConfigJson, OffloadAndCheckpointingConsistency) {

@@ -7,7 +7,7 @@
 
 #include <zero/engine/engine.hpp>
 #include <zero/optim/sgd.hpp>
-#include <zero/precision/block_quantization.hpp>
+#include <zero/core/block_quantization.hpp>
 #include <zero/shard/whole_parameter_greedy.hpp>
 
 #include <gtest/gtest.h>
@@ -53,7 +53,7 @@ TEST(QuantizedWeights, EveryRankComputesWithTheSameWeightsWithinTheBound) {
     for (std::size_t i = 0; i < values.size(); ++i) {
       const float exact = initial_value(l, i);
       // No block's largest value exceeds the layer's.
-      ASSERT_LE(std::fabs(values[i] - exact), zero::BlockQuantization::error_bound(amax) * 1.0001f)
+      ASSERT_LE(std::fabs(values[i] - exact), zero::BlockQuantization{}.error_bound(amax) * 1.0001f)
           << "layer " << l << " value " << i;
       rounded += values[i] != exact;
     }

@@ -9,13 +9,19 @@
 // count in `counts` (a copy: the caller's list need not outlive the call); `count` is then this
 // rank's own block, so that the send and receive sizes above keep their meaning, and block r starts
 // at block_offset(r) instead of r * count.
+//
+// A reduce_scatter may carry `wire`, a block quantization for what crosses the network (ZeRO++'s
+// qgZ): the hierarchical transport sends every contribution and every node's partial sum as
+// quantized blocks; transports on one node, where no network is crossed, reduce exactly.
 
 #include "zero/comm/reduce_op.hpp"
+#include "zero/core/block_quantization.hpp"
 #include "zero/core/dtype.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +75,7 @@ struct CollectiveArgs {
   void* recv = nullptr;
   std::size_t count = 0;
   std::vector<std::size_t> counts; // per rank, for blocks of different sizes; empty: all `count`
+  std::optional<BlockQuantization> wire; // reduce_scatter: quantize what crosses the network
 
   std::size_t element_bytes() const noexcept { return size_of(dtype); }
   bool variable_counts() const noexcept { return !counts.empty(); }
@@ -105,6 +112,9 @@ struct CollectiveArgs {
             to_string(dtype);
     if (uses_reduce_op(kind)) text += ", " + std::string(to_string(op));
     if (uses_root(kind)) text += ", root " + std::to_string(root);
+    if (wire)
+      text += ", int" + std::to_string(wire->bits) + " blocks of " + std::to_string(wire->block) +
+              " across nodes";
     return text + ")";
   }
 

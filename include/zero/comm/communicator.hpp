@@ -5,11 +5,13 @@
 // GatheringCommunicator), so that a missing operation is a readable compile error.
 // VariableCountCommunicator adds reduce_scatter and all_gather over blocks of different sizes (for
 // partitioners whose ranks own unequal shards); it is separate so that communicators written before
-// it keep satisfying Communicator.
+// it keep satisfying Communicator. QuantizingCommunicator adds a reduce_scatter whose
+// contributions cross the network as quantized blocks (ZeRO++'s qgZ).
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/reduce_op.hpp"
 #include "zero/comm/work.hpp"
+#include "zero/core/block_quantization.hpp"
 #include "zero/core/memory_space.hpp"
 #include "zero/core/view.hpp"
 
@@ -54,6 +56,14 @@ concept VariableCountCommunicator = CommunicatorGroup<C> &&
              ReduceOp op) {
   { c.reduce_scatter(in, out, counts, op) } -> std::same_as<Work>;
   { c.all_gather(in, out, counts) } -> std::same_as<Work>;
+};
+
+template <class C>
+concept QuantizingCommunicator = VariableCountCommunicator<C> &&
+    requires(C& c, View<const float, typename C::memory_space> in,
+             View<float, typename C::memory_space> out, std::span<const std::size_t> counts,
+             ReduceOp op, const BlockQuantization& wire) {
+  { c.reduce_scatter(in, out, counts, op, wire) } -> std::same_as<Work>;
 };
 
 template <class C>

@@ -8,7 +8,9 @@
 // - `volume_elements()`: the paper's accounting, where an all-reduce of Ψ elements counts 2Ψ
 //   (a reduce-scatter plus an all-gather) and every other op counts its full buffer once.
 // Blocks of different sizes count the same way: a reduce-scatter its whole input, an all-gather its
-// whole output. The wrapper offers them when the wrapped communicator does.
+// whole output. The wrapper offers them when the wrapped communicator does, and so quantized
+// reduce-scatters (qgZ), whose bytes are those of the input packed as blocks where the wrapped
+// communicator quantizes (quantizes_on_wire()).
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <utility>
+#include <vector>
 
 namespace zero {
 
@@ -83,6 +86,7 @@ class CountingCommunicator
  public:
   using memory_space = typename C::memory_space;
   static constexpr bool supports_variable_counts = VariableCountCommunicator<C>;
+  static constexpr bool supports_wire_quantization = QuantizingCommunicator<C>;
 
   explicit CountingCommunicator(C inner) : inner_(std::move(inner)) {}
 
@@ -108,7 +112,8 @@ class CountingCommunicator
             : std::max(args.send_count(int(ranks)), args.recv_count(int(ranks)));
     ++count.calls;
     count.elements += elements;
-    count.bytes += elements * args.element_bytes();
+    count.bytes += args.wire && quantizes_on_wire() ? args.wire->packed_bytes(elements)
+                                                    : elements * args.element_bytes();
     return forward(args);
   }
 
@@ -129,6 +134,13 @@ class CountingCommunicator
         View<T, memory_space> out(static_cast<T*>(a.recv), a.recv_count(n));
         if constexpr (VariableCountCommunicator<C>) {
           const std::span<const std::size_t> counts(a.counts);
+          if constexpr (QuantizingCommunicator<C> && FloatingElement<T>) {
+            if (a.wire) {
+              const std::vector<std::size_t> equal(std::size_t(n), a.count);
+              return inner_.reduce_scatter(in, out, a.variable_counts() ? counts : equal, a.op,
+                                           *a.wire);
+            }
+          }
           if (a.variable_counts() && a.kind == Collective::reduce_scatter)
             return inner_.reduce_scatter(in, out, counts, a.op);
           if (a.variable_counts() && a.kind == Collective::all_gather)
@@ -151,6 +163,13 @@ class CountingCommunicator
         return Work();
       });
     }
+  }
+
+  bool quantizes_on_wire() const {
+    if constexpr (requires { inner_.quantizes_on_wire(); })
+      return inner_.quantizes_on_wire();
+    else
+      return false;
   }
 
   C inner_;

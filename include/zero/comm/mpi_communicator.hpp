@@ -4,7 +4,8 @@
 // Ranks that share one node (the common case, and every multi-rank test) exchange data through an
 // MPI-3 shared-memory window; across nodes the collectives run in two levels, within each node and
 // then across nodes (hierarchical_transport.hpp), or as flat chunked MPI calls when the nodes hold
-// different numbers of ranks.
+// different numbers of ranks. A reduce_scatter given a BlockQuantization (ZeRO++'s qgZ) is
+// quantized on the hierarchical transport only, where it crosses the network.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
@@ -38,6 +39,7 @@ namespace zero {
 class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
  public:
   static constexpr bool supports_variable_counts = true;
+  static constexpr bool supports_wire_quantization = true;
 
   // The world communicator; initialises MPI if needed.
   MpiCommunicator() : MpiCommunicator(nullptr, nullptr) {}
@@ -64,6 +66,9 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
   // How many nodes the ranks span, and how many ranks each holds (1 and size() on one node; with
   // ZERO_NODE_SIZE, the simulated nodes). 0 ranks per node when nodes hold different numbers.
   int nodes() const noexcept { return state_->nodes; }
+  // Whether a quantized reduce_scatter (ZeRO++'s qgZ) quantizes here: on the hierarchical
+  // transport, across nodes; on one node (or over flat MPI) it reduces exactly.
+  bool quantizes_on_wire() const noexcept { return state_->transport.index() == 2; }
   int ranks_per_node() const noexcept { return state_->ranks_per_node; }
   // The fixed order in which reductions add the ranks' contributions, for reproducing results: the
   // ranks of each group in order (rounded to the element type once per group on the hierarchical
@@ -261,5 +266,6 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
 
 static_assert(Communicator<MpiCommunicator>);
 static_assert(VariableCountCommunicator<MpiCommunicator>);
+static_assert(QuantizingCommunicator<MpiCommunicator>);
 
 } // namespace zero

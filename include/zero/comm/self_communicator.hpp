@@ -14,6 +14,8 @@ namespace zero {
 class SelfCommunicator : public detail::CollectiveApi<SelfCommunicator, host> {
  public:
   static constexpr bool supports_variable_counts = true;
+  // Nothing crosses a wire: a quantized reduce_scatter is the exact copy.
+  static constexpr bool supports_wire_quantization = true;
 
   int rank() const noexcept { return 0; }
   int size() const noexcept { return 1; }
@@ -30,5 +32,6 @@ class SelfCommunicator : public detail::CollectiveApi<SelfCommunicator, host> {
 
 static_assert(Communicator<SelfCommunicator>);
 static_assert(VariableCountCommunicator<SelfCommunicator>);
+static_assert(QuantizingCommunicator<SelfCommunicator>);
 
 } // namespace zero

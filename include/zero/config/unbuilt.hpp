@@ -26,10 +26,6 @@ inline std::vector<UnbuiltFeature> unbuilt_features(const Config& config) {
     found.push_back({"zero_optimization.allgather_partitions = false",
                      "parameters are always all-gathered after the step; the broadcast variant "
                      "is not built"});
-  if (zero_opt.zero_quantized_gradients)
-    found.push_back({"zero_optimization.zero_quantized_gradients = true",
-                     "ZeRO++'s int8 gradient reduction (qgZ) is not built; gradients are reduced "
-                     "in the compute type or float32 (reduce_dtype)"});
   const auto& checkpointing = config.activation_checkpointing;
   if (checkpointing.partition_activations)
     found.push_back({"activation_checkpointing.partition_activations = true",

@@ -69,7 +69,7 @@ struct ZeroOptimizationConfig {
   OffloadOptimizerConfig offload_optimizer{};
   OffloadParamConfig offload_param{};
   // ZeRO++ (stage 3): int8 weight gathers (qwZ); a secondary shard of the weights within groups of
-  // this many ranks (hpZ, 1: none); int8 gradient reduction (qgZ, not built).
+  // this many ranks (hpZ, 1: none); quantized gradient reduce-scatter (qgZ, stages 1-3).
   bool zero_quantized_weights = false;
   std::int64_t zero_hpz_partition_size = 1;
   bool zero_quantized_gradients = false;

@@ -53,6 +53,9 @@ class GradientStore {
   GradientStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
       : comm_(shard), model_(model), exec_(exec), scratch_(model.layers(), largest_layer(model)),
         layer_sums_(model.layers(), 0.0), summed_(model.layers(), false) {
+    require(!options.quantized_gradients || Plan::optimizer_states,
+            "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
+            "gradients' reduce-scatter, and stage 0 all-reduces them; use stage 1, 2 or 3");
     const bool accumulating = options.gradient_accumulation_steps > 1;
     accumulate_locally_ = accumulating && !Plan::gradients && !options.deterministic;
     if constexpr (!Plan::gradients) written_.emplace(shard, model.replica);
@@ -85,8 +88,9 @@ class GradientStore {
     target_ = target;
     reducer_ = std::make_unique<BucketedReducer<Comm, Strategy>>(
         shard, *model.sharded, model.images,
-        typename BucketedReducer<Comm, Strategy>::Options{options.reduce_bucket_elements,
-                                                          bucket_dtype, ReduceOp::avg});
+        typename BucketedReducer<Comm, Strategy>::Options{
+            options.reduce_bucket_elements, bucket_dtype, ReduceOp::avg,
+            Plan::optimizer_states ? options.gradient_quantization() : std::nullopt});
   }
 
   GradientStore(const GradientStore&) = delete;

@@ -3,10 +3,10 @@
 // written in code or taken from a DeepSpeed config (from_config).
 
 #include "zero/config/config.hpp"
+#include "zero/core/block_quantization.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/offload/offload_options.hpp"
-#include "zero/precision/block_quantization.hpp"
 
 #include <array>
 #include <bit>
@@ -48,6 +48,12 @@ struct EngineOptions {
   // each layer's first gather of a step; later gathers of the step (backward's) stay in the
   // group, on one node when the group is a node's ranks.
   int hpz_partition_size = 1;
+  // Stages 1-3: reduce-scatter gradients with every contribution, and every node's partial sum,
+  // quantized to blocks of `quantization_block` values of this many bits where they cross between
+  // nodes (ZeRO++'s qgZ, DeepSpeed's zero_quantized_gradients; 4 bits as in the paper, or 8).
+  // Where no network is crossed (one node) gradients are reduced exactly, as DeepSpeed does.
+  bool quantized_gradients = false;
+  int gradient_quantization_bits = 4;
   // A run whose gradients overflow this many steps in a row stops with an error (0: never); see
   // precision/skipped_steps.hpp. Not a DeepSpeed setting: DeepSpeed skips such steps forever.
   std::int64_t max_consecutive_skipped_steps = 100;
@@ -63,10 +69,14 @@ struct EngineOptions {
     if (!quantized_weights) return std::nullopt;
     return BlockQuantization{quantization_block};
   }
+  std::optional<BlockQuantization> gradient_quantization() const {
+    if (!quantized_gradients) return std::nullopt;
+    return BlockQuantization{quantization_block, gradient_quantization_bits};
+  }
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 13> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 15> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -79,6 +89,8 @@ struct EngineOptions {
              {"quantized_weights", std::uint64_t(quantized_weights)},
              {"quantization_block", quantization_block},
              {"hpz_partition_size", std::uint64_t(hpz_partition_size)},
+             {"quantized_gradients", std::uint64_t(quantized_gradients)},
+             {"gradient_quantization_bits", std::uint64_t(gradient_quantization_bits)},
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)}}};
   }
 
@@ -97,6 +109,9 @@ struct EngineOptions {
             "engine: max_consecutive_skipped_steps must be 0 (no limit) or positive");
     require(quantization_block >= 1, "engine: quantization_block must be at least 1 value");
     require(hpz_partition_size >= 1, "engine: hpz_partition_size must be at least 1 rank");
+    require(gradient_quantization_bits == 4 || gradient_quantization_bits == 8,
+            "engine: gradient_quantization_bits must be 4 or 8, not " +
+                std::to_string(gradient_quantization_bits));
     nvme.validate();
   }
 
@@ -118,6 +133,7 @@ struct EngineOptions {
     o.max_live_elements = static_cast<std::size_t>(c.zero_optimization.stage3_max_live_parameters);
     o.quantized_weights = c.zero_optimization.zero_quantized_weights;
     o.hpz_partition_size = static_cast<int>(c.zero_optimization.zero_hpz_partition_size);
+    o.quantized_gradients = c.zero_optimization.zero_quantized_gradients;
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
     o.nvme = NvmeOptions::from_config(c);

@@ -13,7 +13,7 @@
 // NVMe tier, which reads a block ahead when asked to prefetch it.
 //
 // With quantized weights (ZeRO++'s qwZ), a gather that acquire() starts carries int8 blocks and
-// their scales (precision/block_quantization.hpp) instead of T: this rank packs its block, the
+// their scales (core/block_quantization.hpp) instead of T: this rank packs its block, the
 // packed blocks are all-gathered as bytes, and every rank, this one included, unpacks the whole
 // layer when the gather is waited for. Layers kept gathered are refreshed in full precision once a
 // step (they are small by definition).
@@ -29,7 +29,7 @@
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/gather/acquisition_order.hpp"
-#include "zero/precision/block_quantization.hpp"
+#include "zero/core/block_quantization.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"

@@ -5,6 +5,7 @@
 // backward overlaps with it. Strategy AllReduceGradients leaves the full average on every rank
 // (stage 0); ReduceScatterGradients leaves each rank only the part of its shard (stages 1-3).
 // Layouts whose ranks own blocks of different sizes reduce each bucket with per-rank counts.
+// With `wire` (ZeRO++'s qgZ), every bucket's reduce-scatter quantizes what crosses the network.
 //
 // Gradients are handed over as the layer's parameters in order (what backward writes); packing
 // them into a bucket puts each element at its place in the layer's image (LayerImages). Results go
@@ -67,6 +68,8 @@ class BucketedReducer {
     std::size_t bucket_elements = 500'000'000; // DeepSpeed's reduce_bucket_size default
     DType bucket_dtype = DType::float32;       // the reduction's element type
     ReduceOp op = ReduceOp::avg;
+    // Reduce-scatter: contributions cross the network quantized to these blocks (ZeRO++'s qgZ).
+    std::optional<BlockQuantization> wire;
   };
   using LayerReduced = std::function<void(std::size_t layer)>;
 
@@ -81,6 +84,17 @@ class BucketedReducer {
     require(layout.world_size() == comm.size(),
             "BucketedReducer: the layout is for " + std::to_string(layout.world_size()) +
                 " ranks but the communicator has " + std::to_string(comm.size()));
+    if (options.wire) {
+      require(Strategy::collective == Collective::reduce_scatter,
+              "BucketedReducer: quantized gradients (qgZ) quantize a reduce-scatter, not an "
+              "all-reduce");
+      require(QuantizingCommunicator<Comm>,
+              "BucketedReducer: quantized gradients (qgZ) need a communicator that quantizes "
+              "reduce-scatters (zero::QuantizingCommunicator)");
+      require(options.op == ReduceOp::sum || options.op == ReduceOp::avg,
+              "BucketedReducer: quantized gradients are summed or averaged");
+      options.wire->validate();
+    }
     if constexpr (!VariableCountCommunicator<Comm>)
       for (std::size_t b = 0; b < plan_.size(); ++b)
         require(plan_[b].equal_counts,
@@ -245,6 +259,9 @@ class BucketedReducer {
       View<T, Space> mine(out, bucket.counts[rank]);
       if constexpr (Strategy::collective == Collective::all_reduce) {
         s.work = comm_.all_reduce(all, options_.op);
+      } else if (options_.wire) {
+        if constexpr (QuantizingCommunicator<Comm> && FloatingElement<T>)
+          s.work = comm_.reduce_scatter(all, mine, bucket.counts, options_.op, *options_.wire);
       } else if (bucket.equal_counts) {
         s.work = direct_delivery() ? comm_.reduce_scatter(all, mine, options_.op)
                                    : comm_.reduce_scatter(all, options_.op);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <optional>
 #include <ranges>
 #include <span>
 #include <string>
@@ -46,6 +47,8 @@ namespace detail {
 
 template <class Backend>
 concept SubmitsVariableCounts = Backend::supports_variable_counts;
+template <class Backend>
+concept SubmitsWireQuantization = Backend::supports_wire_quantization;
 
 template <class Derived, MemorySpace Space>
 class CollectiveApi {
@@ -123,6 +126,28 @@ class CollectiveApi {
                  {"output", std::ranges::size(out)});
     return submit_blocks(Collective::reduce_scatter, std::ranges::data(in), std::ranges::data(out),
                          counts, dtype_of<comm_element_t<In>>, op);
+  }
+
+  // The same reduction with the contributions quantized to `wire`'s blocks where they cross the
+  // network (ZeRO++'s qgZ): within each node, then across nodes, every contribution and every
+  // node's partial sum travels as blocks of `wire.bits`-bit codes with a float scale, and is summed
+  // in float in the fixed order. Sum and avg of floating-point values only. Exact where no network
+  // is crossed (one node); `Backend` declares supports_wire_quantization.
+  template <CommInput<Space> In, CommOutput<Space> Out, class Backend = Derived>
+  Work reduce_scatter(In&& in, Out&& out, std::span<const std::size_t> counts, ReduceOp op,
+                      const BlockQuantization& wire) requires SubmitsVariableCounts<Backend> &&
+      SubmitsWireQuantization<Backend> {
+    same_element<In, Out>();
+    static_assert(FloatingElement<comm_element_t<In>>,
+                  "zero: a quantized reduction needs floating-point values");
+    check_blocks("reduce_scatter", counts, {"input", std::ranges::size(in)},
+                 {"output", std::ranges::size(out)});
+    wire.validate();
+    require_size(op == ReduceOp::sum || op == ReduceOp::avg, "reduce_scatter",
+                 std::string("a quantized reduction adds its contributions; ") + to_string(op) +
+                     " cannot be taken over quantized values");
+    return submit_blocks(Collective::reduce_scatter, std::ranges::data(in), std::ranges::data(out),
+                         counts, dtype_of<comm_element_t<In>>, op, wire);
   }
 
   // Block r (counts[r] elements) from rank r, end to end in `out` in rank order, so
@@ -226,10 +251,11 @@ class CollectiveApi {
                      std::to_string(mine));
   }
   Work submit_blocks(Collective kind, const void* send, void* recv,
-                     std::span<const std::size_t> counts, DType dtype, ReduceOp op) {
+                     std::span<const std::size_t> counts, DType dtype, ReduceOp op,
+                     std::optional<BlockQuantization> wire = std::nullopt) {
     const bool equal =
         std::ranges::adjacent_find(counts, std::ranges::not_equal_to{}) == counts.end();
-    if (equal) return submit_args(kind, send, recv, counts.front(), dtype, op);
+    if (equal) return submit_args(kind, send, recv, counts.front(), dtype, op, 0, wire);
     CollectiveArgs args;
     args.kind = kind;
     args.dtype = dtype;
@@ -238,10 +264,12 @@ class CollectiveApi {
     args.recv = recv;
     args.count = counts[rank_index()];
     args.counts.assign(counts.begin(), counts.end());
+    args.wire = wire;
     return self().submit(args);
   }
   Work submit_args(Collective kind, const void* send, void* recv, std::size_t count, DType dtype,
-                   ReduceOp op, int root = 0) {
+                   ReduceOp op, int root = 0,
+                   std::optional<BlockQuantization> wire = std::nullopt) {
     CollectiveArgs args;
     args.kind = kind;
     args.dtype = dtype;
@@ -250,6 +278,7 @@ class CollectiveApi {
     args.send = send;
     args.recv = recv;
     args.count = count;
+    args.wire = wire;
     return self().submit(args);
   }
 };

@@ -17,6 +17,12 @@
 // not the rank order of the one-node transports: the same ranks spread over another number of
 // nodes round differently. Half and bfloat16 accumulate in float within each level and are rounded
 // once per level. Broadcast moves bytes only: Open MPI's own call, cut into chunks.
+//
+// A quantized reduce-scatter (ZeRO++'s qgZ: CollectiveArgs::wire) runs the same two levels as the
+// paper's hierarchical all-to-all: every rank quantizes each piece it sends within the node, the
+// receiver sums the dequantized pieces in float in local order, quantizes its node's partial of
+// each block again, and the exchange across nodes carries those; the owner sums them in node
+// order. Each value is thus rounded twice; the error bound is in docs/multinode.md.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/host_reduce.hpp"
@@ -25,12 +31,15 @@
 #include "zero/comm/detail/scratch_buffers.hpp"
 #include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/variable_blocks.hpp"
+#include "zero/core/block_quantization.hpp"
+#include "zero/core/convert.hpp"
 #include "zero/core/error.hpp"
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -90,6 +99,8 @@ struct NodeGrid {
 
 class HierarchicalTransport {
  public:
+  static constexpr bool quantizes_on_wire = true; // runs quantized reduce-scatters (qgZ)
+
   // Collective: splits `comm` into the node communicator and the across-nodes one.
   HierarchicalTransport(MPI_Comm comm, const NodeGrid& grid, std::size_t chunk_bytes)
       : comm_(comm), grid_(grid), chunk_bytes_(chunk_bytes) {
@@ -225,6 +236,101 @@ class HierarchicalTransport {
       for (int m = 0; m < N; ++m)
         sources[std::size_t(m)] = partials + std::size_t(m) * own;
       if (own != 0) reduce_sources<T>(out + offset, sources, own, op, size_);
+    }
+  }
+
+  template <class T>
+  void quantized_reduce_scatter(const T* in, T* out, std::size_t block, ReduceOp op,
+                                const BlockQuantization& q) {
+    quantized_reduce_scatter(in, out, std::vector<std::size_t>(ranks(), block), op, q);
+  }
+
+  // reduce_scatter above with the pieces on the wire packed as q's blocks: each (node, local) piece
+  // of a step is packed on its own, so every receiver knows its sizes from the counts alone. Sums
+  // run in float, in local then node order; a non-finite value makes its block NaN on arrival, so
+  // that an overflow still reaches the loss scaler.
+  template <class T>
+  void quantized_reduce_scatter(const T* in, T* out, std::span<const std::size_t> counts,
+                                ReduceOp op, const BlockQuantization& q) {
+    const int N = grid_.nodes, L = grid_.local_size;
+    const std::size_t step = piece<T>();
+    const std::vector<std::size_t> starts = block_starts(counts);
+    const auto locals = static_cast<std::size_t>(L), nodes = static_cast<std::size_t>(N);
+    std::vector<int> send_bytes(locals), send_at(locals), recv_bytes(locals), recv_at(locals);
+    std::vector<int> cross_send(nodes), cross_send_at(nodes), cross_recv(nodes),
+        cross_recv_at(nodes);
+    auto pack = [&](const auto* values, std::size_t n, std::uint8_t* to) {
+      using V = std::remove_cv_t<std::remove_pointer_t<decltype(values)>>;
+      quantize_blocks<V>(q, View<const V>(values, n), std::span(to, q.packed_bytes(n)),
+                         "quantized reduce_scatter", NonFinite::propagate);
+      return q.packed_bytes(n);
+    };
+    for (std::size_t offset = 0; offset < largest_block(counts); offset += step) {
+      auto p = [&](int m, int l) {
+        return piece_of(counts[std::size_t(grid_.rank(m, l))], offset, step);
+      };
+      // Level one: column l's pieces, each packed, for local rank l, node by node.
+      std::uint8_t* packed = scratch_.get<std::uint8_t>(0, ranks() * q.packed_bytes(step));
+      std::size_t packed_at = 0;
+      for (int l = 0; l < L; ++l) {
+        send_at[std::size_t(l)] = static_cast<int>(packed_at);
+        for (int m = 0; m < N; ++m)
+          packed_at += pack(in + starts[std::size_t(grid_.rank(m, l))] + offset, p(m, l),
+                            packed + packed_at);
+        send_bytes[std::size_t(l)] = static_cast<int>(packed_at) - send_at[std::size_t(l)];
+      }
+      std::size_t column = 0, column_bytes = 0; // my column in this step, as values and packed
+      for (int m = 0; m < N; ++m) {
+        column += p(m, grid_.local);
+        column_bytes += q.packed_bytes(p(m, grid_.local));
+      }
+      std::uint8_t* received = scratch_.get<std::uint8_t>(1, column_bytes * locals);
+      for (int l = 0; l < L; ++l) {
+        recv_bytes[std::size_t(l)] = static_cast<int>(column_bytes);
+        recv_at[std::size_t(l)] = static_cast<int>(std::size_t(l) * column_bytes);
+      }
+      ZERO_CHECK_MPI(MPI_Alltoallv(packed, send_bytes.data(), send_at.data(), MPI_BYTE, received,
+                                   recv_bytes.data(), recv_at.data(), MPI_BYTE, node_comm_));
+      float* partial = scratch_.get<float>(2, column);
+      std::fill_n(partial, column, 0.0f);
+      for (std::size_t l = 0; l < locals; ++l) {
+        const std::uint8_t* from = received + l * column_bytes;
+        std::size_t at = 0;
+        for (int m = 0; m < N; ++m) {
+          const std::size_t n = p(m, grid_.local);
+          dequantize_add_blocks(q, std::span(from, q.packed_bytes(n)), std::span(partial + at, n));
+          from += q.packed_bytes(n);
+          at += n;
+        }
+      }
+      // Level two: node m gets my node's partial of block (m, l), packed again.
+      const std::size_t own = p(grid_.node, grid_.local);
+      std::uint8_t* partials_out = scratch_.get<std::uint8_t>(3, column_bytes);
+      std::size_t at = 0, at_bytes = 0;
+      for (int m = 0; m < N; ++m) {
+        const std::size_t n = p(m, grid_.local);
+        cross_send_at[std::size_t(m)] = static_cast<int>(at_bytes);
+        cross_send[std::size_t(m)] =
+            static_cast<int>(pack(partial + at, n, partials_out + at_bytes));
+        at += n;
+        at_bytes += q.packed_bytes(n);
+        cross_recv[std::size_t(m)] = static_cast<int>(q.packed_bytes(own));
+        cross_recv_at[std::size_t(m)] = static_cast<int>(std::size_t(m) * q.packed_bytes(own));
+      }
+      std::uint8_t* partials_in = scratch_.get<std::uint8_t>(4, q.packed_bytes(own) * nodes);
+      ZERO_CHECK_MPI(MPI_Alltoallv(partials_out, cross_send.data(), cross_send_at.data(), MPI_BYTE,
+                                   partials_in, cross_recv.data(), cross_recv_at.data(), MPI_BYTE,
+                                   cross_comm_));
+      float* sums = partial; // level one's partials are sent: the buffer is free again
+      std::fill_n(sums, own, 0.0f);
+      for (std::size_t m = 0; m < nodes; ++m)
+        dequantize_add_blocks(q,
+                              std::span(partials_in + m * q.packed_bytes(own), q.packed_bytes(own)),
+                              std::span(sums, own));
+      if (op == ReduceOp::avg)
+        for (std::size_t i = 0; i < own; ++i)
+          sums[i] /= static_cast<float>(size_);
+      convert_n(sums, out + offset, own);
     }
   }
 

@@ -143,7 +143,7 @@ class ShmTransport {
   }
   static std::uint64_t packed(const CallSignature& s) noexcept {
     return std::uint64_t{s.kind} | std::uint64_t{s.dtype} << 8 | std::uint64_t{s.op} << 16 |
-           std::uint64_t(std::uint32_t(s.root)) << 32;
+           std::uint64_t{s.wire_bits} << 24 | std::uint64_t(std::uint32_t(s.root)) << 32;
   }
   static CallSignature unpacked(std::uint64_t count, std::uint64_t fields,
                                 std::uint64_t counts_hash) noexcept {
@@ -153,6 +153,7 @@ class ShmTransport {
     s.kind = static_cast<std::uint8_t>(fields);
     s.dtype = static_cast<std::uint8_t>(fields >> 8);
     s.op = static_cast<std::uint8_t>(fields >> 16);
+    s.wire_bits = static_cast<std::uint8_t>(fields >> 24);
     s.root = static_cast<std::int32_t>(fields >> 32);
     return s;
   }

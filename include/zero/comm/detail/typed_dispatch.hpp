@@ -6,7 +6,10 @@
 //   all_gather(send, recv, block)
 //   broadcast(send, recv, count, root)
 // the same reduce_scatter and all_gather with a span of per-rank counts in place of the block, for
-// blocks of different sizes, and handles barriers itself.
+// blocks of different sizes, and handles barriers itself. A transport that declares
+// `quantizes_on_wire` also provides quantized_reduce_scatter (both forms, with a
+// BlockQuantization) for reductions that carry CollectiveArgs::wire; the others reduce those
+// exactly.
 
 #include "zero/comm/collective.hpp"
 #include "zero/core/dtype.hpp"
@@ -15,6 +18,9 @@
 #include <span>
 
 namespace zero::detail {
+
+template <class Transport>
+concept QuantizesOnWire = Transport::quantizes_on_wire;
 
 template <class Transport>
 void run_typed(Transport& transport, const CollectiveArgs& a) {
@@ -31,6 +37,15 @@ void run_typed(Transport& transport, const CollectiveArgs& a) {
       transport.reduce(send, recv, a.count, a.op, a.root);
       break;
     case Collective::reduce_scatter:
+      if constexpr (QuantizesOnWire<Transport> && FloatingElement<T>) {
+        if (a.wire) {
+          if (a.variable_counts())
+            transport.quantized_reduce_scatter(send, recv, counts, a.op, *a.wire);
+          else
+            transport.quantized_reduce_scatter(send, recv, a.count, a.op, *a.wire);
+          break;
+        }
+      }
       if (a.variable_counts())
         transport.reduce_scatter(send, recv, counts, a.op);
       else

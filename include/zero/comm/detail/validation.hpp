@@ -33,8 +33,8 @@ struct CallSignature {
   std::uint64_t sequence;
   std::uint64_t count;       // blocks of different sizes: all together (each rank's own differs)
   std::uint64_t counts_hash; // counts_fingerprint of the per-rank counts
-  std::int32_t root;
-  std::uint8_t kind, dtype, op, pad = 0;
+  std::int32_t root;         // the root; a quantized reduction (no root): its block size
+  std::uint8_t kind, dtype, op, wire_bits = 0; // wire_bits: 0 unless quantized
 
   static CallSignature of(const CollectiveArgs& a, std::uint64_t sequence) {
     const bool rooted = uses_root(a.kind);
@@ -43,10 +43,13 @@ struct CallSignature {
     return {sequence,
             a.variable_counts() ? a.block_offset(ranks) : a.count,
             counts_fingerprint(a.counts),
-            rooted ? a.root : 0,
+            rooted   ? a.root
+            : a.wire ? static_cast<std::int32_t>(a.wire->block)
+                     : 0,
             static_cast<std::uint8_t>(a.kind),
             static_cast<std::uint8_t>(a.dtype),
-            static_cast<std::uint8_t>(reducing ? a.op : ReduceOp::sum)};
+            static_cast<std::uint8_t>(reducing ? a.op : ReduceOp::sum),
+            static_cast<std::uint8_t>(a.wire ? a.wire->bits : 0)};
   }
   // The call again, for messages; `counts` are the rank's per-rank counts (see gather_counts).
   CollectiveArgs args(std::span<const std::size_t> counts = {}) const {
@@ -54,7 +57,8 @@ struct CallSignature {
     a.kind = static_cast<Collective>(kind);
     a.dtype = static_cast<DType>(dtype);
     a.op = static_cast<ReduceOp>(op);
-    a.root = root;
+    a.root = uses_root(a.kind) ? root : 0;
+    if (wire_bits != 0) a.wire = BlockQuantization{std::size_t(std::uint32_t(root)), wire_bits};
     a.count = count;
     a.counts.assign(counts.begin(), counts.end());
     return a;

@@ -124,6 +124,10 @@ inline ZeroOptimizationConfig read_zero_optimization(ObjectReader& reader) {
                              "quantizes stage 3's weight gathers, so it needs ZeRO stage 3, got "
                              "stage " +
                                  std::to_string(zero_opt.stage));
+  if (zero_opt.zero_quantized_gradients && zero_opt.stage == 0)
+    reader.context().fail_at(reader.path_of("zero_quantized_gradients"),
+                             "quantizes the gradients' reduce-scatter, so it needs ZeRO stage 1, 2 "
+                             "or 3 (stage 0 all-reduces them)");
   if (zero_opt.zero_hpz_partition_size > 1 && zero_opt.stage != 3)
     reader.context().fail_at(reader.path_of("zero_hpz_partition_size"),
                              "cuts stage 3's weights a second time, so it needs ZeRO stage 3, got "
