@@ -88,11 +88,13 @@ void write_gradients(zero::View<T> out, zero::View<const T> weights, const Scena
   }
 }
 
-// Options the scenario does not set (the NVMe tier, say) come from `base`.
+// Options the scenario does not set (the NVMe tier, say) come from `base`; the ranks talk over
+// `comm` (the world when null).
 template <class Plan, class Where = zero::host, class Optimizer = zero::Adam,
           class Scaler = zero::StaticLossScaler>
-Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions base = {}) {
-  auto& world = zero::testing::world();
+Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions base = {},
+              zero::MpiCommunicator* comm = nullptr) {
+  auto& world = comm ? *comm : zero::testing::world();
   zero::EngineOptions options = base;
   options.compute_dtype = run.dtype;
   options.gradient_accumulation_steps = run.accumulation;
