@@ -12,6 +12,7 @@
 // The owner of the values quantizes them once and every reader, the owner included, dequantizes
 // the same bytes with the same arithmetic: all ranks see the same values.
 
+#include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/view.hpp"
@@ -24,6 +25,8 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace zero {
 
@@ -52,49 +55,114 @@ struct BlockQuantization {
 
 namespace detail {
 
-// The largest magnitude of values[begin, end), and whether all of them are finite (std::max would
-// pass over a NaN).
-template <class T>
-std::pair<float, bool> block_magnitude(const T* values, std::size_t begin, std::size_t end) {
-  float amax = 0.0f;
-  bool finite = true;
-  for (std::size_t i = begin; i < end; ++i) {
-    const float magnitude = std::fabs(static_cast<float>(values[i]));
-    finite = finite & std::isfinite(magnitude);
-    amax = std::max(amax, magnitude);
+// Values go through float tiles of this many: conversions from and to half and bfloat16 run as
+// vector loops (convert_n), and the loops below vectorise.
+inline constexpr std::size_t codec_tile = 256;
+
+// The largest magnitude of x[0, n), and whether all of x is finite. On the bits: magnitudes are
+// non-negative floats, whose bit patterns order as their values, with infinities and NaNs above
+// every finite one; an integer maximum is a loop the compiler turns into vector code.
+inline std::pair<float, bool> tile_magnitude(const float* x, std::size_t n) noexcept {
+  std::uint32_t largest = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    bits &= 0x7fffffffu;
+    largest = largest > bits ? largest : bits;
   }
-  return {amax, finite};
+  float amax;
+  std::memcpy(&amax, &largest, sizeof amax);
+  return {amax, largest < 0x7f800000u};
 }
 
-inline int code_of(float x, float inverse, int levels) {
-  const float code = std::nearbyint(x * inverse);
-  return static_cast<int>(std::clamp(code, -float(levels), float(levels)));
+// codes[i] = round(x[i] * inverse) to the nearest even, within [-levels, levels]. Adding and
+// taking away 1.5 * 2^23 rounds a float of magnitude below 2^22 to the nearest integer, ties to
+// even, as nearbyint does in the default rounding mode, and vectorises where nearbyint does not.
+// The clamp sits between the product and the sum, so that no compiler fuses them into one
+// multiply-add, which would round the product differently (and clamping first changes nothing:
+// the bounds are integers).
+inline void tile_codes(const float* x, std::size_t n, float inverse, int levels,
+                       std::int8_t* codes) noexcept {
+  const float top = float(levels);
+  constexpr float round_even = 12582912.0f; // 1.5 * 2^23
+  for (std::size_t i = 0; i < n; ++i) {
+    float scaled = x[i] * inverse;
+    scaled = scaled < -top ? -top : scaled;
+    scaled = scaled > top ? top : scaled;
+    const float code = (scaled + round_even) - round_even;
+    codes[i] = static_cast<std::int8_t>(static_cast<int>(code));
+  }
 }
 
-// Code i of a 4-bit stream, sign-extended.
-inline int nibble_code(const std::uint8_t* codes, std::size_t i) {
-  const unsigned byte = codes[i / 2];
-  const unsigned nibble = (i % 2 == 0 ? byte : byte >> 4) & 0xFu;
-  return static_cast<int>(nibble ^ 0x8u) - 8;
+// Codes of values [begin, begin + n) of a packed stream, to and from one int8 each.
+inline void write_codes(int bits, std::uint8_t* codes, std::size_t begin, std::size_t n,
+                        const std::int8_t* from) noexcept {
+  if (bits == 8) {
+    std::memcpy(codes + begin, from, n);
+    return;
+  }
+  std::size_t i = 0;
+  if (begin % 2 == 1 && n > 0) { // the high half of a byte whose low half an earlier block wrote
+    codes[begin / 2] = static_cast<std::uint8_t>((codes[begin / 2] & 0x0Fu) |
+                                                 (static_cast<unsigned>(from[0]) & 0x0Fu) << 4);
+    i = 1;
+  }
+  std::uint8_t* out = codes + (begin + i) / 2;
+  const std::size_t pairs = (n - i) / 2;
+  for (std::size_t j = 0; j < pairs; ++j)
+    out[j] = static_cast<std::uint8_t>((static_cast<unsigned>(from[i + 2 * j]) & 0x0Fu) |
+                                       (static_cast<unsigned>(from[i + 2 * j + 1]) & 0x0Fu) << 4);
+  if ((n - i) % 2 == 1) // a low half alone: the next block writes the high half
+    out[pairs] = static_cast<std::uint8_t>(static_cast<unsigned>(from[n - 1]) & 0x0Fu);
 }
 
-// f(i, code * scale) for every value of the packed form of n values.
+inline void read_codes(int bits, const std::uint8_t* codes, std::size_t begin, std::size_t n,
+                       std::int8_t* to) noexcept {
+  if (bits == 8) {
+    std::memcpy(to, codes + begin, n);
+    return;
+  }
+  // A 4-bit code, sign-extended: the nibble's top bit counts -8.
+  auto extend = [](unsigned nibble) {
+    return static_cast<std::int8_t>(static_cast<int>(nibble ^ 0x8u) - 8);
+  };
+  std::size_t i = 0;
+  if (begin % 2 == 1 && n > 0) {
+    to[0] = extend(codes[begin / 2] >> 4);
+    i = 1;
+  }
+  const std::uint8_t* in = codes + (begin + i) / 2;
+  const std::size_t pairs = (n - i) / 2;
+  for (std::size_t j = 0; j < pairs; ++j) {
+    to[i + 2 * j] = extend(in[j] & 0x0Fu);
+    to[i + 2 * j + 1] = extend(in[j] >> 4);
+  }
+  if ((n - i) % 2 == 1) to[n - 1] = extend(in[pairs] & 0x0Fu);
+}
+
+inline float block_scale(const std::uint8_t* packed, std::size_t b) noexcept {
+  float scale = 0.0f;
+  std::memcpy(&scale, packed + b * sizeof(float), sizeof(float));
+  return scale;
+}
+
+// f(at, tile, m): the dequantized values [at, at + m) of the packed form of n values, a tile at a
+// time.
 template <class F>
-void for_each_dequantized(const BlockQuantization& q, std::span<const std::uint8_t> packed,
-                          std::size_t n, F&& f) {
-  const std::uint8_t* scales = packed.data();
+void for_each_dequantized_tile(const BlockQuantization& q, std::span<const std::uint8_t> packed,
+                               std::size_t n, F&& f) {
   const std::uint8_t* codes = packed.data() + q.blocks(n) * sizeof(float);
+  alignas(64) std::int8_t code_tile[codec_tile];
+  alignas(64) float value_tile[codec_tile];
   for (std::size_t b = 0, begin = 0; begin < n; ++b, begin += q.block) {
-    float scale = 0.0f;
-    std::memcpy(&scale, scales + b * sizeof(float), sizeof(float));
+    const float scale = block_scale(packed.data(), b);
     const std::size_t end = std::min(n, begin + q.block);
-    if (q.bits == 4) {
-      for (std::size_t i = begin; i < end; ++i)
-        f(i, static_cast<float>(nibble_code(codes, i)) * scale);
-    } else {
-      const auto* bytes = reinterpret_cast<const std::int8_t*>(codes);
-      for (std::size_t i = begin; i < end; ++i)
-        f(i, static_cast<float>(bytes[i]) * scale);
+    for (std::size_t at = begin; at < end; at += codec_tile) {
+      const std::size_t m = std::min(codec_tile, end - at);
+      read_codes(q.bits, codes, at, m, code_tile);
+      for (std::size_t i = 0; i < m; ++i)
+        value_tile[i] = static_cast<float>(code_tile[i]) * scale;
+      f(at, value_tile, m);
     }
   }
 }
@@ -124,14 +192,33 @@ void quantize_blocks(const BlockQuantization& q, View<const T> values,
   std::uint8_t* scales = packed.data();
   std::uint8_t* codes = packed.data() + q.blocks(n) * sizeof(float);
   const int levels = q.levels();
-  if (q.bits == 4) std::memset(codes, 0, q.code_bytes(n)); // nibbles are or-ed in
+  alignas(64) float value_tile[detail::codec_tile];
+  alignas(64) std::int8_t code_tile[detail::codec_tile];
+  // Tile [at, at + m) as float: the values themselves, or converted into value_tile.
+  auto as_float = [&](std::size_t at, std::size_t m) -> const float* {
+    if constexpr (std::is_same_v<T, float>) {
+      return values.data() + at;
+    } else {
+      convert_n(values.data() + at, value_tile, m);
+      return value_tile;
+    }
+  };
   for (std::size_t b = 0, begin = 0; begin < n; ++b, begin += q.block) {
     const std::size_t end = std::min(n, begin + q.block);
-    const auto [amax, finite] = detail::block_magnitude(values.data(), begin, end);
+    float amax = 0.0f;
+    bool finite = true;
+    for (std::size_t at = begin; at < end; at += detail::codec_tile) {
+      const std::size_t m = std::min(detail::codec_tile, end - at);
+      const auto [tile_max, tile_finite] = detail::tile_magnitude(as_float(at, m), m);
+      amax = std::max(amax, tile_max);
+      finite = finite && tile_finite;
+    }
     if (!finite && non_finite == NonFinite::propagate) {
-      const float nan = std::numeric_limits<float>::quiet_NaN(); // codes stay 0: 0 * NaN is NaN
+      const float nan = std::numeric_limits<float>::quiet_NaN(); // codes 0: 0 * NaN is NaN
       std::memcpy(scales + b * sizeof(float), &nan, sizeof(float));
-      if (q.bits == 8) std::memset(codes + begin, 0, end - begin);
+      std::memset(code_tile, 0, sizeof code_tile);
+      for (std::size_t at = begin; at < end; at += detail::codec_tile)
+        detail::write_codes(q.bits, codes, at, std::min(detail::codec_tile, end - at), code_tile);
       continue;
     }
     if (!finite)
@@ -142,17 +229,14 @@ void quantize_blocks(const BlockQuantization& q, View<const T> values,
     const float scale = amax / float(levels);
     const float inverse = amax > 0.0f ? float(levels) / amax : 0.0f;
     std::memcpy(scales + b * sizeof(float), &scale, sizeof(float));
-    if (q.bits == 4) {
-      for (std::size_t i = begin; i < end; ++i) {
-        const auto nibble = static_cast<unsigned>(
-            detail::code_of(static_cast<float>(values[i]), inverse, levels) & 0xF);
-        codes[i / 2] =
-            static_cast<std::uint8_t>(codes[i / 2] | (i % 2 == 0 ? nibble : nibble << 4));
-      }
-    } else {
-      for (std::size_t i = begin; i < end; ++i)
-        codes[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(
-            detail::code_of(static_cast<float>(values[i]), inverse, levels)));
+    for (std::size_t at = begin; at < end; at += detail::codec_tile) {
+      const std::size_t m = std::min(detail::codec_tile, end - at);
+      // A block of one tile was converted above and is still in value_tile.
+      const float* x = end - begin <= detail::codec_tile && !std::is_same_v<T, float>
+                           ? value_tile
+                           : as_float(at, m);
+      detail::tile_codes(x, m, inverse, levels, code_tile);
+      detail::write_codes(q.bits, codes, at, m, code_tile);
     }
   }
 }
@@ -162,8 +246,10 @@ template <Element T>
 void dequantize_blocks(const BlockQuantization& q, std::span<const std::uint8_t> packed,
                        View<T> values) {
   detail::require_packed_size("dequantize_blocks", q, values.size(), packed.size());
-  detail::for_each_dequantized(q, packed, values.size(),
-                               [&](std::size_t i, float x) { values[i] = static_cast<T>(x); });
+  detail::for_each_dequantized_tile(q, packed, values.size(),
+                                    [&](std::size_t at, const float* tile, std::size_t m) {
+                                      convert_n(tile, values.data() + at, m);
+                                    });
 }
 
 // sums[i] += the i-th value of `packed`, in float: a reduction of quantized contributions adds
@@ -171,8 +257,12 @@ void dequantize_blocks(const BlockQuantization& q, std::span<const std::uint8_t>
 inline void dequantize_add_blocks(const BlockQuantization& q, std::span<const std::uint8_t> packed,
                                   std::span<float> sums) {
   detail::require_packed_size("dequantize_add_blocks", q, sums.size(), packed.size());
-  detail::for_each_dequantized(q, packed, sums.size(),
-                               [&](std::size_t i, float x) { sums[i] += x; });
+  detail::for_each_dequantized_tile(q, packed, sums.size(),
+                                    [&](std::size_t at, const float* tile, std::size_t m) {
+                                      float* to = sums.data() + at;
+                                      for (std::size_t i = 0; i < m; ++i)
+                                        to[i] += tile[i];
+                                    });
 }
 
 } // namespace zero
