@@ -99,7 +99,14 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
   }
 
   // The backend entry point: runs a described collective asynchronously.
-  Work submit(const CollectiveArgs& args) { return Work(state_->worker->enqueue(args)); }
+  // Below options().inline_below_bytes, a call that finds nothing queued runs on the calling
+  // thread: for small messages the hand-off to the progress thread costs more than the transfer.
+  Work submit(const CollectiveArgs& args) {
+    detail::ProgressWorker& worker = *state_->worker;
+    if (args.payload_bytes(state_->size) < state_->options.inline_below_bytes && worker.idle())
+      return Work(worker.run_here(args));
+    return Work(worker.enqueue(args));
+  }
 
  private:
   MpiCommunicator(int* argc, char*** argv) {

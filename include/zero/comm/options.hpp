@@ -19,6 +19,9 @@
 //                          so nothing about determinism changes); 0 keeps them on the pipeline.
 //   ZERO_NATIVE_BELOW_BYTES=4194304   2-rank all_reduce of non-half types below this size uses
 //                          Open MPI's own call (bit-identical for 2 ranks); 0 never.
+//   ZERO_INLINE_BELOW_BYTES=1048576  a collective smaller than this that finds the progress thread
+//                          idle runs on the calling thread instead (the same code, so the same bits
+//                          and checks; the call returns complete); 0 never.
 
 #include "zero/core/environment.hpp"
 #include "zero/core/error.hpp"
@@ -64,6 +67,10 @@ struct CommOptions {
   std::size_t chunk_bytes = 0;
   bool native_gathers = true;
   std::size_t native_below_bytes = std::size_t{4} << 20;
+  // Measured on 2-rank, 2-core nodes (docs/communicators.md): a hand-off costs 5-40 us, which
+  // halves the speed of calls under about 1 MB that are waited for at once; above, the progress
+  // thread's overlap with the caller's work is worth more.
+  std::size_t inline_below_bytes = std::size_t{1} << 20;
   int node_size = 0; // ZERO_NODE_SIZE
 
   // The defaults above, overridden by whichever ZERO_* variables are set.
@@ -77,6 +84,8 @@ struct CommOptions {
     if (auto v = detail::env_number("ZERO_TIMEOUT_S")) o.timeout_seconds = *v;
     if (auto v = detail::env_number("ZERO_CHUNK_BYTES"))
       o.chunk_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_number("ZERO_INLINE_BELOW_BYTES"))
+      o.inline_below_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_value("ZERO_MPI_TRANSPORT")) {
       if (*v == "auto")
         o.transport = Transport::automatic;

@@ -69,6 +69,19 @@ class ProgressWorker {
     return push(std::make_shared<ThreadWork>(args));
   }
 
+  // Nothing queued or running: an operation run now, on the caller's thread, keeps the order.
+  // (Only the thread that submits calls this, so nothing can be queued meanwhile.)
+  bool idle() const noexcept { return unfinished_.load(std::memory_order_acquire) == 0; }
+
+  // Runs `args` on the calling thread, watched like a queued operation; requires idle(). Errors
+  // are kept in the returned (completed) work, as for a queued one.
+  std::shared_ptr<ThreadWork> run_here(const CollectiveArgs& args) {
+    auto work = std::make_shared<ThreadWork>(args);
+    unfinished_.fetch_add(1, std::memory_order_acq_rel);
+    execute_watched(work);
+    return work;
+  }
+
   // Runs `task` on the progress thread after everything queued before it, and waits for it.
   void run_and_wait(std::string label, std::function<void()> task) {
     push(std::make_shared<ThreadWork>(std::move(label), std::move(task)))->wait();
@@ -76,6 +89,7 @@ class ProgressWorker {
 
  private:
   std::shared_ptr<ThreadWork> push(std::shared_ptr<ThreadWork> work) {
+    unfinished_.fetch_add(1, std::memory_order_acq_rel);
     {
       std::lock_guard lock(mutex_);
       queue_.push_back(work);
@@ -89,24 +103,30 @@ class ProgressWorker {
     for (;;) {
       std::shared_ptr<ThreadWork> work = next();
       if (!work) return;
-      set_running(work);
-      if (work->task())
-        record_.begin(work->description());
-      else
-        record_.begin(work->args());
-      std::exception_ptr error;
-      try {
-        if (work->task())
-          work->task()();
-        else
-          execute_(work->args());
-      } catch (...) {
-        error = std::current_exception();
-      }
-      record_.end();
-      set_running(nullptr);
-      work->complete(error);
+      execute_watched(work);
     }
+  }
+
+  // Runs one operation where the watchdog and the termination report see it, then completes it.
+  void execute_watched(const std::shared_ptr<ThreadWork>& work) {
+    set_running(work);
+    if (work->task())
+      record_.begin(work->description());
+    else
+      record_.begin(work->args());
+    std::exception_ptr error;
+    try {
+      if (work->task())
+        work->task()();
+      else
+        execute_(work->args());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    record_.end();
+    set_running(nullptr);
+    unfinished_.fetch_sub(1, std::memory_order_acq_rel);
+    work->complete(error);
   }
 
   std::shared_ptr<ThreadWork> next() {
@@ -164,6 +184,7 @@ class ProgressWorker {
   std::condition_variable queue_cv_;
   std::deque<std::shared_ptr<ThreadWork>> queue_;
   std::atomic<int> queued_{0};
+  std::atomic<int> unfinished_{0}; // queued or running, on either thread
   bool stopping_ = false;
 
   std::mutex running_mutex_; // the operation in progress, for the watchdog
