@@ -132,6 +132,8 @@ class HierarchicalTransport {
  private:
   template <class Transport>
   friend void run_typed(Transport&, const CollectiveArgs&);
+  template <class Transport, class T>
+  friend bool run_quantized(Transport&, const CollectiveArgs&, const T*, T*);
 
   std::size_t ranks() const noexcept { return std::size_t(size_); }
   // Elements of every block that one step moves: about chunk_bytes on the wire per step.

@@ -22,6 +22,21 @@ namespace zero::detail {
 template <class Transport>
 concept QuantizesOnWire = Transport::quantizes_on_wire;
 
+// A quantized reduce-scatter on a transport that runs them; false where it reduces exactly.
+template <class Transport, class T>
+bool run_quantized(Transport& transport, const CollectiveArgs& a, const T* send, T* recv) {
+  if constexpr (QuantizesOnWire<Transport> && FloatingElement<T>) {
+    if (a.variable_counts())
+      transport.quantized_reduce_scatter(send, recv, std::span<const std::size_t>(a.counts), a.op,
+                                         *a.wire);
+    else
+      transport.quantized_reduce_scatter(send, recv, a.count, a.op, *a.wire);
+    return true;
+  } else {
+    return false;
+  }
+}
+
 template <class Transport>
 void run_typed(Transport& transport, const CollectiveArgs& a) {
   visit_dtype(a.dtype, [&](auto tag) {
@@ -37,15 +52,7 @@ void run_typed(Transport& transport, const CollectiveArgs& a) {
       transport.reduce(send, recv, a.count, a.op, a.root);
       break;
     case Collective::reduce_scatter:
-      if constexpr (QuantizesOnWire<Transport> && FloatingElement<T>) {
-        if (a.wire) {
-          if (a.variable_counts())
-            transport.quantized_reduce_scatter(send, recv, counts, a.op, *a.wire);
-          else
-            transport.quantized_reduce_scatter(send, recv, a.count, a.op, *a.wire);
-          break;
-        }
-      }
+      if (a.wire && run_quantized(transport, a, send, recv)) break;
       if (a.variable_counts())
         transport.reduce_scatter(send, recv, counts, a.op);
       else
