@@ -19,7 +19,7 @@
 //                          so nothing about determinism changes); 0 keeps them on the pipeline.
 //   ZERO_NATIVE_BELOW_BYTES=4194304   2-rank all_reduce of non-half types below this size uses
 //                          Open MPI's own call (bit-identical for 2 ranks); 0 never.
-//   ZERO_INLINE_BELOW_BYTES=1048576  a collective smaller than this that finds the progress thread
+//   ZERO_INLINE_BELOW_BYTES=4194304  a collective smaller than this that finds the progress thread
 //                          idle runs on the calling thread instead (the same code, so the same bits
 //                          and checks; the call returns complete); 0 never.
 
@@ -67,10 +67,10 @@ struct CommOptions {
   std::size_t chunk_bytes = 0;
   bool native_gathers = true;
   std::size_t native_below_bytes = std::size_t{4} << 20;
-  // Measured on 2-rank, 2-core nodes (docs/communicators.md): a hand-off costs 5-40 us, which
-  // halves the speed of calls under about 1 MB that are waited for at once; above, the progress
-  // thread's overlap with the caller's work is worth more.
-  std::size_t inline_below_bytes = std::size_t{1} << 20;
+  // Measured on 2-rank, 2-core nodes (docs/collective-benchmark.md): a hand-off costs 5-40 us and
+  // up to a quarter of a 1-4 MB call waited for at once, and train_mlp's steps ran 2-10% faster
+  // with calls under 4 MiB inline; larger calls keep their overlap with the caller's work.
+  std::size_t inline_below_bytes = std::size_t{4} << 20;
   int node_size = 0; // ZERO_NODE_SIZE
 
   // The defaults above, overridden by whichever ZERO_* variables are set.

@@ -26,10 +26,10 @@
 // way; they cost flat size / group size elements per layer and are dropped when weights change.
 
 #include "zero/comm/communicator.hpp"
+#include "zero/core/block_quantization.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/gather/acquisition_order.hpp"
-#include "zero/core/block_quantization.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
@@ -397,7 +397,11 @@ class ParameterGather {
     if (s.ordered || s.holders > 0) return;
     if (prefetched_ + size > limits_.prefetch_elements || live_ + size > limits_.max_live_elements)
       return;
+    // A small gather may run on this thread (MpiCommunicator's inline calls): that time is waited.
+    const auto start = std::chrono::steady_clock::now();
     launch(source, *next, /*prefetch=*/true);
+    exposed_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // One further ahead: a source that reads from disk starts reading it now.
     if (const auto later = order_.expected(2, gathered_on_demand)) source.prefetch(*later);
   }

@@ -248,6 +248,7 @@ class BucketedReducer {
 
   void launch(std::size_t b) {
     BucketState& s = state_[b];
+    s.launched = Clock::now();
     const Bucket& bucket = plan_[b];
     const auto rank = static_cast<std::size_t>(comm_.rank());
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
@@ -269,7 +270,9 @@ class BucketedReducer {
         s.work = comm_.reduce_scatter(all, mine, bucket.counts, options_.op);
       }
     });
-    s.launched = Clock::now();
+    // A small bucket may have been reduced on this thread (MpiCommunicator's inline calls): the
+    // caller waited for that much.
+    stats_.exposed_seconds += std::chrono::duration<double>(Clock::now() - s.launched).count();
     in_flight_.push_back(b);
     ++stats_.buckets;
     stats_.elements += bucket.elements;
