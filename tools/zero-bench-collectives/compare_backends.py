@@ -6,7 +6,7 @@ size, in/out of place) is compared.
     compare_backends.py --bench build/release/tools/zero-bench-collectives/zero-bench-collectives
     compare_backends.py --bench ... --min 4K --max 16M --factor 4 --blocking --compare-inline
 
---blocking waits for every call of zero's backend before the next (the pattern of a call whose
+Ranks are bound to one core each when there are enough cores. --blocking waits for every call of zero's backend before the next (the pattern of a call whose
 result is needed at once; Open MPI's calls are blocking anyway); without it every iteration is in
 flight, as in nccl-tests. --compare-inline adds zero with ZERO_INLINE_BELOW_BYTES=0 (every call
 handed to the progress thread). Prints a Markdown table (docs/collective-benchmark.md keeps the
@@ -22,7 +22,11 @@ import tempfile
 
 def run(args, backend, op, path, env_extra):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env_extra)
-    command = [args.mpirun, "-np", str(args.ranks), "--oversubscribe"]
+    # One core per rank where there are enough: unbound ranks (mpirun --oversubscribe turns Open
+    # MPI's binding off) sometimes share a core for a whole run, which halves or worse every figure
+    # of that run, whichever backend.
+    placement = ["--bind-to", "core"] if args.ranks <= (os.cpu_count() or 1) else ["--oversubscribe"]
+    command = [args.mpirun, "-np", str(args.ranks)] + placement
     for name in env_extra:
         command += ["-x", name]
     command += [args.bench, "-b", args.min, "-e", args.max, "-f", str(args.factor), "-n", str(args.iters), "-w",

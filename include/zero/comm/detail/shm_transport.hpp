@@ -38,6 +38,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -170,6 +171,15 @@ class ShmTransport {
   }
   int next_buffer() noexcept { return static_cast<int>(chunk_++ & 1u); }
 
+  // Under CFS, sched_yield does not give the core to a thread of another process that shares it:
+  // two ranks spinning on one core (unbound ranks, more threads than cores) then advance once per
+  // time slice, about a millisecond. Sleeping for a moment hands the core over, and lets the
+  // scheduler move this thread to an idle core.
+  static void wait_for_peer() noexcept {
+    timespec pause{0, 1000};
+    nanosleep(&pause, nullptr);
+  }
+
   void signal_and_wait() {
     ++phase_;
     const std::size_t slot = phase_ & 1u;
@@ -184,8 +194,10 @@ class ShmTransport {
       for (unsigned spin = 0; other.phase.load(std::memory_order_acquire) < phase_; ++spin) {
         if (spin < 256)
           cpu_relax();
-        else
+        else if (spin < 4096)
           sched_yield(); // more ranks than cores: let the rank we wait for run
+        else
+          wait_for_peer(); // it still has not: give the core up
       }
       agree = agree &&
               other.signature[slot][0].load(std::memory_order_relaxed) == signature_.count &&
