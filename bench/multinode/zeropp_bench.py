@@ -58,12 +58,12 @@ def main():
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--ranks-per-node", type=int, default=2)
     parser.add_argument("--layers", default="256,1024,1024,1024,1024,256")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--bucket", type=int, default=1 << 20)
-    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup-steps", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
     rows = []
@@ -84,15 +84,16 @@ def main():
             for name, _ in VARIANTS:
                 t = statistics.median(times[name])
                 b = statistics.median(per_step[name])
-                rows.append((rate, name, t * 1e3, plain_time / t, b / 1e6, b / plain_bytes, losses[name]))
+                spread = f"{min(times[name]) * 1e3:.1f}-{max(times[name]) * 1e3:.1f}"
+                rows.append((rate, name, t * 1e3, spread, plain_time / t, b / 1e6, b / plain_bytes, losses[name]))
             psi = report["psi"]
     print(f"{args.nodes} nodes x {args.ranks_per_node} ranks, MLP {args.layers} ({psi / 1e6:.2f}M parameters), "
           f"{args.dtype}, batch {args.batch}; medians of {args.rounds} alternating rounds; link bytes per node "
           f"(sent + received) per step, steps {args.warmup_steps + 1}-{args.steps}\n")
-    print("| link | variant | step (ms) | speed-up | link MB / step | link bytes vs plain | final loss |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for rate, name, ms, speedup, mb, ratio, loss in rows:
-        print(f"| {rate} | {name} | {ms:.1f} | {speedup:.2f}x | {mb:.2f} | {ratio:.3f} | {loss:.6f} |")
+    print("| link | variant | step (ms) | rounds' range | speed-up | link MB / step | link bytes vs plain | final loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for rate, name, ms, spread, speedup, mb, ratio, loss in rows:
+        print(f"| {rate} | {name} | {ms:.1f} | {spread} | {speedup:.2f}x | {mb:.2f} | {ratio:.3f} | {loss:.6f} |")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@
 
 #include "training_scenario.hpp"
 
+#include <zero/core/block_quantization.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/sgd.hpp>
-#include <zero/core/block_quantization.hpp>
 #include <zero/shard/whole_parameter_greedy.hpp>
 
 #include <gtest/gtest.h>
