@@ -34,11 +34,14 @@ namespace zero {
 enum class Transport { automatic, shared_memory, mpi, hierarchical };
 
 // Default pipeline chunks. Shared memory stages every chunk through the window, so a chunk that
-// stays in cache wins; the MPI transports wait for every chunk's exchange before the next, which
-// across a network costs a round trip and a TCP ramp each: there a chunk of 1 MiB moved 16 MB
-// all-gathers at a fifth of the bandwidth of 16 MiB chunks (docs/communicators.md).
+// stays in cache wins. The MPI transports wait for every chunk's exchange before the next, yet
+// across a network small chunks won: on the two-node test cluster (2 x 2 ranks, docs/multinode.md)
+// 0.5-2 MiB chunks carried all-gathers, reduce-scatters and all-reduces of 16-256 MB at 0.95 of a
+// 1 Gbit/s link, 4 MiB at 0.8 and 16 MiB at 0.6 (Open MPI's TCP transport moves messages of 1 MB
+// and more at a lower rate; turning off its RDMA pipeline did not help, smaller RDMA fragments
+// helped half-way). At 10 Gbit/s, where the cores are the limit, 2 MiB was 1.4-1.8x faster.
 inline constexpr std::size_t shm_chunk_bytes = std::size_t{1} << 20;
-inline constexpr std::size_t network_chunk_bytes = std::size_t{16} << 20;
+inline constexpr std::size_t network_chunk_bytes = std::size_t{2} << 20;
 
 constexpr const char* to_string(Transport t) noexcept {
   switch (t) {
