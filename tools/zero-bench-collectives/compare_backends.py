@@ -6,9 +6,9 @@ size, in/out of place) is compared.
     compare_backends.py --bench build/release/tools/zero-bench-collectives/zero-bench-collectives
     compare_backends.py --bench ... --min 4K --max 16M --factor 4 --blocking --compare-inline
 
-Ranks are bound to one core each when there are enough cores. --blocking waits for every call of zero's backend before the next (the pattern of a call whose
-result is needed at once; Open MPI's calls are blocking anyway); without it every iteration is in
-flight, as in nccl-tests. --compare-inline adds zero with ZERO_INLINE_BELOW_BYTES=0 (every call
+Ranks are bound to one core each when there are enough cores. --blocking waits for every call of
+zero's backend before the next (the pattern of a call whose result is needed at once; Open MPI's
+calls are blocking anyway); without it every iteration is in flight, as in nccl-tests. --compare-inline adds zero with ZERO_INLINE_BELOW_BYTES=0 (every call
 handed to the progress thread). Prints a Markdown table (docs/collective-benchmark.md keeps the
 last ones).
 """

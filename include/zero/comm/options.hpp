@@ -13,12 +13,13 @@
 //                          MPI_COMM_WORLD (to run the across-nodes paths on one machine, in
 //                          tests); 0: the nodes MPI reports.
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of every transport (shared memory uses two per rank);
-//                          unset or 0: 1 MiB for shared memory, 16 MiB for the MPI transports.
+//                          unset or 0: 1 MiB for shared memory, 2 MiB for the MPI transports.
 //   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast use Open MPI's own calls, whose
 //                          single-copy transfers beat staging through shared memory (no arithmetic,
 //                          so nothing about determinism changes); 0 keeps them on the pipeline.
 //   ZERO_NATIVE_BELOW_BYTES=4194304   2-rank all_reduce of non-half types below this size uses
-//                          Open MPI's own call (bit-identical for 2 ranks); 0 never.
+//                          Open MPI's own call (bit-identical for 2 ranks), and so does a 2-rank
+//                          reduce_scatter below the smaller of this and 128 KiB; 0 never.
 //   ZERO_INLINE_BELOW_BYTES=4194304  a collective smaller than this that finds the progress thread
 //                          idle runs on the calling thread instead (the same code, so the same bits
 //                          and checks; the call returns complete); 0 never.
