@@ -1,10 +1,18 @@
 # Helpers that register zero's tests with CTest.
 #
-# zero_add_test(name SOURCES ... [LIBRARIES ...] [LABELS ...])
+# zero_add_test(name SOURCES ... [LIBRARIES ...] [LABELS ...] [CAN_SKIP group filter ...])
 #   A plain GoogleTest binary, one process.
-# zero_add_mpi_test(name SOURCES ... [LIBRARIES ...] [RANKS 1 2 3] [LABELS ...] [ENVIRONMENT ...])
+# zero_add_mpi_test(name SOURCES ... [LIBRARIES ...] [RANKS 1 2 3] [LABELS ...] [ENVIRONMENT ...]
+#                   [CAN_SKIP group filter ...])
 #   A GoogleTest binary with the MPI-aware main, registered once per rank count as name.npN;
 #   a failure on any rank fails the run.
+#
+# Every binary exits as tests/support/test_outcome.hpp says: 77 (CTest: skipped) when every test
+# skipped, and a failure when a test skips while others pass, since CTest would show that run as
+# passed. Tests that may skip because the machine cannot do what they need (mount a file system,
+# lock memory) are named in CAN_SKIP: pairs of a group name and a GoogleTest filter. Each group is
+# a CTest test of its own (name.group, or name.group.npN), and the binary's main registration runs
+# without them, so a skip always shows in CTest's summary with its reason in the output.
 
 set(ZERO_TEST_RANKS 1 2 3 CACHE STRING "Rank counts every MPI test runs at")
 set(ZERO_TEST_TIMEOUT_S 60 CACHE STRING "ZERO_TIMEOUT_S for tests: a stuck collective aborts after this")
@@ -13,12 +21,73 @@ set(zero_mpi_test_environment
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     ZERO_VALIDATE=1 ZERO_TIMEOUT_S=${ZERO_TEST_TIMEOUT_S})
 
+# The registrations of a binary with CAN_SKIP groups: sets <prefix>_suffixes (".group" each, and
+# "." standing for the main registration) and <prefix>_filters (the --gtest_filter of each).
+function(zero_skip_groups prefix)
+  set(suffixes ".")
+  set(filters "")
+  set(excluded "")
+  set(separator "")
+  list(LENGTH ARGN n)
+  math(EXPR odd "${n} % 2")
+  if(odd)
+    message(FATAL_ERROR "zero: CAN_SKIP takes pairs of a group name and a GoogleTest filter: ${ARGN}")
+  endif()
+  set(i 0)
+  while(i LESS n)
+    list(GET ARGN ${i} group)
+    math(EXPR i "${i} + 1")
+    list(GET ARGN ${i} filter)
+    math(EXPR i "${i} + 1")
+    list(APPEND suffixes ".${group}")
+    list(APPEND filters "--gtest_filter=${filter}")
+    string(APPEND excluded "${separator}${filter}")
+    set(separator ":")
+  endwhile()
+  if(excluded)
+    list(PREPEND filters "--gtest_filter=*-${excluded}")
+  else()
+    list(PREPEND filters "--gtest_filter=*")
+  endif()
+  set(${prefix}_suffixes ${suffixes} PARENT_SCOPE)
+  set(${prefix}_filters ${filters} PARENT_SCOPE)
+endfunction()
+
 function(zero_add_test name)
-  cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS" ${ARGN})
+  cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;CAN_SKIP" ${ARGN})
   add_executable(${name} ${arg_SOURCES})
-  target_link_libraries(${name} PRIVATE zero::zero zero_build_flags GTest::gtest GTest::gtest_main ${arg_LIBRARIES})
-  add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS "unit;${arg_LABELS}" TIMEOUT 600)
+  target_link_libraries(${name} PRIVATE zero::zero zero_build_flags zero_test_main ${arg_LIBRARIES})
+  zero_skip_groups(registration ${arg_CAN_SKIP})
+  foreach(suffix filter IN ZIP_LISTS registration_suffixes registration_filters)
+    set(test ${name})
+    if(NOT suffix STREQUAL ".")
+      string(APPEND test ${suffix})
+    endif()
+    add_test(NAME ${test} COMMAND ${name} ${filter})
+    set_tests_properties(${test} PROPERTIES LABELS "unit;${arg_LABELS}" TIMEOUT 600
+                                            SKIP_RETURN_CODE 77)
+  endforeach()
+endfunction()
+
+# zero_add_output_test(name MATCHES regex [FAILS | STATUS n] COMMAND program args...)
+#   Passes when the command exits with 0 (with FAILS: refuses, with a status from 1 to 127; with
+#   STATUS: exactly n) and its output matches `regex` (tests/support/expect_output.py; '.' matches
+#   newlines, as in CMake's regular expressions). CTest's PASS_REGULAR_EXPRESSION alone ignores the
+#   exit status, so a crash after the expected line would pass; do not use it. Without STATUS, a
+#   status of 77 reports skipped.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+function(zero_add_output_test name)
+  cmake_parse_arguments(arg "FAILS" "MATCHES;STATUS" "COMMAND" ${ARGN})
+  set(expect "")
+  if(arg_FAILS)
+    set(expect --fails)
+  elseif(DEFINED arg_STATUS)
+    set(expect --status ${arg_STATUS})
+  endif()
+  add_test(NAME ${name}
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/support/expect_output.py
+                   --matches "${arg_MATCHES}" ${expect} -- ${arg_COMMAND})
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
 endfunction()
 
 function(zero_mpi_command out np)
@@ -26,18 +95,25 @@ function(zero_mpi_command out np)
 endfunction()
 
 function(zero_add_mpi_test name)
-  cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;RANKS;ENVIRONMENT" ${ARGN})
+  cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;RANKS;ENVIRONMENT;CAN_SKIP" ${ARGN})
   if(NOT arg_RANKS)
     set(arg_RANKS ${ZERO_TEST_RANKS})
   endif()
   add_executable(${name} ${arg_SOURCES})
   target_link_libraries(${name} PRIVATE zero::mpi zero_build_flags zero_test_mpi_main ${arg_LIBRARIES})
+  zero_skip_groups(registration ${arg_CAN_SKIP})
   foreach(np IN LISTS arg_RANKS)
     zero_mpi_command(launcher ${np})
-    add_test(NAME ${name}.np${np} COMMAND ${launcher} $<TARGET_FILE:${name}>)
-    set_tests_properties(${name}.np${np} PROPERTIES
-      LABELS "mpi;${arg_LABELS}" PROCESSORS ${np} TIMEOUT 600
-      ENVIRONMENT "${zero_mpi_test_environment};${arg_ENVIRONMENT}")
+    foreach(suffix filter IN ZIP_LISTS registration_suffixes registration_filters)
+      set(test ${name})
+      if(NOT suffix STREQUAL ".")
+        string(APPEND test ${suffix})
+      endif()
+      add_test(NAME ${test}.np${np} COMMAND ${launcher} $<TARGET_FILE:${name}> ${filter})
+      set_tests_properties(${test}.np${np} PROPERTIES
+        LABELS "mpi;${arg_LABELS}" PROCESSORS ${np} TIMEOUT 600 SKIP_RETURN_CODE 77
+        ENVIRONMENT "${zero_mpi_test_environment};${arg_ENVIRONMENT}")
+    endforeach()
   endforeach()
 endfunction()
 
@@ -62,8 +138,7 @@ function(zero_add_compile_fail_test name)
   cmake_parse_arguments(arg "" "SOURCE;REGEX" "LIBRARIES" ${ARGN})
   add_executable(${name} EXCLUDE_FROM_ALL ${arg_SOURCE})
   target_link_libraries(${name} PRIVATE zero::zero ${arg_LIBRARIES})
-  add_test(NAME ${name}
-           COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${name} --config $<CONFIG>)
-  set_tests_properties(${name} PROPERTIES LABELS "compile_fail" PASS_REGULAR_EXPRESSION "${arg_REGEX}"
-                                          TIMEOUT 300)
+  zero_add_output_test(${name} FAILS MATCHES "${arg_REGEX}"
+    COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${name} --config $<CONFIG>)
+  set_tests_properties(${name} PROPERTIES LABELS "compile_fail" TIMEOUT 300)
 endfunction()

@@ -8,8 +8,11 @@ to uniform and the biases are zero, which would hide mistakes in them.
 
     check_gradients.py --binary build/.../gradient_check [--data README.md]
 
-Passes when the loss's relative error is below 1e-5 and every gradient's largest absolute error is
-below 1e-4 * max(1, largest absolute value of torch's gradient); exits 1 otherwise.
+Passes when the loss's relative error is below 1e-5 and every parameter's gradient is within 1e-5
+of torch's in relative L2 norm (||got - torch|| <= 1e-5 ||torch||), exits 1 otherwise. The bound is
+relative to each tensor's own norm, so a tensor whose true gradients are all tiny cannot pass with
+zeros (its relative error would be 1); the worst measured is about 1e-6 (docs/activation-checkpointing.md).
+A tensor whose torch gradient is exactly zero must come back exactly zero.
 """
 import argparse
 import os
@@ -28,7 +31,7 @@ SIZES = [  # layers, heads, embd, seq, batch
     (3, 4, 64, 32, 2),
 ]
 LOSS_TOLERANCE = 1e-5
-GRADIENT_TOLERANCE = 1e-4
+GRADIENT_TOLERANCE = 1e-5  # relative L2 norm, per tensor
 
 
 def perturb(directory, layers, embd, seq, seed):
@@ -53,7 +56,7 @@ def torch_gradients(directory, data, layers, heads, embd, seq, batch):
     return loss.item(), gradients
 
 
-def check(binary, data_path, size, perturbed):
+def check(binary, data_path, size, perturbed, scale_gradient=None):
     layers, heads, embd, seq, batch = size
     with open(data_path, "rb") as f:
         data = f.read()
@@ -71,14 +74,18 @@ def check(binary, data_path, size, perturbed):
         worst_name, worst_ratio, worst_error = None, 0.0, 0.0
         for name, reference_gradient in expected.items():
             got = np.load(os.path.join(out, name + ".npy"))
-            error = float(np.max(np.abs(got.astype(np.float64) - reference_gradient)))
-            allowed = GRADIENT_TOLERANCE * max(1.0, float(np.max(np.abs(reference_gradient))))
-            if error / allowed >= worst_ratio:
-                worst_name, worst_ratio, worst_error = name, error / allowed, error
+            if scale_gradient and scale_gradient[0] == name:
+                got = got * scale_gradient[1]
+            want = reference_gradient.astype(np.float64)
+            error = float(np.linalg.norm(got.astype(np.float64) - want))
+            norm = float(np.linalg.norm(want))
+            relative = error / norm if norm > 0 else (0.0 if error == 0 else np.inf)
+            if relative / GRADIENT_TOLERANCE >= worst_ratio:
+                worst_name, worst_ratio, worst_error = name, relative / GRADIENT_TOLERANCE, relative
     label = f"L={layers} H={heads} C={embd} T={seq} B={batch} {'perturbed' if perturbed else 'init'}"
     ok = loss_error < LOSS_TOLERANCE and worst_ratio < 1
     print(f"{'ok  ' if ok else 'FAIL'} {label}: loss {cpp_loss:.7f} vs torch {torch_loss:.7f} "
-          f"(relative error {loss_error:.2e}); worst gradient {worst_name}: max abs error "
+          f"(relative error {loss_error:.2e}); worst gradient {worst_name}: relative L2 error "
           f"{worst_error:.2e} = {worst_ratio:.3f} of the tolerance")
     return ok
 
@@ -90,9 +97,16 @@ def main():
     parser.add_argument("--data", default=os.path.join(here, "..", "..", "README.md"))
     parser.add_argument("--size", action="append", metavar="L,H,C,T,B",
                         help="layers, heads, embd, seq, batch to check instead of the defaults")
+    parser.add_argument("--scale-gradient", metavar="NAME=F",
+                        help="multiply the C++ gradient of NAME by F before comparing, to see the "
+                             "check fail (a self-test of its bound)")
     args = parser.parse_args()
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.size] if args.size else SIZES
-    results = [check(args.binary, args.data, size, perturbed)
+    scale = None
+    if args.scale_gradient:
+        name, factor = args.scale_gradient.split("=")
+        scale = (name, float(factor))
+    results = [check(args.binary, args.data, size, perturbed, scale)
                for size in sizes for perturbed in (False, True)]
     sys.exit(0 if all(results) else 1)
 

@@ -279,7 +279,8 @@ TEST(CheckpointDiskFull, WhatAnInterruptedSaveLeftIsFollowedThenRemoved) {
 // system: exit status 1, the path and the reason, and no file under the final name or temporary.
 TEST(CheckpointDiskFull, ConsolidationIntoAFullFileSystemLeavesNoPartialFile) {
   const char* tool = std::getenv("ZERO_CHECKPOINT_TOOL");
-  if (!tool) GTEST_SKIP() << "ZERO_CHECKPOINT_TOOL is not set (the tools are not built)";
+  if (!tool) GTEST_SKIP() << zero::testing::not_applicable
+                          << "ZERO_CHECKPOINT_TOOL is not set (the tools are not built)";
   auto& world = zero::testing::world();
   SharedDir dir(world);
   SharedSmallFileSystem small(world, dir.path / "fs");

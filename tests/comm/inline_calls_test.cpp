@@ -50,7 +50,7 @@ TEST(InlineCalls, CallsBehindQueuedOnesKeepTheirOrderAndBits) {
     std::vector<std::vector<float>> data;
     std::vector<zero::Work> works;
     for (int k = 0; k < 12; ++k) {
-      const std::size_t n = k % 3 == 0 ? std::size_t{300'000} : std::size_t{100 + 37 * k};
+      const std::size_t n = k % 3 == 0 ? std::size_t{300'000} : std::size_t(100 + 37 * k);
       data.push_back(values(comm.rank(), n, k));
       works.push_back(k % 2 == 0 ? comm.all_reduce(data.back(), ReduceOp::sum)
                                  : comm.all_reduce(data.back(), ReduceOp::avg));

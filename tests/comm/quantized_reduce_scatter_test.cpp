@@ -143,7 +143,7 @@ TEST(QuantizedReduceScatter, EveryResultIsWithinTheBoundOfTheExactSum) {
 
 TEST(QuantizedReduceScatter, ANonFiniteContributionArrivesAsNaN) {
   auto& nodes = zero::testing::communicator<SimulatedNodesCommunicator>();
-  if (nodes.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (nodes.size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const BlockQuantization q{.block = 16, .bits = 4};
   const std::size_t block = 256;
   std::vector<float> in(block * std::size_t(nodes.size()), 1.0f);
@@ -160,7 +160,7 @@ TEST(QuantizedReduceScatter, ANonFiniteContributionArrivesAsNaN) {
 
 TEST(QuantizedReduceScatter, OnOneNodeTheReductionIsExact) {
   auto& world = zero::testing::world();
-  if (world.nodes() != 1) GTEST_SKIP() << "the ranks span several nodes";
+  if (world.nodes() != 1) GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several nodes";
   EXPECT_FALSE(world.quantizes_on_wire());
   const std::vector<std::size_t> counts = counts_for(world.size(), false);
   const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
@@ -213,7 +213,7 @@ TEST(QuantizedReduceScatter, RefusesWhatItCannotDo) {
 
 TEST(QuantizedReduceScatter, RanksAskingForDifferentBitsFailOnEveryRank) {
   auto& nodes = zero::testing::communicator<SimulatedNodesCommunicator>();
-  if (nodes.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (nodes.size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const std::vector<std::size_t> counts(std::size_t(nodes.size()), 8);
   std::vector<float> in(8 * std::size_t(nodes.size())), out(8);
   const BlockQuantization q{.block = 256, .bits = nodes.rank() == 0 ? 4 : 8};

@@ -5,17 +5,22 @@
 // different sizes, but rank 0 swaps the first two counts (the same total: only the counts differ);
 // this too must throw a mismatch error. `exit`: rank 0 returns from main (its communicator and MPI
 // closed as usual) instead of calling the all_reduce; the others must not wait for it forever.
-// CTest checks the messages; without these mechanisms the program would hang or report success.
+// CTest checks the messages and a failing exit status (a mismatch error is caught and printed, so
+// that the job ends with status 1 rather than an abort); without these mechanisms the program would
+// hang or report success.
 
 #include <zero/comm/mpi_communicator.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
 
-int main(int argc, char** argv) {
+namespace {
+
+int disagree(int argc, char** argv) {
   zero::MpiCommunicator comm(argc, argv);
   const std::string mode = argc > 1 ? argv[1] : "skip";
   std::vector<float> data(1000, 1.0f);
@@ -36,4 +41,15 @@ int main(int argc, char** argv) {
   }
   std::printf("not reached: the collectives disagreed and nobody noticed\n");
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return disagree(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }

@@ -378,7 +378,7 @@ std::string mismatch_tail(int ranks, const std::string& first, const std::string
 TEST(VariableCountMismatch, ThrowsOnEveryRankWithAndWithoutValidation) {
   auto& world = zero::testing::world();
   const int ranks = world.size();
-  if (ranks < 2) GTEST_SKIP() << "needs two ranks";
+  if (ranks < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   zero::CommOptions validated = world.options(), unvalidated = world.options();
   validated.validate = true;
   unvalidated.validate = false;

@@ -416,7 +416,7 @@ TEST(Engine, ALayerWithoutElementsMayComeLast) {
 
 TEST(Engine, RanksGivenDifferentOptionsAreToldWhich) {
   auto& world = zero::testing::world();
-  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world.size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   zero::EngineOptions options;
   options.reduce_bucket_elements = world.rank() == 1 ? 999 : 1000;
   expect_error_contains(
@@ -434,7 +434,7 @@ namespace {
 
 TEST(EngineEntryPoints, RanksRegisteringDifferentModelsAreToldWhich) {
   auto& world = zero::testing::world();
-  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world.size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   auto params = model();
   if (world.rank() == 1) params[1].numel += 1;
   expect_error_contains(
@@ -469,7 +469,7 @@ void expect_step_against_get_layer_fails_everywhere() {
 }
 
 TEST(EngineEntryPoints, AStepOnOneRankWhileAnotherReadsALayerIsAnErrorOnEveryRank) {
-  if (zero::testing::world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (zero::testing::world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   expect_step_against_get_layer_fails_everywhere<zero::Stage<1>>();
   expect_step_against_get_layer_fails_everywhere<zero::Stage<2>>();
   expect_step_against_get_layer_fails_everywhere<zero::Stage<3>>();

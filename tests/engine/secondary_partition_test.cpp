@@ -32,7 +32,7 @@ std::vector<int> group_sizes() {
 }
 
 TEST(SecondaryPartition, StageThreeWithGroupsIsBitwiseStageZero) {
-  if (group_sizes().empty()) GTEST_SKIP() << "needs two ranks";
+  if (group_sizes().empty()) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const Scenario runs[] = {{},
                            {.dtype = zero::DType::bfloat16, .bucket = 7, .steps = 3},
                            {.accumulation = 2, .persistence = 100}};
@@ -46,7 +46,7 @@ TEST(SecondaryPartition, StageThreeWithGroupsIsBitwiseStageZero) {
 }
 
 TEST(SecondaryPartition, BackwardGathersStayInTheGroup) {
-  if (group_sizes().empty()) GTEST_SKIP() << "needs two ranks";
+  if (group_sizes().empty()) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const Scenario run{.steps = 2};
   for (int g : group_sizes()) {
     const Outcome o = train<zero::Stage<3>>(run, zero::StaticLossScaler{}, secondary(g));
@@ -63,7 +63,7 @@ TEST(SecondaryPartition, BackwardGathersStayInTheGroup) {
 }
 
 TEST(SecondaryPartition, WithInt8GathersTheWeightsAreThoseOfInt8Alone) {
-  if (group_sizes().empty()) GTEST_SKIP() << "needs two ranks";
+  if (group_sizes().empty()) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const Scenario run{};
   const Outcome int8 = train<zero::Stage<3>>(run, zero::StaticLossScaler{}, secondary(1, true));
   for (int g : group_sizes())

@@ -2,6 +2,7 @@
 // Helpers for the NVMe tier's tests: scratch directories, small tmpfs mounts (root only), data
 // with a recognisable pattern, and expecting an Error whose message names given pieces.
 
+#include "test_outcome.hpp"
 #include "zero/core/error.hpp"
 #include "zero/offload/nvme_tier.hpp"
 

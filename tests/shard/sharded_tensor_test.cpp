@@ -337,7 +337,7 @@ void expect_error_on_every_rank(F&& f, zero::ErrorKind kind,
 }
 
 TEST(LayoutMismatch, DifferentParametersAreNamedOnEveryRank) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   auto params = numbered({4, 4, 4});
   if (world().rank() == 1) params[1] = {"p1_on_rank_1", 6};
   expect_error_on_every_rank(
@@ -347,7 +347,7 @@ TEST(LayoutMismatch, DifferentParametersAreNamedOnEveryRank) {
 }
 
 TEST(LayoutMismatch, AnExtraParameterIsNamed) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const int last = world().size() - 1;
   auto params = numbered({4, 4, 4});
   if (world().rank() == last) params.push_back({"extra", 9, DType::float32, 3});
@@ -362,7 +362,7 @@ TEST(LayoutMismatch, AnExtraParameterIsNamed) {
 }
 
 TEST(LayoutMismatch, DifferentPartitionsOfTheSameParameters) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const auto params = numbered({40, 4});
   zero::Sharded<zero::FlatContiguous> policy{{.alignment = world().rank() == 1 ? 8u : 16u}};
   expect_error_on_every_rank(
@@ -378,7 +378,7 @@ TEST(LayoutMismatch, DifferentPartitionsOfTheSameParameters) {
 }
 
 TEST(LayoutMismatch, ALocallyBuiltLayoutIsCheckedWhenATensorUsesIt) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   auto params = numbered({4, 4});
   if (world().rank() == 0) params[0].numel = 5;
   auto layout = std::make_shared<const zero::ShardLayout>(
@@ -389,7 +389,7 @@ TEST(LayoutMismatch, ALocallyBuiltLayoutIsCheckedWhenATensorUsesIt) {
 }
 
 TEST(LayoutMismatch, ABuildErrorOnOneRankReachesEveryRank) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   auto params = numbered({4, 4});
   if (world().rank() == 1) params[1].name = "p0";
   expect_error_on_every_rank([&] { zero::ShardedTensor<float> t(world(), params); },
@@ -400,7 +400,7 @@ TEST(LayoutMismatch, ABuildErrorOnOneRankReachesEveryRank) {
 }
 
 TEST(LayoutMismatch, TensorsOnOtherCommunicatorsAreRejected) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   zero::ShardedTensor<float> t(world(), numbered({10}));
   zero::SelfCommunicator self;
   std::vector<float> full(10);

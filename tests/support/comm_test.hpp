@@ -3,6 +3,8 @@
 // world (at however many ranks mpirun started), and the MPI world split into simulated nodes on
 // the two-level transport (so that every such test also runs the across-nodes path).
 
+#include "test_outcome.hpp"
+
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/comm/self_communicator.hpp>
 

@@ -1,5 +1,8 @@
 // GoogleTest main for `gpu` tests: without a CUDA device it exits with 77, which CTest reports as
-// skipped (SKIP_RETURN_CODE), so that a CPU-only run never counts these tests as passed.
+// skipped (SKIP_RETURN_CODE), so that a CPU-only run never counts these tests as passed. With a
+// device, the exit status follows test_outcome.hpp.
+
+#include "test_outcome.hpp"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -13,5 +16,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  const zero::testing::TestOutcome& outcome = zero::testing::record_outcomes();
+  const int status = RUN_ALL_TESTS();
+  outcome.print_shape_skips();
+  return zero::testing::exit_status(outcome.verdict(status));
 }

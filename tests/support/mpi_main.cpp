@@ -1,9 +1,11 @@
 // GoogleTest main for tests that run on several MPI ranks: every rank runs every test, rank 0
 // prints the usual report, other ranks print only their failures (prefixed by the rank), and after
 // each test the ranks agree on its outcome so that a failure on any rank is reported by rank 0 and
-// fails the run.
+// fails the run. The exit status follows test_outcome.hpp, agreed by all ranks: 77 only when every
+// test skipped on every rank.
 
 #include "comm_test.hpp"
+#include "test_outcome.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -61,13 +63,23 @@ int main(int argc, char** argv) {
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());
   auto* reporter = new RankReporter(rank, size);
   listeners.Append(reporter);
+  const zero::testing::TestOutcome& outcome = zero::testing::record_outcomes();
 
   const int local = RUN_ALL_TESTS();
-  const bool failed = reporter->any_failed() || local != 0;
+  using Verdict = zero::testing::TestOutcome::Verdict;
+  Verdict verdict = reporter->any_failed() ? Verdict::failed : outcome.verdict(local);
   zero::testing::release_world();
-  int any = failed ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any)
-    std::fprintf(stderr, "zero tests: FAILED on at least one of %d ranks\n", size);
-  return any;
+  // Ranks that disagree on "all skipped" (one skipped everything, another passed) fail too.
+  int mine[2] = {int(verdict), -int(verdict)}; // max, and -min
+  MPI_Allreduce(MPI_IN_PLACE, mine, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int worst = mine[0], best = -mine[1];
+  verdict = worst == best ? Verdict(worst) : Verdict::failed;
+  if (rank == 0) {
+    outcome.print_shape_skips();
+    if (worst == int(Verdict::failed))
+      std::fprintf(stderr, "zero tests: FAILED on at least one of %d ranks\n", size);
+    else if (worst != best)
+      std::fprintf(stderr, "zero tests: every test skipped on some ranks and not on others\n");
+  }
+  return zero::testing::exit_status(verdict);
 }

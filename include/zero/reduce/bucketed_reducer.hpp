@@ -69,7 +69,7 @@ class BucketedReducer {
     DType bucket_dtype = DType::float32;       // the reduction's element type
     ReduceOp op = ReduceOp::avg;
     // Reduce-scatter: contributions cross the network quantized to these blocks (ZeRO++'s qgZ).
-    std::optional<BlockQuantization> wire;
+    std::optional<BlockQuantization> wire = std::nullopt;
   };
   using LayerReduced = std::function<void(std::size_t layer)>;
 
