@@ -63,8 +63,18 @@ inline std::vector<RankMemory> gather_memory(zero::MpiCommunicator& world, const
   return rows;
 }
 
-inline double expected_volume(const Flags& f, double psi) {
-  return (f.stage == 3 ? 3 : 2) * psi;
+// The elements a rank moves in a step, in units of Psi, as DeepSpeed's ZeRO does it with
+// `grad_accum` micro-steps: stages 0 and 1 reduce the accumulated gradients once (2 Psi: a
+// reduce-scatter and an all-gather, or an all-reduce); stage 2 keeps only its shard of the
+// gradients, so it reduce-scatters at every micro-step and gathers the weights once
+// ((micro-steps + 1) Psi); stage 3 gathers the weights for forward and backward and
+// reduce-scatters the gradients at every micro-step (3 Psi each).
+inline int expected_psi(const Flags& f) {
+  switch (f.stage) {
+  case 2: return f.grad_accum + 1;
+  case 3: return 3 * f.grad_accum;
+  default: return 2;
+  }
 }
 
 // `quantizes_on_wire`: whether quantized gradients were quantized (across nodes only).
@@ -121,10 +131,11 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   "each where they cross between nodes (qgZ)%s\n",
                   f.gradient_bits, f.quantization_block.value_or(zero::BlockQuantization{}.block),
                   quantizes_on_wire ? "" : "; on one node they are reduced exactly");
-    std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %s = %.0f "
-                "elements\n",
+    std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %d Psi = %.0f "
+                "elements%s\n",
                 (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi,
-                f.stage == 3 ? "3 Psi" : "2 Psi", expected_volume(f, psi));
+                expected_psi(f), expected_psi(f) * psi,
+                f.grad_accum > 1 && f.stage >= 2 ? " (this stage reduces at every micro-step)" : "");
     double total = 0, hidden = 0, reduce = 0;
     for (const auto& s : h.steps) {
       reduce += s.reduction.communication_seconds;
