@@ -71,9 +71,12 @@ inline std::vector<RankMemory> gather_memory(zero::MpiCommunicator& world, const
 // reduce-scatters the gradients at every micro-step (3 Psi each).
 inline int expected_psi(const Flags& f) {
   switch (f.stage) {
-  case 2: return f.grad_accum + 1;
-  case 3: return 3 * f.grad_accum;
-  default: return 2;
+  case 2:
+    return f.grad_accum + 1;
+  case 3:
+    return 3 * f.grad_accum;
+  default:
+    return 2;
   }
 }
 
@@ -131,11 +134,12 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   "each where they cross between nodes (qgZ)%s\n",
                   f.gradient_bits, f.quantization_block.value_or(zero::BlockQuantization{}.block),
                   quantizes_on_wire ? "" : "; on one node they are reduced exactly");
-    std::printf("  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %d Psi = %.0f "
-                "elements%s\n",
-                (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi,
-                expected_psi(f), expected_psi(f) * psi,
-                f.grad_accum > 1 && f.stage >= 2 ? " (this stage reduces at every micro-step)" : "");
+    std::printf(
+        "  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %d Psi = %.0f "
+        "elements%s\n",
+        (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi, expected_psi(f),
+        expected_psi(f) * psi,
+        f.grad_accum > 1 && f.stage >= 2 ? " (this stage reduces at every micro-step)" : "");
     double total = 0, hidden = 0, reduce = 0;
     for (const auto& s : h.steps) {
       reduce += s.reduction.communication_seconds;

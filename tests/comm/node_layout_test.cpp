@@ -72,7 +72,8 @@ bool on_one_machine() {
 }
 
 TEST(NodeLayout, EveryNodeSizeGivesItsGridOrFlatMpi) {
-  if (!on_one_machine()) GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several machines";
+  if (!on_one_machine())
+    GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several machines";
   const int size = zero::testing::world().size();
   for (int k = 1; k <= size + 1; ++k) {
     MpiCommunicator comm(boost::mpi::communicator(), with(Transport::hierarchical, k));
@@ -97,7 +98,8 @@ TEST(NodeLayout, EveryNodeSizeGivesItsGridOrFlatMpi) {
 }
 
 TEST(NodeLayout, AutomaticUsesSharedMemoryOnOneNodeAndTwoLevelsAcrossNodes) {
-  if (!on_one_machine()) GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several machines";
+  if (!on_one_machine())
+    GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several machines";
   const int size = zero::testing::world().size();
   MpiCommunicator one_node(boost::mpi::communicator(), with(Transport::automatic, size));
   EXPECT_EQ(std::string(one_node.transport()), "shm");
@@ -109,7 +111,8 @@ TEST(NodeLayout, AutomaticUsesSharedMemoryOnOneNodeAndTwoLevelsAcrossNodes) {
 
 TEST(NodeLayout, SharedMemoryAcrossNodesIsRefusedWithTheLayout) {
   const int size = zero::testing::world().size();
-  if (!on_one_machine()) GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several machines";
+  if (!on_one_machine())
+    GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several machines";
   if (size == 1) GTEST_SKIP() << zero::testing::not_applicable << "one rank is always one node";
   try {
     MpiCommunicator comm(boost::mpi::communicator(), with(Transport::shared_memory, 1));
@@ -126,7 +129,8 @@ TEST(NodeLayout, SharedMemoryAcrossNodesIsRefusedWithTheLayout) {
 // On a real cluster (tools/zero-cluster): the automatic transport is the two-level one, its
 // groups are the machines, and ZERO_NODE_SIZE=1 still cuts them into single ranks.
 TEST(NodeLayout, SeveralMachinesAreNodesOfTheTwoLevelTransport) {
-  if (on_one_machine()) GTEST_SKIP() << zero::testing::not_applicable << "the ranks share one machine";
+  if (on_one_machine())
+    GTEST_SKIP() << zero::testing::not_applicable << "the ranks share one machine";
   const int size = zero::testing::world().size();
   MpiCommunicator comm(boost::mpi::communicator(), with(Transport::automatic, 0));
   EXPECT_GT(comm.nodes(), 1);

@@ -160,7 +160,8 @@ TEST(QuantizedReduceScatter, ANonFiniteContributionArrivesAsNaN) {
 
 TEST(QuantizedReduceScatter, OnOneNodeTheReductionIsExact) {
   auto& world = zero::testing::world();
-  if (world.nodes() != 1) GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several nodes";
+  if (world.nodes() != 1)
+    GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several nodes";
   EXPECT_FALSE(world.quantizes_on_wire());
   const std::vector<std::size_t> counts = counts_for(world.size(), false);
   const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});

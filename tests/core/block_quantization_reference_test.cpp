@@ -7,7 +7,8 @@
 //
 // This binary is compiled at -O3 (tests/core/CMakeLists.txt): the conversions into the codec's
 // stack tiles are inlined there, and the sanitize preset runs it under AddressSanitizer, so a write
-// past a tile at any of these sizes is an error here (GCC's -Wstringop-overflow once suspected one).
+// past a tile at any of these sizes is an error here (GCC's -Wstringop-overflow once suspected
+// one).
 
 #include <zero/core/block_quantization.hpp>
 
@@ -63,11 +64,20 @@ std::vector<float> values(std::size_t n, unsigned seed) {
   std::vector<float> x(n);
   for (std::size_t i = 0; i < n; ++i) {
     switch (i % 7) {
-    case 0: x[i] = uniform(random) * 1e-3f; break;
-    case 1: x[i] = uniform(random) * 300.0f; break;
-    case 2: x[i] = float(i % 5) - 2.5f; break; // ties once scaled by an integer-valued inverse
-    case 3: x[i] = i % 2 ? 0.0f : -0.0f; break;
-    default: x[i] = uniform(random);
+    case 0:
+      x[i] = uniform(random) * 1e-3f;
+      break;
+    case 1:
+      x[i] = uniform(random) * 300.0f;
+      break;
+    case 2:
+      x[i] = float(i % 5) - 2.5f;
+      break; // ties once scaled by an integer-valued inverse
+    case 3:
+      x[i] = i % 2 ? 0.0f : -0.0f;
+      break;
+    default:
+      x[i] = uniform(random);
     }
   }
   return x;

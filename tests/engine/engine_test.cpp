@@ -469,7 +469,8 @@ void expect_step_against_get_layer_fails_everywhere() {
 }
 
 TEST(EngineEntryPoints, AStepOnOneRankWhileAnotherReadsALayerIsAnErrorOnEveryRank) {
-  if (zero::testing::world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
+  if (zero::testing::world().size() < 2)
+    GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   expect_step_against_get_layer_fails_everywhere<zero::Stage<1>>();
   expect_step_against_get_layer_fails_everywhere<zero::Stage<2>>();
   expect_step_against_get_layer_fails_everywhere<zero::Stage<3>>();

@@ -104,7 +104,8 @@ TEST(QuantizedGradients, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
 }
 
 TEST(QuantizedGradients, OnOneNodeTheRunIsTheExactOne) {
-  if (zero::testing::world().nodes() != 1) GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several nodes";
+  if (zero::testing::world().nodes() != 1)
+    GTEST_SKIP() << zero::testing::not_applicable << "the ranks span several nodes";
   const Scenario run{};
   expect_same_weights(train<zero::Stage<2>>(run),
                       train<zero::Stage<2>>(run, zero::StaticLossScaler{}, quantized()), true,

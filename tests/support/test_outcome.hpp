@@ -83,9 +83,12 @@ class TestOutcome : public ::testing::EmptyTestEventListener {
 
 inline int exit_status(TestOutcome::Verdict verdict) {
   switch (verdict) {
-  case TestOutcome::Verdict::passed: return 0;
-  case TestOutcome::Verdict::all_skipped: return 77;
-  case TestOutcome::Verdict::failed: return 1;
+  case TestOutcome::Verdict::passed:
+    return 0;
+  case TestOutcome::Verdict::all_skipped:
+    return 77;
+  case TestOutcome::Verdict::failed:
+    return 1;
   }
   return 1;
 }

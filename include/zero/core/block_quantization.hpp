@@ -186,10 +186,10 @@ enum class NonFinite { refuse, propagate };
 //
 // GCC 12 at -O3 warns that the bfloat16 conversion into value_tile writes "64 bytes into a region
 // of size 0" at offset 1024, one tile past its end, after it unrolls convert_n's vector loop. No
-// call can: every tile is m = min(codec_tile, ...) values, and block_quantization_reference_test.cpp
-// converts at every tile edge (1..4097 values, blocks of 1..4096) under AddressSanitizer at -O3
-// without a fault. A restated bound (m = min(m, codec_tile)) does not silence it, so this one
-// warning is off here and nowhere else.
+// call can: every tile is m = min(codec_tile, ...) values, and
+// block_quantization_reference_test.cpp converts at every tile edge (1..4097 values, blocks
+// of 1..4096) under AddressSanitizer at -O3 without a fault. A restated bound (m = min(m,
+// codec_tile)) does not silence it, so this one warning is off here and nowhere else.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
