@@ -59,7 +59,7 @@ struct InitialWeights {
 // Writes every parameter as DIR/<name>.npy from the layers' values.
 inline void save_npy(const gpt::Config& model, const std::string& dir,
                      const std::vector<std::vector<float>>& layers) {
-  std::filesystem::create_directories(dir);
+  zero::DirectoryHandle::open_named(dir, "--save-npy", 0755); // created where missing
   std::vector<std::size_t> offset(layers.size(), 0);
   for (const zero::ParameterSpec& p : gpt::specs(model)) {
     const std::size_t l = std::size_t(p.layer);

@@ -123,7 +123,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     if (!f.json.empty())
       train::write_json(f.json, f, h, memory, ranks, world.transport(), world.nodes());
     if (!f.save_npy.empty()) {
-      std::filesystem::create_directories(f.save_npy);
+      zero::DirectoryHandle::open_named(f.save_npy, "--save-npy", 0755); // created where missing
       train::save_weights(f.save_npy, f.shape, h.final_weights);
     }
   }

@@ -279,8 +279,9 @@ TEST(CheckpointDiskFull, WhatAnInterruptedSaveLeftIsFollowedThenRemoved) {
 // system: exit status 1, the path and the reason, and no file under the final name or temporary.
 TEST(CheckpointDiskFull, ConsolidationIntoAFullFileSystemLeavesNoPartialFile) {
   const char* tool = std::getenv("ZERO_CHECKPOINT_TOOL");
-  if (!tool) GTEST_SKIP() << zero::testing::not_applicable
-                          << "ZERO_CHECKPOINT_TOOL is not set (the tools are not built)";
+  if (!tool)
+    GTEST_SKIP() << zero::testing::not_applicable
+                 << "ZERO_CHECKPOINT_TOOL is not set (the tools are not built)";
   auto& world = zero::testing::world();
   SharedDir dir(world);
   SharedSmallFileSystem small(world, dir.path / "fs");
@@ -308,7 +309,8 @@ TEST(CheckpointDiskFull, ConsolidationIntoAFullFileSystemLeavesNoPartialFile) {
     EXPECT_NE(output.find("No space left on device"), std::string::npos) << output;
     std::set<std::string> left;
     for (const auto& entry : fs::recursive_directory_iterator(small.path))
-      if (entry.path().extension() == ".partial") left.insert(entry.path().string());
+      if (entry.path().extension() == ".partial" || entry.path().extension() == ".tmp")
+        left.insert(entry.path().string());
     EXPECT_TRUE(left.empty()) << "left behind: " << *left.begin();
     if (fs::is_regular_file(to)) ADD_FAILURE() << to << " was left on a failed consolidation";
   }

@@ -11,14 +11,18 @@
 #include "options.hpp"
 #include "reference.hpp"
 
+#include <zero/core/directory_handle.hpp>
+
 #include <mpi.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <memory>
+#include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -160,8 +164,7 @@ void print_row(const Row& r, const Options& o) {
 
 void write_json(const std::string& path, const Options& o, const Backend& backend, int ranks,
                 const std::vector<Row>& rows) {
-  std::ofstream out(path);
-  zero::require(bool(out), "cannot write --json file '" + path + "'", zero::ErrorKind::io);
+  std::ostringstream out;
   auto measure = [](const Measure& m) {
     return "{\"time_us\": " + std::to_string(m.time_us) +
            ", \"algbw\": " + std::to_string(m.algbw) + ", \"busbw\": " + std::to_string(m.busbw) +
@@ -180,6 +183,14 @@ void write_json(const std::string& path, const Options& o, const Backend& backen
         << "\n";
   }
   out << "  ]\n}\n";
+  // Whole, under a fresh temporary name renamed into place: never through a name planted in /tmp.
+  const std::filesystem::path file(path);
+  const std::filesystem::path parent = file.parent_path();
+  const std::string text = out.str();
+  const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(text));
+  zero::DirectoryHandle::open_named(parent.empty() ? std::filesystem::path(".") : parent,
+                                    "--json " + path)
+      .write_file_atomically(file.filename().string(), std::span(&bytes, 1));
 }
 
 int run(int argc, char** argv) {

@@ -19,6 +19,7 @@
 #include <zero/checkpoint/manifest.hpp>
 #include <zero/checkpoint/reshard.hpp>
 #include <zero/checkpoint/state_file.hpp>
+#include <zero/core/directory_handle.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -124,28 +125,31 @@ std::string shape_text(const std::vector<std::size_t>& shape, const char* open, 
   return s + close;
 }
 
-// Writes `to` whole under a temporary name (write(file) fills it), flushes it and renames it: a
-// full disk or an I/O error leaves neither a part under `to` nor the temporary, and the error names
-// the path and the system's reason.
+// Writes `name` in `dir` whole under a fresh temporary name (write(file) fills it), flushes it and
+// renames it: a full disk or an I/O error leaves neither a part under `name` nor the temporary, and
+// the error names the path and the system's reason. The temporary is created with O_EXCL and
+// without following links, so a name planted in a shared directory is never written through.
 template <class Write>
-void write_whole(const fs::path& to, Write&& write) {
-  const fs::path tmp = to.string() + ".partial";
+void write_whole(const zero::DirectoryHandle& dir, const std::string& name, Write&& write) {
+  const auto [fd, temporary] = dir.create_temporary(name);
   try {
     {
-      const ck::FileHandle file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+      const ck::FileHandle file(fd, dir / name); // errors name the file the user asked for
       write(file);
       file.sync();
     }
-    std::error_code ec;
-    fs::rename(tmp, to, ec);
-    if (ec)
-      throw zero::Error(zero::ErrorKind::io, "cannot rename " + tmp.string() + " to " +
-                                                 to.string() + ": " + ec.message());
+    dir.rename(temporary, name);
   } catch (...) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
+    ::unlinkat(dir.fd(), temporary.c_str(), 0);
     throw;
   }
+}
+
+// The directory that holds the file `to`, opened once (core/directory_handle.hpp).
+zero::DirectoryHandle folder_of(const fs::path& to) {
+  const fs::path parent = to.parent_path();
+  return zero::DirectoryHandle::open_named(parent.empty() ? fs::path(".") : parent,
+                                           "the folder of " + to.string());
 }
 
 // Two tensors of one name (a parameter "w.exp_avg" beside w's first moment) would overwrite each
@@ -191,7 +195,7 @@ void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Argume
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
-  write_whole(a.to, [&](const ck::FileHandle& file) {
+  write_whole(folder_of(a.to), a.to.filename().string(), [&](const ck::FileHandle& file) {
     const std::uint64_t length = text.size();
     unsigned char prefix[8];
     for (int i = 0; i < 8; ++i)
@@ -212,7 +216,7 @@ void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Argu
   const auto list = outputs(m, a.moments);
   require_unique_names(list);
   require_plain_file_names(list, a.to);
-  fs::create_directories(a.to);
+  const zero::DirectoryHandle out = zero::DirectoryHandle::open_named(a.to, "--to", 0755);
   std::size_t total = 0;
   for (const Output& o : list) {
     const auto shape = shape_of(m.parameters[o.parameter]);
@@ -227,7 +231,7 @@ void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Argu
     start += static_cast<char>(header.size() & 0xff);
     start += static_cast<char>(header.size() >> 8);
     start += header;
-    write_whole(a.to / (o.name + ".npy"), [&](const ck::FileHandle& file) {
+    write_whole(out, o.name + ".npy", [&](const ck::FileHandle& file) {
       file.write_all(start.data(), start.size(), 0);
       stream(reader, m, o, file, start.size());
     });

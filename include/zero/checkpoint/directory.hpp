@@ -16,11 +16,16 @@
 // wrote (abandon()): DIR holds what it held before. Publishing writes everything that takes space
 // (the manifest, and DIR/latest's next contents as DIR/.latest.next) before it renames anything,
 // so that a full disk stops a save before any of it is visible.
+//
+// DIR may be on a shared disk: a save writes and deletes only through descriptors of DIR and of
+// DIR/.TAG.partial, both required to be private (owned by the user, writable by no one else;
+// core/directory_handle.hpp), and creates files with O_EXCL without following links.
 
 #include "zero/checkpoint/files.hpp"
 #include "zero/checkpoint/manifest.hpp"
 #include "zero/core/error.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -67,16 +72,23 @@ inline std::optional<std::string> replaced_tag(const std::string& name) {
 // The tag DIR/latest names, if any: TAG, or .TAG.partial while a save swaps TAG's directories.
 // DIR/latest is outside data: anything else in it (a path, "..") is an error, never followed.
 inline std::optional<std::string> latest_tag(const std::filesystem::path& dir) {
-  std::ifstream in(dir / latest_file);
-  if (!in) return std::nullopt;
+  const auto path = dir / latest_file;
+  // Never through a link: its target's first line would show in the error below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return std::nullopt;
+  if (fd < 0)
+    fail(ErrorKind::io, "checkpoint: cannot read " + path.string() + ": " +
+                            (errno == ELOOP ? std::string("it is a symbolic link, which zero does "
+                                                          "not follow there")
+                                            : std::generic_category().message(errno)));
   std::string text(max_tag_size + 16, '\0'); // a line longer than any tag is not one
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  const FileHandle file(fd, path);
+  text.resize(file.read_some(text.data(), text.size(), 0));
   std::string tag = text.substr(0, text.find('\n'));
   const auto replaced = replaced_tag(tag);
   if (!is_plain_tag(tag) && !(replaced && is_plain_tag(*replaced)))
-    fail(ErrorKind::io, "checkpoint: " + (dir / latest_file).string() + " names '" + tag +
-                            "', which is not a checkpoint's tag");
+    fail(ErrorKind::io,
+         "checkpoint: " + path.string() + " names '" + tag + "', which is not a checkpoint's tag");
   return tag;
 }
 
@@ -114,25 +126,35 @@ inline std::filesystem::path resolve(const std::filesystem::path& dir,
 inline constexpr const char* next_latest_file = ".latest.next";
 inline constexpr const char* swap_latest_file = ".latest.swap";
 
-inline void finish_replacement(const std::filesystem::path& dir, const std::string& tag,
-                               const std::filesystem::path& staged_latest = {});
+inline void finish_replacement(const DirectoryHandle& dir, const std::string& tag,
+                               const std::string& staged_latest = {});
+
+inline constexpr const char* private_advice =
+    "Save into a directory only you can write: one you create, or `chmod go-w` one of yours";
+
+// DIR for a save, created (0755: others may read checkpoints) where missing, and private.
+inline DirectoryHandle open_for_saving(const std::filesystem::path& dir, bool create) {
+  DirectoryHandle handle =
+      DirectoryHandle::open_named(dir, "checkpoint directory", create ? 0755 : -1);
+  handle.require_private("checkpoint directory", private_advice);
+  return handle;
+}
+
+// DIR/.TAG.partial of a save rank 0 prepared, where every saving rank writes its state file.
+inline DirectoryHandle open_partial(const DirectoryHandle& dir, const std::string& tag) {
+  return dir.open_private_existing(partial_dir(dir.path(), tag).filename().string(),
+                                   "checkpoint directory", private_advice);
+}
 
 // What killed or failed saves left in DIR: .TAG.partial directories (except the one DIR/latest
 // names), .TAG.replaced ones, the staged DIR/latest and the temporaries of small files.
-inline void remove_leftovers(const std::filesystem::path& dir) {
-  const auto latest = latest_tag(dir);
-  std::vector<std::filesystem::path> leftovers;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+inline void remove_leftovers(const DirectoryHandle& dir) {
+  const auto latest = latest_tag(dir.path());
+  for (const std::string& name : dir.entries()) {
     const bool partial = replaced_tag(name) && name != latest;
     const bool replaced = name.front() == '.' && name.ends_with(".replaced");
     const bool staged = name.starts_with(".latest.") || name == std::string(latest_file) + ".tmp";
-    if (partial || replaced || staged) leftovers.push_back(it->path());
-  }
-  for (const auto& path : leftovers) {
-    std::filesystem::remove_all(path, ec);
-    if (ec) fail(ErrorKind::io, "checkpoint: cannot remove " + path.string() + ": " + ec.message());
+    if (partial || replaced || staged) dir.remove_tree(name);
   }
 }
 
@@ -140,34 +162,27 @@ inline void remove_leftovers(const std::filesystem::path& dir) {
 // what the save wrote, so that a failure, a full disk say, leaves DIR as it was. Keeps a
 // .TAG.partial that DIR/latest names (complete, in the middle of a swap). Never throws: the
 // save's own error is the one to report.
-inline void abandon(const std::filesystem::path& dir, const std::string& tag) noexcept {
+inline void abandon(const DirectoryHandle& dir, const std::string& tag) noexcept {
   try {
     check_tag(tag);
-    const auto partial = partial_dir(dir, tag);
-    std::error_code ignored;
-    if (latest_tag(dir) != partial.filename().string())
-      std::filesystem::remove_all(partial, ignored);
+    const std::string partial = partial_dir(dir.path(), tag).filename().string();
+    if (latest_tag(dir.path()) != partial) dir.remove_tree(partial);
     for (const char* staged : {next_latest_file, swap_latest_file})
-      for (const char* suffix : {"", ".tmp"})
-        std::filesystem::remove(dir / (std::string(staged) + suffix), ignored);
-  } catch (...) { // a bad tag: nothing was written
+      dir.remove_file(staged);
+  } catch (...) { // a bad tag: nothing was written; or it cannot be removed: the next save will
   }
 }
 
-// Rank 0, before anything is written: DIR exists, TAG may be written, DIR/.TAG.partial is new.
-inline void prepare(const std::filesystem::path& dir, const std::string& tag) {
+// Rank 0, before anything is written: DIR may be written, TAG is a tag, DIR/.TAG.partial is new.
+inline void prepare(const DirectoryHandle& dir, const std::string& tag) {
   check_tag(tag);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail(ErrorKind::io, "checkpoint: cannot create " + dir.string() + ": " + ec.message());
   // DIR/latest points into a replacement that was interrupted: finish it first.
-  if (const auto latest = latest_tag(dir))
+  if (const auto latest = latest_tag(dir.path()))
     if (const auto replaced = replaced_tag(*latest)) finish_replacement(dir, *replaced);
   remove_leftovers(dir); // of saves that were killed: they may hold much of the disk
-  const auto partial = partial_dir(dir, tag);
-  if (!std::filesystem::create_directory(partial, ec))
-    fail(ErrorKind::io, "checkpoint: cannot create " + partial.string() + ": " +
-                            (ec ? ec.message() : std::string("it exists")));
+  const std::string partial = partial_dir(dir.path(), tag).filename().string();
+  if (::mkdirat(dir.fd(), partial.c_str(), 0755) != 0)
+    fail_io(errno == EEXIST ? "cannot create (it exists)" : "cannot create", dir / partial);
 }
 
 // Test hooks. ZERO_CHECKPOINT_CRASH=point[:rank] kills this process (SIGKILL, as a node failure
@@ -194,30 +209,29 @@ inline void failure_point(const char* point, int rank) {
          std::string("checkpoint: a failure injected at '") + point + "' (ZERO_CHECKPOINT_FAIL)");
 }
 
-inline void point_latest_at(const std::filesystem::path& dir, const std::string& name) {
+inline void point_latest_at(const DirectoryHandle& dir, const std::string& name) {
   const std::string line = name + "\n";
-  write_small_file(dir / latest_file, std::as_bytes(std::span<const char>(line)));
-  sync_directory(dir);
+  write_small_file(dir, latest_file, std::as_bytes(std::span<const char>(line)));
+  dir.sync();
 }
 
 // DIR/latest's next contents, written (durable) as DIR/`slot` for move_latest to rename.
-inline std::filesystem::path stage_latest(const std::filesystem::path& dir, const std::string& name,
-                                          const char* slot) {
+inline std::string stage_latest(const DirectoryHandle& dir, const std::string& name,
+                                const char* slot) {
   const std::string line = name + "\n";
-  write_small_file(dir / slot, std::as_bytes(std::span<const char>(line)));
-  return dir / slot;
+  write_small_file(dir, slot, std::as_bytes(std::span<const char>(line)));
+  return slot;
 }
-inline void move_latest(const std::filesystem::path& dir, const std::filesystem::path& staged) {
-  if (::rename(staged.c_str(), (dir / latest_file).c_str()) != 0)
-    fail_io("cannot rename " + staged.string() + " to", dir / latest_file);
-  sync_directory(dir);
+inline void move_latest(const DirectoryHandle& dir, const std::string& staged) {
+  dir.rename(staged, latest_file);
+  dir.sync();
 }
 
 // Rank 0, once every saving rank's state file and its description (a .json beside it) are
 // durable: the manifest, the rename, and DIR/latest.
-inline void commit(const std::filesystem::path& dir, const std::string& tag, Manifest manifest,
+inline void commit(const DirectoryHandle& dir, const std::string& tag, Manifest manifest,
                    int saving_ranks) {
-  const auto partial = partial_dir(dir, tag);
+  const DirectoryHandle partial = open_partial(dir, tag);
   for (int r = 0; r < saving_ranks; ++r) {
     const auto described = partial / (state_file_name(r) + ".json");
     std::ifstream in(described);
@@ -227,18 +241,17 @@ inline void commit(const std::filesystem::path& dir, const std::string& tag, Man
     manifest.files.push_back(state_file_from_json(j, described.string()));
   }
   const std::string text = to_json(manifest).dump(1);
-  write_small_file(partial / manifest_file, std::as_bytes(std::span<const char>(text)));
+  write_small_file(partial, manifest_file, std::as_bytes(std::span<const char>(text)));
   for (int r = 0; r < saving_ranks; ++r)
-    std::filesystem::remove(partial / (state_file_name(r) + ".json"));
-  sync_directory(partial);
+    partial.remove_file(state_file_name(r) + ".json");
+  partial.sync();
   crash_point("manifest-written", 0);
-  std::error_code ec;
-  const bool replacing = latest_tag(dir) == tag && std::filesystem::exists(dir / tag, ec);
+  const bool replacing = latest_tag(dir.path()) == tag && dir.contains(tag);
   // The last writes: from here on, publishing only renames (no space needed).
   const auto next = stage_latest(dir, tag, next_latest_file);
-  const auto during_swap = replacing
-                               ? stage_latest(dir, partial.filename().string(), swap_latest_file)
-                               : std::filesystem::path();
+  const auto during_swap =
+      replacing ? stage_latest(dir, partial.path().filename().string(), swap_latest_file)
+                : std::string();
   if (replacing) {
     // Replacing the latest: while the directories swap, DIR/latest names the new, complete copy.
     move_latest(dir, during_swap);
@@ -249,24 +262,25 @@ inline void commit(const std::filesystem::path& dir, const std::string& tag, Man
 
 // DIR/.TAG.partial (complete) becomes DIR/TAG, and DIR/latest names it: `staged_latest` renamed
 // into place, or (without one) written now.
-inline void finish_replacement(const std::filesystem::path& dir, const std::string& tag,
-                               const std::filesystem::path& staged_latest) {
-  std::error_code ec;
-  const auto partial = partial_dir(dir, tag);
-  const auto final_dir = dir / tag;
-  const auto replaced = dir / ("." + tag + ".replaced");
-  if (std::filesystem::exists(partial, ec)) {
-    std::filesystem::remove_all(replaced, ec);
-    if (std::filesystem::exists(final_dir, ec)) std::filesystem::rename(final_dir, replaced);
-    std::filesystem::rename(partial, final_dir);
-    sync_directory(dir);
+inline void finish_replacement(const DirectoryHandle& dir, const std::string& tag,
+                               const std::string& staged_latest) {
+  const std::string partial = partial_dir(dir.path(), tag).filename().string();
+  const std::string replaced = "." + tag + ".replaced";
+  if (dir.contains(partial)) {
+    dir.remove_tree(replaced);
+    if (dir.contains(tag)) dir.rename(tag, replaced);
+    dir.rename(partial, tag);
+    dir.sync();
   }
   crash_point("renamed", 0);
   if (staged_latest.empty())
     point_latest_at(dir, tag);
   else
     move_latest(dir, staged_latest);
-  std::filesystem::remove_all(replaced, ec);
+  try {
+    dir.remove_tree(replaced);
+  } catch (const Error&) { // published already; the next save removes it (remove_leftovers)
+  }
 }
 
 } // namespace zero::checkpoint

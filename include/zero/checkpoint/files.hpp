@@ -3,6 +3,7 @@
 // file handle, durable small files and directories (state files: state_file.hpp).
 
 #include "zero/checkpoint/manifest.hpp"
+#include "zero/core/directory_handle.hpp"
 #include "zero/core/error.hpp"
 
 #include <fcntl.h>
@@ -37,26 +38,40 @@ class FileHandle {
   static constexpr std::size_t request_bytes = std::size_t(2) << 20;
 
   FileHandle() = default;
+  // Opens a file (to read: a writer names its directory, below).
   FileHandle(const std::filesystem::path& path, int flags, mode_t mode = 0644)
       : fd_(::open(path.c_str(), flags | O_CLOEXEC, mode)), path_(path) {
     if (fd_ < 0) fail_io(flags & O_CREAT ? "cannot create" : "cannot open", path);
   }
-  // With O_DIRECT where the file system takes it (not tmpfs, say), else buffered: `direct` says
-  // which. O_DIRECT moves the bytes between the disk and the caller's aligned buffers without the
-  // page cache's copy (and its write throttling).
-  static FileHandle maybe_direct(const std::filesystem::path& path, int flags, bool& direct) {
-    const int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
+  // The file `name` in `dir`, never through a link; with O_CREAT, a new file (O_EXCL).
+  FileHandle(const DirectoryHandle& dir, const std::string& name, int flags, mode_t mode = 0644)
+      : fd_(dir.open_file(name, flags, mode)), path_(dir / name) {
+    if (fd_ < 0) fail_io(flags & O_CREAT ? "cannot create" : "cannot open", path_);
+  }
+  // Takes over an open descriptor.
+  FileHandle(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+  // A new file `name` in `dir`, with O_DIRECT where the file system takes it (not tmpfs, say),
+  // else buffered: `direct` says which. O_DIRECT moves the bytes between the disk and the caller's
+  // aligned buffers without the page cache's copy (and its write throttling).
+  static FileHandle maybe_direct(const DirectoryHandle& dir, const std::string& name, int flags,
+                                 bool& direct) {
+    const int fd = dir.open_file(name, flags | O_DIRECT, 0644);
     if (fd >= 0) {
       direct = true;
-      FileHandle f;
-      f.fd_ = fd;
-      f.path_ = path;
-      return f;
+      return FileHandle(fd, dir / name);
     }
-    if (errno != EINVAL) fail_io(flags & O_CREAT ? "cannot create" : "cannot open", path);
-    if (flags & O_EXCL) ::unlink(path.c_str()); // O_DIRECT refused after the file was made
+    if (errno != EINVAL) fail_io(flags & O_CREAT ? "cannot create" : "cannot open", dir / name);
+    if (flags & O_CREAT) dir.remove_file(name); // O_DIRECT refused after the file was made
     direct = false;
-    return FileHandle(path, flags);
+    return FileHandle(dir, name, flags);
+  }
+  // A file to read, with O_DIRECT where the file system takes it.
+  static FileHandle maybe_direct(const std::filesystem::path& path, bool& direct) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    direct = fd >= 0;
+    if (fd >= 0) return FileHandle(fd, path);
+    if (errno != EINVAL) fail_io("cannot open", path);
+    return FileHandle(path, O_RDONLY);
   }
   FileHandle(FileHandle&& o) noexcept : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
   FileHandle& operator=(FileHandle&& o) noexcept {
@@ -131,41 +146,16 @@ class FileHandle {
   std::filesystem::path path_;
 };
 
-// fsync of a directory: what makes the names created or renamed in it durable.
-inline void sync_directory(const std::filesystem::path& dir) {
-  FileHandle(dir, O_RDONLY | O_DIRECTORY).sync();
-}
-
 inline std::uint64_t checksum(const void* data, std::size_t bytes) {
   return XXH3_64bits(data, bytes);
 }
 
-// Writes `bytes` to path through a temporary name, fsyncs it and renames it over path: readers
-// see the old file or the new one, never a part, and a failure (a full disk) leaves neither the
-// temporary nor a part under path, with an error that names path and the system's reason. The
-// directory is synced by the caller.
-inline void write_file_atomically(const std::filesystem::path& path,
+// DirectoryHandle::write_file_atomically (whole, under a temporary name, renamed), described for a
+// manifest. The directory is synced by the caller.
+inline OtherFile write_small_file(const DirectoryHandle& dir, const std::string& name,
                                   std::span<const std::byte> bytes) {
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  try {
-    {
-      FileHandle f(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-      f.write_all(bytes.data(), bytes.size(), 0);
-      f.sync();
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename to", path);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
-}
-
-// write_file_atomically, described for a manifest.
-inline OtherFile write_small_file(const std::filesystem::path& path,
-                                  std::span<const std::byte> bytes) {
-  write_file_atomically(path, bytes);
-  return {path.filename().string(), bytes.size(), checksum(bytes.data(), bytes.size())};
+  dir.write_file_atomically(name, std::span<const std::span<const std::byte>>(&bytes, 1));
+  return {name, bytes.size(), checksum(bytes.data(), bytes.size())};
 }
 
 // The file `entry` describes in `dir`, checked against its size and checksum.

@@ -33,23 +33,32 @@ class Saver {
   void begin(Comm& world, const std::filesystem::path& dir, Manifest manifest,
              const CheckpointOptions& options, Store* store, int saving_ranks) {
     require(!pending_, "checkpoint: a save is already in flight");
-    or_abandon(world, dir, manifest.tag, [&] {
+    dir_.reset();
+    std::shared_ptr<const DirectoryHandle> partial;
+    or_abandon(world, manifest.tag, [&] {
       agreed(world, "preparing the checkpoint " + (dir / manifest.tag).string(), [&] {
         if (world.rank() != 0) return;
-        prepare(dir, manifest.tag);
+        dir_.emplace(open_for_saving(dir, true));
+        prepare(*dir_, manifest.tag);
+        partial = std::make_shared<const DirectoryHandle>(open_partial(*dir_, manifest.tag));
         if (!options.user_state.empty())
-          manifest.user_state = write_small_file(partial_dir(dir, manifest.tag) / user_state_file,
-                                                 options.user_state);
+          manifest.user_state = write_small_file(*partial, user_state_file, options.user_state);
+      });
+      // The other ranks open what rank 0 prepared (the same checks: a rank of another user, or a
+      // directory that differs between nodes, is an error on every rank).
+      agreed(world, "opening the checkpoint " + (dir / manifest.tag).string(), [&] {
+        if (world.rank() != 0)
+          partial = std::make_shared<const DirectoryHandle>(
+              open_partial(open_for_saving(dir, false), manifest.tag));
       });
     });
-    const auto partial = partial_dir(dir, manifest.tag);
     if (!store)
       pending_.emplace();
     else if (options.async)
       pending_.emplace(StateSave::in_background(partial, *store, snapshot_));
     else
       pending_.emplace(StateSave::now(partial, *store));
-    dir_ = dir;
+    path_ = dir;
     manifest_ = std::move(manifest);
     saving_ranks_ = saving_ranks;
   }
@@ -69,14 +78,14 @@ class Saver {
     StateSave save = std::move(*pending_);
     pending_.reset();
     const Manifest manifest = std::move(manifest_);
-    const std::string checkpoint = (dir_ / manifest.tag).string();
-    or_abandon(world, dir_, manifest.tag, [&] {
+    const std::string checkpoint = (path_ / manifest.tag).string();
+    or_abandon(world, manifest.tag, [&] {
       agreed(world, "writing the state files of the checkpoint " + checkpoint, [&] {
         save.join();
         crash_point("states-written", world.rank());
       });
       agreed(world, "publishing the checkpoint " + checkpoint, [&] {
-        if (world.rank() == 0) commit(dir_, manifest.tag, manifest, saving_ranks_);
+        if (world.rank() == 0) commit(*dir_, manifest.tag, manifest, saving_ranks_);
       });
     });
   }
@@ -85,18 +94,18 @@ class Saver {
   // Runs `step` (agreed collectives); where it throws, rank 0 removes what the save wrote before
   // rethrowing. Every writer has stopped by then: each rank joined its own before agreeing.
   template <class Comm, class Step>
-  static void or_abandon(Comm& world, const std::filesystem::path& dir, const std::string& tag,
-                         Step&& step) {
+  void or_abandon(Comm& world, const std::string& tag, Step&& step) {
     try {
       step();
     } catch (...) {
-      if (world.rank() == 0) abandon(dir, tag);
+      if (world.rank() == 0 && dir_) abandon(*dir_, tag);
       throw;
     }
   }
 
   std::optional<StateSave> pending_;
-  std::filesystem::path dir_;
+  std::optional<DirectoryHandle> dir_; // rank 0: DIR, opened once for the whole save
+  std::filesystem::path path_;         // DIR as the caller named it
   Manifest manifest_;
   int saving_ranks_ = 1;
   std::shared_ptr<StateSave::Snapshot> snapshot_; // reused by background saves

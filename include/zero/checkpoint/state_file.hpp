@@ -60,15 +60,17 @@ class StateFileWriter {
  public:
   static constexpr std::size_t staging_bytes = std::size_t(8) << 20;
 
-  StateFileWriter(const std::filesystem::path& path, std::size_t chunk_bytes = default_chunk_bytes)
-      : file_(FileHandle::maybe_direct(path, O_WRONLY | O_CREAT | O_EXCL, direct_)),
+  // Creates the file `name` in `dir` (a new file, never through a link).
+  StateFileWriter(const DirectoryHandle& dir, const std::string& name,
+                  std::size_t chunk_bytes = default_chunk_bytes)
+      : file_(FileHandle::maybe_direct(dir, name, O_WRONLY | O_CREAT, direct_)),
         chunk_bytes_(chunk_bytes), whole_(XXH3_createState()),
         chunk_(XXH3_createState()), staging_{AlignedBuffer(staging_bytes),
                                              AlignedBuffer(staging_bytes)} {
     require(whole_ && chunk_, "checkpoint: out of memory for a checksum state", ErrorKind::io);
     XXH3_64bits_reset(whole_.get());
     XXH3_64bits_reset(chunk_.get());
-    entry_.name = path.filename().string();
+    entry_.name = name;
     entry_.chunk_bytes = chunk_bytes;
   }
   StateFileWriter(const StateFileWriter&) = delete;
@@ -235,7 +237,7 @@ class VerifiedReader {
     if (!std::filesystem::exists(path, ec))
       fail(ErrorKind::io,
            "checkpoint: the state file " + path.string() + " is missing (the manifest lists it)");
-    FileHandle f = FileHandle::maybe_direct(path, O_RDONLY, direct);
+    FileHandle f = FileHandle::maybe_direct(path, direct);
     const std::size_t size = f.size();
     if (size < entry.bytes)
       fail(ErrorKind::io, "checkpoint: " + path.string() +

@@ -33,10 +33,10 @@ class StateSave {
 
   // Writes `store`'s states (read_states) to DIR/.TAG.partial now.
   template <class Store>
-  static StateSave now(const std::filesystem::path& partial, Store& store) {
+  static StateSave now(const std::shared_ptr<const DirectoryHandle>& partial, Store& store) {
     StateSave save;
     try {
-      StateFileWriter writer(partial / state_file_name(store.kept_rank()));
+      StateFileWriter writer(*partial, state_file_name(store.kept_rank()));
       failure_point("writer", store.kept_rank());
       store.read_states([&](std::size_t t, std::size_t l, Range part, View<const float> values) {
         const std::size_t begin = store.kept_layout().block(l, store.kept_rank()).begin;
@@ -44,7 +44,7 @@ class StateSave {
       });
       StateFile file = writer.finish();
       file.pieces = pieces_of(store.kept_layout(), store.kept_rank());
-      write_description(partial, file);
+      write_description(*partial, file);
     } catch (...) {
       *save.error_ = std::current_exception();
     }
@@ -68,8 +68,8 @@ class StateSave {
   // Copies `store`'s states into `snapshot` (made or grown as needed) now, and writes them from a
   // thread.
   template <class Store>
-  static StateSave in_background(const std::filesystem::path& partial, Store& store,
-                                 std::shared_ptr<Snapshot>& snapshot) {
+  static StateSave in_background(const std::shared_ptr<const DirectoryHandle>& partial,
+                                 Store& store, std::shared_ptr<Snapshot>& snapshot) {
     StateSave save;
     try {
       reserve(store, snapshot);
@@ -86,14 +86,14 @@ class StateSave {
       save.thread_ = std::thread(
           [error = save.error_, partial, rank, snapshot, pieces = std::move(pieces)]() mutable {
             try {
-              StateFileWriter writer(partial / state_file_name(rank));
+              StateFileWriter writer(*partial, state_file_name(rank));
               failure_point("writer", rank);
               for (const Item& item : snapshot->items)
                 writer.append(item.tensor, item.shard_begin,
                               std::span<const float>(snapshot->values() + item.at, item.count));
               StateFile file = writer.finish();
               file.pieces = std::move(pieces);
-              write_description(partial, file);
+              write_description(*partial, file);
             } catch (...) {
               *error = std::current_exception();
             }
@@ -157,9 +157,9 @@ class StateSave {
     return pieces;
   }
   // The state file's manifest entry, beside it, for rank 0 to collect.
-  static void write_description(const std::filesystem::path& partial, const StateFile& file) {
+  static void write_description(const DirectoryHandle& partial, const StateFile& file) {
     const std::string text = to_json(file).dump();
-    write_small_file(partial / (file.name + ".json"), std::as_bytes(std::span<const char>(text)));
+    write_small_file(partial, file.name + ".json", std::as_bytes(std::span<const char>(text)));
   }
 
   std::thread thread_;

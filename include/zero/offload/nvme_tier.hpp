@@ -60,7 +60,7 @@ class NvmeTier {
     require(!options_.path.empty(), "NvmeTier: the path (DeepSpeed's nvme_path) is empty");
     directory_ = std::make_unique<detail::SwapDirectory>(
         options_.path, options_.owner, rank, options_.remove_stale, options_.remove_stale_name);
-    direct_io_ = probe_direct_io(directory_->path());
+    direct_io_ = directory_->accepts_direct_io();
     if (!direct_io_)
       detail::log_error(directory_->path().string() +
                         " does not support O_DIRECT (tmpfs?); the NVMe tier falls back to "
@@ -95,7 +95,9 @@ class NvmeTier {
     require(bytes > 0 && bytes % SwapFile::alignment == 0,
             "NvmeTier::create_file(\"" + name + "\"): the size must be a positive multiple of " +
                 std::to_string(SwapFile::alignment) + ", got " + std::to_string(bytes));
-    auto state = detail::create_swap_file(directory_->path() / (name + ".swp"), bytes, direct_io_,
+    const std::string file_name = name + detail::swap_file_suffix;
+    directory_->record(file_name); // before it exists: remove_stale then knows it as ours
+    auto state = detail::create_swap_file(directory_->directory(), file_name, bytes, direct_io_,
                                           options_.verify_checksums);
     std::erase_if(files_, [](const auto& file) { return file.expired(); });
     files_.push_back(state);
@@ -116,13 +118,6 @@ class NvmeTier {
   IoStats stats() const { return engine_ ? engine_->stats() : IoStats{}; }
 
  private:
-  static bool probe_direct_io(const std::filesystem::path& directory) {
-    const int fd = ::open((directory / detail::swap_lock_name).c_str(), O_RDONLY | O_DIRECT);
-    if (fd < 0) return false; // EINVAL: the file system has no direct I/O (tmpfs before 6.6)
-    ::close(fd);
-    return true;
-  }
-
   // Lets the transfers in flight finish, then removes the files and the directory.
   void close() noexcept {
     if (engine_) engine_->shutdown();
