@@ -11,7 +11,7 @@
 // reads the whole file; --json prints one JSON object per round and direction (for
 // bench/offload/compare_fio.py), otherwise a line of text each.
 
-#include <zero/offload/nvme_tier.hpp>
+#include <zero/nvme/nvme_tier.hpp>
 
 #include <chrono>
 #include <cstddef>

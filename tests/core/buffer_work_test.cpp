@@ -2,10 +2,10 @@
 // what is wrong, and the rule that a Work handle must be waited for.
 
 #include <zero/comm/self_communicator.hpp>
-#include <zero/comm/work.hpp>
 #include <zero/core/buffer.hpp>
 #include <zero/core/dtype.hpp>
 #include <zero/core/view.hpp>
+#include <zero/core/work.hpp>
 
 #include <gtest/gtest.h>
 

@@ -13,7 +13,7 @@
 
 #include "../../examples/common/write_file.hpp"
 
-#include <zero/offload/nvme_tier.hpp>
+#include <zero/nvme/nvme_tier.hpp>
 #include <zero/residual/kept_inputs_on_nvme.hpp>
 
 #include <gtest/gtest.h>

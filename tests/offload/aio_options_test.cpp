@@ -4,7 +4,7 @@
 #include "offload_test_support.hpp"
 
 #include "zero/config/json.hpp"
-#include "zero/offload/aio_options.hpp"
+#include "zero/nvme/aio_options.hpp"
 
 #include <gtest/gtest.h>
 

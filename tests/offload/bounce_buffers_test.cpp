@@ -3,7 +3,7 @@
 
 #include "offload_test_support.hpp"
 
-#include "zero/offload/bounce_buffers.hpp"
+#include "zero/nvme/bounce_buffers.hpp"
 
 #include <gtest/gtest.h>
 

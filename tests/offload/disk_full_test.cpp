@@ -7,7 +7,7 @@
 #include "../support/small_file_system.hpp"
 #include "offload_test_support.hpp"
 
-#include "zero/offload/nvme_tier.hpp"
+#include "zero/nvme/nvme_tier.hpp"
 
 #include <gtest/gtest.h>
 

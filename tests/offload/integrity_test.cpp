@@ -4,7 +4,7 @@
 
 #include "offload_test_support.hpp"
 
-#include "zero/offload/nvme_tier.hpp"
+#include "zero/nvme/nvme_tier.hpp"
 
 #include <gtest/gtest.h>
 

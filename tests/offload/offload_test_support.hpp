@@ -4,7 +4,7 @@
 
 #include "test_outcome.hpp"
 #include "zero/core/error.hpp"
-#include "zero/offload/nvme_tier.hpp"
+#include "zero/nvme/nvme_tier.hpp"
 
 #include <gtest/gtest.h>
 

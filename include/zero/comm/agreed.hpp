@@ -12,10 +12,12 @@
 // build() returns (or nothing).
 
 #include "zero/comm/communicator.hpp"
-#include "zero/comm/detail/text_records.hpp"
 #include "zero/comm/reduce_op.hpp"
+#include "zero/comm/text_records.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/view.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -70,6 +72,23 @@ agreed(Comm& comm, std::string_view what, Build&& build) {
                             : failed_on + "another rank (its own error says why)");
   }
   if constexpr (returns) return std::move(*result);
+}
+
+// Rank 0's `values` on every rank of comm (a broadcast), which must hold `count` of them. Only
+// rank 0's size counts, so only rank 0's is checked, after the ranks learn it: a rank that threw
+// alone would leave the others waiting in the broadcast. `what` names the call in the error.
+template <class Comm>
+requires GatheringCommunicator<Comm> std::vector<float>
+rank0_values(Comm& comm, View<const float> values, std::size_t count, const std::string& what) {
+  std::vector<std::int64_t> size{static_cast<std::int64_t>(values.size())};
+  comm.broadcast(size, 0).wait();
+  require(static_cast<std::size_t>(size[0]) == count, what + " has " + std::to_string(count) +
+                                                          " elements, rank 0 passed " +
+                                                          std::to_string(size[0]));
+  std::vector<float> agreed(count);
+  if (comm.rank() == 0) std::copy(values.begin(), values.end(), agreed.begin());
+  comm.broadcast(agreed, 0).wait();
+  return agreed;
 }
 
 } // namespace zero

@@ -10,10 +10,10 @@
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/reduce_op.hpp"
-#include "zero/comm/work.hpp"
 #include "zero/core/block_quantization.hpp"
 #include "zero/core/memory_space.hpp"
 #include "zero/core/view.hpp"
+#include "zero/core/work.hpp"
 
 #include <concepts>
 #include <cstddef>

@@ -1,7 +1,7 @@
 #pragma once
 // The top-level "aio" section of a DeepSpeed config: how the NVMe tier talks to the disk (request
 // size, requests in flight, submission style, I/O threads), with DeepSpeed's defaults. The NVMe
-// tier turns it into zero::AioOptions (offload/aio_options.hpp), which checks the values it needs.
+// tier turns it into zero::AioOptions (nvme/aio_options.hpp), which checks the values it needs.
 
 #include <cstdint>
 

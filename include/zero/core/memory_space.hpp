@@ -116,4 +116,11 @@ struct memory_space_of<R> {
 template <class R>
 using memory_space_of = typename detail::memory_space_of<std::remove_cvref_t<R>>::type;
 
+// Whether code working in `CommSpace` (a communicator's space, say) can use a buffer living in
+// `BufferSpace`: host code takes any host-accessible memory, device code its own space only.
+template <class CommSpace, class BufferSpace>
+inline constexpr bool accepts_space =
+    CommSpace::host_accessible ? BufferSpace::host_accessible
+                               : std::is_same_v<CommSpace, BufferSpace>;
+
 } // namespace zero

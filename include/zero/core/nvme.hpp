@@ -1,7 +1,7 @@
 #pragma once
 // zero::nvme: the NVMe tier as a place where model states can live (ZeRO-Infinity). It is not a
 // memory space: its bytes are not addressable, they move through bounce buffers in host memory
-// (see offload/). A placement names it like a memory space; a ShardedTensor kept on it is read and
+// (see nvme/). A placement names it like a memory space; a ShardedTensor kept on it is read and
 // written a layer block at a time. The object carries the tier (directory, I/O thread) its files
 // go to, so that a storage policy holding it can create them.
 
@@ -12,7 +12,7 @@
 
 namespace zero {
 
-class NvmeTier; // offload/nvme_tier.hpp
+class NvmeTier; // nvme/nvme_tier.hpp
 
 struct nvme {
   using storage_space = nvme;
@@ -29,7 +29,7 @@ concept StorageSpace = MemorySpace<S> || std::same_as<S, nvme>;
 template <class T, MemorySpace Space>
 class Buffer;
 template <class T>
-class NvmeSlice; // offload/nvme_slice.hpp: include it to keep a ShardedTensor on NVMe
+class NvmeSlice; // nvme/nvme_slice.hpp: include it to keep a ShardedTensor on NVMe
 
 namespace detail {
 // What holds one rank's slice of a ShardedTensor in each place.

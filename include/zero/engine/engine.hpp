@@ -18,67 +18,39 @@
 // compute type, which is chosen at run time (EngineOptions::compute_dtype) once, here.
 // All ranks must call the same methods in the same order (they are collectives).
 
-#include "zero/checkpoint/directory.hpp"
-#include "zero/checkpoint/reshard.hpp"
-#include "zero/checkpoint/run_state.hpp"
 #include "zero/checkpoint/saver.hpp"
 #include "zero/comm/agreed.hpp"
 #include "zero/comm/counting_communicator.hpp"
+#include "zero/engine/checkpointing.hpp"
+#include "zero/engine/detail/construction.hpp"
 #include "zero/engine/micro_steps.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/model_states.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/rank_groups.hpp"
 #include "zero/engine/report.hpp"
+#include "zero/engine/typed_states.hpp"
 #include "zero/estimate/memory.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/precision/grad_norm.hpp"
 #include "zero/precision/loss_scaler.hpp"
 #include "zero/precision/skipped_steps.hpp"
-#include "zero/shard/verify.hpp"
 #include "zero/stage/placement.hpp"
 #include "zero/stage/plan.hpp"
 
-#include <algorithm>
-#include <chrono>
 #include <concepts>
-#include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <type_traits>
-#include <variant>
 #include <vector>
 
 namespace zero {
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler>
 class Engine {
-  static_assert(ReducingCommunicator<Comm>,
-                "zero: the engine reduces gradients: its communicator needs all_reduce and "
-                "reduce_scatter (zero::ReducingCommunicator)");
-  static_assert(GatheringCommunicator<Comm>,
-                "zero: the engine all-gathers parameters (stage 3 before each layer's compute, "
-                "stages 1/2 after the step) and broadcasts the initial weights: its communicator "
-                "needs all_gather and broadcast (zero::GatheringCommunicator)");
-  static_assert(Communicator<Comm>,
-                "zero: the engine gives itself its own groups with split(color, key) and needs "
-                "barrier() (zero::Communicator)");
   using Placement = placement_of<Where>;
-  static_assert(PlacementType<Placement>,
-                "zero: the engine's third parameter is a memory space (zero::host) or a "
-                "zero::Placement<...>");
-  static_assert(check_plan<Plan>() && check_placement<Plan, Placement>());
-  static_assert(EqualSlices<typename Plan::partitioner> || VariableCountCommunicator<Comm>,
-                "zero: the plan's partitioner gives ranks blocks of different sizes, which the "
-                "engine reduces and gathers with per-rank counts; this communicator has no "
-                "reduce_scatter / all_gather with counts (zero::VariableCountCommunicator)");
-  static_assert(HostAccessibleSpace<typename Comm::memory_space>,
-                "zero: the engine reduces host buffers; use a host communicator (MpiCommunicator, "
-                "SelfCommunicator)");
+  static_assert(detail::engine_arguments_fit<Plan, Comm, Placement>());
 
   using Groups = RankGroups<Plan, Comm>;
   using Counted = typename Groups::counted_type;
@@ -93,29 +65,24 @@ class Engine {
 
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {})
-      : options_(validated(std::move(options))), optimizer_(std::move(optimizer)),
+      : options_(detail::validated(std::move(options))), optimizer_(std::move(optimizer)),
         scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
         groups_(comm, options_.hpz_partition_size),
-        model_(make_layout_checked(groups_.shard(), std::move(parameters)), groups_.shard().rank(),
-               groups_.world().rank()),
+        model_(detail::make_layout_checked<Plan>(groups_.shard(), std::move(parameters)),
+               groups_.shard().rank(), groups_.world().rank()),
         micro_(*model_.sharded, options_.gradient_accumulation_steps) {
-    agree_on_options(groups_.world(), options_);
-    check_requested_place(options_.offload_optimizer,
-                          std::same_as<typename Placement::optimizer_states, nvme>,
-                          "zero_optimization.offload_optimizer.device",
-                          "zero::Placement<zero::optimizer_states_in<zero::nvme>>");
-    check_requested_place(options_.offload_param,
-                          std::same_as<typename Placement::parameters, nvme>,
-                          "zero_optimization.offload_param.device",
-                          "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
-                          "zero::parameters_in<zero::nvme>> (stage 3)");
+    detail::agree_on_options(groups_.world(), options_);
+    detail::check_requested_places<Placement>(options_);
     // The stores agree within the shard group on what can fail on one rank; with several groups
     // (shard_within), the groups agree too, or one group's failure would leave the others waiting
     // in the first world collective.
+    auto make_states = [&] {
+      states_.emplace(options_.compute_dtype, groups_.shard(), model_, options_, groups_.hpz());
+    };
     if (groups_.shard().size() == groups_.world().size())
       make_states();
     else
-      agreed(groups_.world(), "building the model states", [&] { make_states(); });
+      agreed(groups_.world(), "building the model states", make_states);
   }
 
   Engine(const Engine&) = delete;
@@ -140,47 +107,38 @@ class Engine {
   // Sets layer l's weights (its parameters in order, fp32). Collective: rank 0's values are
   // broadcast, so every rank starts from the same weights whatever it passed.
   void set_layer(std::size_t l, View<const float> values) {
-    check_layer(l);
-    const std::size_t numel = layout().layer(l).numel;
-    // Only rank 0's values count, so only rank 0's size is checked: a rank that throws alone
-    // would leave the others waiting in the broadcast.
-    std::vector<std::int64_t> size{static_cast<std::int64_t>(values.size())};
-    groups_.world().broadcast(size, 0).wait();
-    require(static_cast<std::size_t>(size[0]) == numel,
-            "set_layer: layer " + std::to_string(l) + " has " + std::to_string(numel) +
-                " elements, rank 0 passed " + std::to_string(size[0]));
-    std::vector<float> agreed(numel);
-    if (groups_.world().rank() == 0) std::copy(values.begin(), values.end(), agreed.begin());
-    groups_.world().broadcast(agreed, 0).wait();
-    with_states(*this, [&](auto& s) {
+    model_.check_layer(l);
+    const std::vector<float> agreed = rank0_values(groups_.world(), values, layout().layer(l).numel,
+                                                   "set_layer: layer " + std::to_string(l));
+    states_.visit([&](auto& s) {
       s.set_layer(l, View<const float>(agreed));
-      nvme_before_ = s.nvme_traffic(); // setting weights is not part of the next step's traffic
+      baseline_.nvme = s.nvme_traffic(); // setting weights is not part of the next step's traffic
     });
   }
 
   // Layer l's fp32 master weights, all of them. Collective (gathers the shards).
   std::vector<float> get_layer(std::size_t l) {
-    check_layer(l);
-    return with_states(*this, [&](auto& s) { return s.layer(l); });
+    model_.check_layer(l);
+    return states_.visit([&](auto& s) { return s.layer(l); });
   }
 
   // --- forward and backward ----------------------------------------------------------------------
   // The full compute copy of layer l while the handle lives (stage 3 gathers it, and starts
   // gathering the next layer).
   LayerParameters acquire(std::size_t l) {
-    check_layer(l);
-    return with_states(*this, [&](auto& s) { return s.acquire(l); });
+    model_.check_layer(l);
+    return states_.visit([&](auto& s) { return s.acquire(l); });
   }
 
   // Where backward writes layer l's gradient (its parameters in order, compute type). Every
   // element must be written; hand it over with grads_ready(l).
   template <Element T>
   View<T> gradients(std::size_t l) {
-    check_layer(l);
+    model_.check_layer(l);
     require(dtype_of<T> == options_.compute_dtype, std::string("gradients: the compute type is ") +
                                                        to_string(options_.compute_dtype) +
                                                        ", not " + to_string(dtype_of<T>));
-    return with_states(*this, [&](auto& s) -> View<T> {
+    return states_.visit([&](auto& s) -> View<T> {
       if constexpr (std::is_same_v<typename std::decay_t<decltype(s)>::value_type, T>)
         return s.gradients(l);
       else
@@ -190,9 +148,9 @@ class Engine {
 
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void grads_ready(std::size_t l) {
-    check_layer(l);
+    model_.check_layer(l);
     if (const auto arrival = micro_.arrive(l))
-      with_states(*this, [&](auto& s) { s.grads_ready(l, *arrival); });
+      states_.visit([&](auto& s) { s.grads_ready(l, *arrival); });
   }
 
   // --- the step ---------------------------------------------------------------------------------
@@ -202,7 +160,7 @@ class Engine {
     micro_.require_complete();
     StepResult result;
     Stopwatch clock;
-    with_states(*this, [&](auto& s) {
+    states_.visit([&](auto& s) {
       s.require_nothing_acquired(); // before any collective: a refusal leaves nothing half done
       s.finish_reduction(groups_.replica());
       result.seconds.reduction_wait = clock.lap();
@@ -224,23 +182,11 @@ class Engine {
       }
       scaler_.update(!norm.finite);
       s.end_step();
-      const double exposed = s.gather_exposed_seconds();
-      result.gather_exposed_seconds = exposed - gather_exposed_before_;
-      gather_exposed_before_ = exposed;
-      const GatherCounts gathers = s.gather_counts();
-      result.gathers = gathers - gathers_before_;
-      gathers_before_ = gathers;
-      const IoStats traffic = s.nvme_traffic();
-      result.nvme = traffic - nvme_before_;
-      nvme_before_ = traffic;
+      const StepBaseline now{groups_.total(), groups_.hpz_total(), s.gather_exposed_seconds(),
+                             s.gather_counts(), s.nvme_traffic()};
+      baseline_.advance(result, now);
     });
     micro_.start_step();
-    const CommStats total = groups_.total();
-    result.communication = total - last_total_;
-    last_total_ = total;
-    const CommStats hpz = groups_.hpz_total();
-    result.within_hpz_groups = hpz - last_hpz_total_;
-    last_hpz_total_ = hpz;
     result.seconds.total = clock.total();
     // Last, so that a run stopped here leaves the engine between steps.
     skipped_.record(!result.applied, result.loss_scale, scaler_.state().dynamic);
@@ -251,18 +197,17 @@ class Engine {
   // option to typed forward and backward code.
   template <class F>
   decltype(auto) visit_compute_type(F&& f) {
-    return with_states(*this, [&](auto& s) -> decltype(auto) {
+    return states_.visit([&](auto& s) -> decltype(auto) {
       return f(typename std::decay_t<decltype(s)>::value_type{});
     });
   }
 
-  // --- checkpoints (docs/checkpoints.md)
-  // ----------------------------------------------------------- Saves the fp32 master weights, the
-  // optimizer's moments and step, the loss scaler, and what `options` adds, as DIR/TAG, then points
-  // DIR/latest at it. Collective, between steps. Each rank holding a shard writes it (replicas do
-  // not); rank 0 writes the manifest once all are durable. With options.async, this returns once
-  // the states are copied, and the save completes at the next checkpoint call or
-  // wait_for_checkpoint(). Directories must be shared by all ranks.
+  // --- checkpoints (docs/checkpoints.md) -------------------------------------------------------
+  // Saves the fp32 master weights, the optimizer's moments and step, the loss scaler, and what
+  // `options` adds, as DIR/TAG, then points DIR/latest at it. Collective, between steps. Each rank
+  // holding a shard writes it (replicas do not); rank 0 writes the manifest once all are durable.
+  // With options.async, this returns once the states are copied, and the save completes at the
+  // next checkpoint call or wait_for_checkpoint(). Directories must be shared by all ranks.
   void save_checkpoint(const std::filesystem::path& dir, const std::string& tag,
                        const CheckpointOptions& options = {}) {
     wait_for_checkpoint();
@@ -272,10 +217,13 @@ class Engine {
               "save_checkpoint: an asynchronous save would copy the optimizer states "
               "from NVMe into host memory; save them synchronously",
               ErrorKind::unsupported);
-    with_states(*this, [&](auto& s) {
-      auto* store = groups_.world().rank() < saving_ranks() ? &s.optimizer_states() : nullptr;
-      saver_.begin(groups_.world(), dir, describe_run(tag, options), options, store,
-                   saving_ranks());
+    const int writers = detail::saving_ranks<Plan>(groups_.shard().size());
+    states_.visit([&](auto& s) {
+      auto* store = groups_.world().rank() < writers ? &s.optimizer_states() : nullptr;
+      const auto manifest =
+          detail::describe_run<Plan>(tag, options, groups_.world().size(), groups_.shard().size(),
+                                     options_.compute_dtype, layout(), s, optimizer_, scaler_);
+      saver_.begin(groups_.world(), dir, manifest, options, store, writers);
     });
     if (!options.async) wait_for_checkpoint();
   }
@@ -285,8 +233,8 @@ class Engine {
   // collective.
   void reserve_checkpoint_snapshot() {
     if (std::same_as<typename Placement::optimizer_states, nvme>) return; // no background saves
-    if (groups_.world().rank() >= saving_ranks()) return;
-    with_states(*this, [&](auto& s) { saver_.reserve_snapshot(s.optimizer_states()); });
+    if (groups_.world().rank() >= detail::saving_ranks<Plan>(groups_.shard().size())) return;
+    states_.visit([&](auto& s) { saver_.reserve_snapshot(s.optimizer_states()); });
   }
 
   // Completes a save in flight (waits for its writers, then rank 0 publishes it). Collective; a
@@ -303,187 +251,37 @@ class Engine {
                                    LrScheduler* lr_scheduler = nullptr) {
     wait_for_checkpoint();
     require_between_steps("load_checkpoint");
-    auto& world = groups_.world();
-    Scaler scaler = scaler_;
-    Stopwatch clock;
-    LoadedCheckpoint loaded = agreed(world, "loading the checkpoint", [&] {
-      LoadedCheckpoint info;
-      info.path = checkpoint::resolve(dir, tag);
-      const checkpoint::Manifest m = checkpoint::read_manifest(info.path);
-      checkpoint::check_parameters(m, layout().parameters(), info.path);
-      checkpoint::check_optimizer<Opt>(m, info.path);
-      scaler.load_state(m.scaler);
-      require(!lr_scheduler || m.lr_scheduler_last_batch_iteration,
-              "load_checkpoint: " + info.path.string() + " has no learning-rate schedule state",
-              ErrorKind::mismatch);
-      checkpoint::describe_loaded(info, m);
-      checkpoint::StateReader reader(info.path, m); // every file there, of the listed size
-      with_states(*this, [&](auto& s) {
-        const auto& store = s.optimizer_states();
-        try {
-          s.load_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {
-            reader.fill(t, store.kept_layout(), store.kept_rank(), l, part, into.data());
-          });
-        } catch (const Error& e) {
-          fail(e.kind(), detail::without_prefix(e.what()) + " (this engine's states are now "
-                                                            "partly overwritten: load a good "
-                                                            "checkpoint before training on)");
-        }
-      });
-      info.bytes_read = reader.bytes_read();
-      optimizer_.set_step_count(m.optimizer_step);
-      optimizer_.set_lr(m.lr);
-      if (lr_scheduler)
-        lr_scheduler->set_last_batch_iteration(*m.lr_scheduler_last_batch_iteration);
-      return info;
+    return states_.visit([&](auto& s) {
+      LoadedCheckpoint loaded = detail::load_into(groups_.world(), dir, tag, lr_scheduler, layout(),
+                                                  s, optimizer_, scaler_);
+      baseline_.nvme = s.nvme_traffic(); // loading is not part of the next step's traffic
+      return loaded;
     });
-    scaler_ = std::move(scaler);
-    loaded.read_seconds = clock.lap();
-    with_states(*this, [&](auto& s) {
-      s.share_loaded_parameters();
-      nvme_before_ = s.nvme_traffic(); // loading is not part of the next step's traffic
-    });
-    loaded.rebuild_seconds = clock.lap();
-    return loaded;
   }
 
   // --- reports ----------------------------------------------------------------------------------
   MemoryReport memory() const {
-    return with_states(*this, [](const auto& s) { return s.memory(); });
+    return states_.visit([](const auto& s) { return s.memory(); });
   }
 
   // The paper's formula for this model, plan and precision (Ψ without padding, N = shard group).
   double paper_model_state_bytes() const {
-    const double p = static_cast<double>(size_of(options_.compute_dtype));
-    estimate::ModelStateQuery query;
-    query.parameters = static_cast<double>(layout().numel());
-    query.data_parallel = groups_.shard().size();
-    query.stage = Plan::stage;
-    query.bytes = {p, p, 4.0 * (1 + Opt::state_tensors)};
-    return estimate::model_state_memory(query).total();
+    return estimate::paper_model_state_bytes(static_cast<double>(layout().numel()),
+                                             groups_.shard().size(), Plan::stage,
+                                             size_of(options_.compute_dtype), Opt::state_tensors);
   }
 
   // Everything communicated since construction (set_layer's broadcasts included), all groups.
   CommStats communication_total() const { return groups_.total(); }
 
  private:
-  // Seconds since the last lap, and since the start.
-  struct Stopwatch {
-    using Clock = std::chrono::steady_clock;
-    Clock::time_point start = Clock::now(), last = start;
-    double lap() {
-      const Clock::time_point now = Clock::now();
-      const double seconds = std::chrono::duration<double>(now - last).count();
-      last = now;
-      return seconds;
-    }
-    double total() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
-  };
-
-  static EngineOptions validated(EngineOptions o) {
-    o.validate();
-    return o;
-  }
-  static ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params) {
-    for (std::size_t i = 1; i < params.size(); ++i)
-      require(params[i].layer >= params[i - 1].layer,
-              "engine: parameters must be registered layer by layer (layer ids ascending)");
-    for (auto& p : params)
-      p.dtype = DType::float32; // the layout counts elements; the stores pick their types
-    return make_layout(comm, typename Plan::partitioner{}, std::span<const ParameterSpec>(params));
-  }
-  // Collective: throws on every rank, naming the setting, unless all ranks share the settings
-  // the collectives depend on.
-  static void agree_on_options(Counted& world, const EngineOptions& options) {
-    const auto settings = options.shared_settings();
-    std::vector<std::int64_t> mine;
-    mine.reserve(settings.size());
-    for (const auto& [name, value] : settings)
-      mine.push_back(static_cast<std::int64_t>(value));
-    std::vector<std::int64_t> all(mine.size() * std::size_t(world.size()));
-    world.all_gather(std::span<const std::int64_t>(mine), all).wait();
-    for (int r = 1; r < world.size(); ++r)
-      for (std::size_t k = 0; k < mine.size(); ++k)
-        if (all[std::size_t(r) * mine.size() + k] != all[k])
-          fail(ErrorKind::mismatch,
-               "engine: rank " + std::to_string(r) + " was given a different EngineOptions::" +
-                   settings[k].first + " than rank 0; every rank must pass the same options");
-  }
-
-  void make_states() {
-    switch (options_.compute_dtype) {
-    case DType::float16:
-      states_.template emplace<States<half>>(groups_.shard(), model_, options_, groups_.hpz());
-      break;
-    case DType::bfloat16:
-      states_.template emplace<States<bfloat16>>(groups_.shard(), model_, options_, groups_.hpz());
-      break;
-    default:
-      states_.template emplace<States<float>>(groups_.shard(), model_, options_, groups_.hpz());
-    }
-  }
-
-  // A DeepSpeed config names where states go; the placement type decides. They must agree
-  // ("cpu" is host memory, where a host engine keeps them anyway).
-  static void check_requested_place(config::OffloadDevice asked, bool on_nvme, const char* key,
-                                    const char* placement) {
-    if (asked == config::OffloadDevice::nvme && !on_nvme)
-      fail(ErrorKind::unsupported,
-           std::string(key) +
-               " = \"nvme\", but this engine keeps them in memory: give it the placement " +
-               placement + " (and include <zero/offload/nvme_stores.hpp>)");
-    if (asked == config::OffloadDevice::cpu && on_nvme)
-      fail(ErrorKind::unsupported,
-           std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
-  }
   // Checkpoints are taken between steps: no micro-step half done, no layer held.
   void require_between_steps(const char* what) {
     require(micro_.at_step_start(), std::string(what) +
                                         ": call it between steps (after step(), before the next "
                                         "micro-step's gradients)");
-    with_states(*this, [](auto& s) { s.require_nothing_acquired(); });
+    states_.visit([](auto& s) { s.require_nothing_acquired(); });
   }
-  // Which ranks write states: one copy of each shard (the first shard group), or rank 0 when the
-  // states are not sharded.
-  int saving_ranks() const { return Plan::optimizer_states ? groups_.shard().size() : 1; }
-
-  checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOptions& options) {
-    checkpoint::check_tag(tag);
-    checkpoint::Manifest m;
-    m.tag = tag;
-    m.world_size = groups_.world().size();
-    m.stage = Plan::stage;
-    m.shard_ranks = groups_.shard().size();
-    m.compute_dtype = to_string(options_.compute_dtype);
-    m.parameters = checkpoint::saved_parameters(layout().parameters());
-    with_states(*this, [&](auto& s) {
-      m.partitioner = std::string(s.optimizer_states().kept_layout().policy());
-    });
-    checkpoint::describe_optimizer(m, optimizer_);
-    m.scaler = scaler_.state();
-    if (options.lr_scheduler) {
-      m.lr_scheduler_type = schedule_name(options.lr_scheduler->schedule());
-      m.lr_scheduler_last_batch_iteration = options.lr_scheduler->last_batch_iteration();
-    }
-    return m;
-  }
-  void check_layer(std::size_t l) const {
-    require(l < layers(), "engine: no layer " + std::to_string(l) + " (the model has " +
-                              std::to_string(layers()) + ")");
-  }
-  // f(states) with the states of the compute type (built in the constructor).
-  template <class Self, class F>
-  static decltype(auto) with_states(Self& self, F&& f) {
-    switch (self.options_.compute_dtype) {
-    case DType::float16:
-      return f(std::get<States<half>>(self.states_));
-    case DType::bfloat16:
-      return f(std::get<States<bfloat16>>(self.states_));
-    default:
-      return f(std::get<States<float>>(self.states_));
-    }
-  }
-
   EngineOptions options_;
   Opt optimizer_;
   Scaler scaler_;
@@ -491,11 +289,8 @@ class Engine {
   Groups groups_;
   ModelLayout model_;
   MicroSteps micro_;
-  std::variant<std::monostate, States<float>, States<half>, States<bfloat16>> states_;
-  CommStats last_total_, last_hpz_total_;
-  double gather_exposed_before_ = 0;
-  GatherCounts gathers_before_;
-  IoStats nvme_before_;
+  TypedStates<States> states_; // the three stores, of the compute type
+  StepBaseline baseline_;      // the totals the next step's report subtracts
   checkpoint::Saver saver_;
 };
 

@@ -5,12 +5,14 @@
 // in order, at the sharded layout's flat_base); the images map each layer's flat buffer to its
 // parameters in order.
 
+#include "zero/core/error.hpp"
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/replica_layout.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 
 namespace zero {
@@ -22,6 +24,11 @@ struct ModelLayout {
         rank(shard_rank), world_rank(rank_in_world) {}
 
   std::size_t layers() const noexcept { return sharded->layer_count(); }
+  // Refuses a layer index the model does not have.
+  void check_layer(std::size_t l) const {
+    require(l < layers(), "engine: no layer " + std::to_string(l) + " (the model has " +
+                              std::to_string(layers()) + ")");
+  }
   // This rank's block of layer l, in the layer's flat buffer.
   Range my_flat_range(std::size_t l) const { return sharded->flat_range(l, rank); }
   std::size_t my_block_size(std::size_t l) const { return sharded->block(l, rank).size(); }

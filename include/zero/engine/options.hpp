@@ -6,7 +6,7 @@
 #include "zero/core/block_quantization.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
-#include "zero/offload/offload_options.hpp"
+#include "zero/engine/offload_options.hpp"
 
 #include <array>
 #include <bit>

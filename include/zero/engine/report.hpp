@@ -4,9 +4,10 @@
 
 #include "zero/comm/counting_communicator.hpp"
 #include "zero/gather/acquisition_order.hpp"
-#include "zero/offload/io_stats.hpp"
+#include "zero/nvme/io_stats.hpp"
 #include "zero/reduce/bucketed_reducer.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -79,6 +80,38 @@ struct StepResult {
   // What the NVMe tier moved for this rank since the last step (the step's sub-groups, and stage
   // 3's parameter blocks read for forward and backward); zero without states on NVMe.
   IoStats nvme;
+};
+
+// The running totals a step's report subtracts: what the groups and the stores had counted when
+// the last step ended (or the weights were set or loaded, which no step's figures include).
+struct StepBaseline {
+  CommStats communication, within_hpz_groups;
+  double gather_exposed_seconds = 0;
+  GatherCounts gathers;
+  IoStats nvme;
+
+  // Reports `now` minus this baseline in `result`; `now` becomes the baseline.
+  void advance(StepResult& result, const StepBaseline& now) {
+    result.communication = now.communication - communication;
+    result.within_hpz_groups = now.within_hpz_groups - within_hpz_groups;
+    result.gather_exposed_seconds = now.gather_exposed_seconds - gather_exposed_seconds;
+    result.gathers = now.gathers - gathers;
+    result.nvme = now.nvme - nvme;
+    *this = now;
+  }
+};
+
+// Seconds since the last lap, and since the start.
+struct Stopwatch {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start = Clock::now(), last = start;
+  double lap() {
+    const Clock::time_point now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - last).count();
+    last = now;
+    return seconds;
+  }
+  double total() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
 };
 
 } // namespace zero

@@ -116,4 +116,17 @@ inline double largest_model(double device_memory, ModelStateQuery query) {
                                  : std::numeric_limits<double>::infinity();
 }
 
+// The paper's model-state bytes per rank of Ψ `parameters` at `stage` over `ranks`: parameters and
+// gradients of `compute_bytes` each, fp32 master weights and `state_tensors` fp32 optimizer states.
+inline double paper_model_state_bytes(double parameters, std::int64_t ranks, int stage,
+                                      std::size_t compute_bytes, std::size_t state_tensors) {
+  const double p = static_cast<double>(compute_bytes);
+  ModelStateQuery query;
+  query.parameters = parameters;
+  query.data_parallel = ranks;
+  query.stage = stage;
+  query.bytes = {p, p, 4.0 * (1 + static_cast<double>(state_tensors))};
+  return model_state_memory(query).total();
+}
+
 } // namespace zero::estimate

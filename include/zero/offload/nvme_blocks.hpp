@@ -5,12 +5,12 @@
 // pool when the gather that read it completed. Layers kept in memory (DeepSpeed's max_in_cpu)
 // are served from there.
 
-#include "zero/comm/work.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/view.hpp"
-#include "zero/offload/bounce_buffers.hpp"
-#include "zero/offload/nvme_slice.hpp"
+#include "zero/core/work.hpp"
+#include "zero/nvme/bounce_buffers.hpp"
+#include "zero/nvme/nvme_slice.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <cstddef>

@@ -15,10 +15,10 @@
 #include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/parallel.hpp"
+#include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/optimizer.hpp"
-#include "zero/precision/detail/parallel.hpp"
-#include "zero/precision/detail/simd.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <array>

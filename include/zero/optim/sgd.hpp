@@ -9,9 +9,9 @@
 
 #include "zero/core/error.hpp"
 #include "zero/core/platform.hpp"
+#include "zero/core/simd.hpp"
 #include "zero/optim/detail/optimizer_base.hpp"
 #include "zero/optim/optimizer.hpp"
-#include "zero/precision/detail/simd.hpp"
 
 #include <array>
 #include <cmath>

@@ -8,8 +8,8 @@
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/parallel.hpp"
 #include "zero/core/view.hpp"
-#include "zero/precision/detail/parallel.hpp"
 
 #include <cstddef>
 #include <string>

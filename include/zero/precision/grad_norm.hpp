@@ -9,9 +9,9 @@
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/parallel.hpp"
+#include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
-#include "zero/precision/detail/parallel.hpp"
-#include "zero/precision/detail/simd.hpp"
 #include "zero/precision/overflow.hpp"
 
 #include <array>

@@ -11,9 +11,9 @@
 #include "zero/core/bit_cast.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/parallel.hpp"
+#include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
-#include "zero/precision/detail/parallel.hpp"
-#include "zero/precision/detail/simd.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <array>

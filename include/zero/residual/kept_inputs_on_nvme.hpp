@@ -1,6 +1,6 @@
 #pragma once
 // KeptInputsOnNvme: a checkpointed loop's kept segment inputs on the NVMe tier (ZeRO-Infinity's
-// disk, through io_uring with O_DIRECT and checksums: offload/nvme_tier.hpp). Each input has a
+// disk, through io_uring with O_DIRECT and checksums: nvme/nvme_tier.hpp). Each input has a
 // slot in one swap file. keep() copies the input into one of two staging buffers and starts its
 // write, so forward runs on while the previous one is written; backward prefetches the input it
 // wants next into one of two read buffers while the current segment computes. Host memory: four
@@ -10,7 +10,7 @@
 //   zero::ActivationCheckpointing options{.number_checkpoints = 8, .kept_inputs = &tier};
 
 #include "zero/core/error.hpp"
-#include "zero/offload/nvme_tier.hpp"
+#include "zero/nvme/nvme_tier.hpp"
 #include "zero/residual/kept_input_tier.hpp"
 
 #include <array>

@@ -10,10 +10,10 @@
 //     forward(weights.view());              // waits, then reads
 //   }                                       // freed here
 
-#include "zero/comm/work.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/view.hpp"
+#include "zero/core/work.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <cstddef>

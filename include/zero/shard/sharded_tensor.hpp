@@ -18,15 +18,14 @@
 
 #include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
-#include "zero/comm/detail/collective_api.hpp"
 #include "zero/comm/reduce_op.hpp"
-#include "zero/comm/work.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/nvme.hpp"
 #include "zero/core/view.hpp"
+#include "zero/core/work.hpp"
 #include "zero/shard/detail/continued_work.hpp"
 #include "zero/shard/detail/slices.hpp"
 #include "zero/shard/gathered.hpp"
@@ -138,7 +137,7 @@ class ShardedTensor {
   }
 
   // Moves positions `part` of this rank's block of layer l between the slice and host memory,
-  // wherever the slice lives: a copy in memory, an aligned transfer on NVMe (offload/nvme_slice.hpp
+  // wherever the slice lives: a copy in memory, an aligned transfer on NVMe (nvme/nvme_slice.hpp
   // says what alignment it needs). The Work completes when the data has moved.
   Work read(std::size_t l, Range part, View<T> into) const {
     check_part(l, part, into.size(), "read");

@@ -8,10 +8,10 @@
 // read `count` as every rank's block and run past the buffers.
 
 #include "zero/comm/collective.hpp"
-#include "zero/comm/work.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/work.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -24,13 +24,6 @@
 #include <vector>
 
 namespace zero {
-
-// Whether a communicator working in `CommSpace` can use a buffer living in `BufferSpace`: host
-// communicators take any host-accessible memory, device communicators their own space only.
-template <class CommSpace, class BufferSpace>
-inline constexpr bool accepts_space =
-    CommSpace::host_accessible ? BufferSpace::host_accessible
-                               : std::is_same_v<CommSpace, BufferSpace>;
 
 template <class R, class Space>
 concept CommInput = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&

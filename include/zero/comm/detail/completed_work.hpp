@@ -3,7 +3,7 @@
 // the call (one rank), so they return the same handle type as the asynchronous ones.
 
 #include "zero/comm/collective.hpp"
-#include "zero/comm/work.hpp"
+#include "zero/core/work.hpp"
 
 #include <memory>
 #include <string>

@@ -3,7 +3,7 @@
 // finish within microseconds of being waited for) and then sleeps on a condition variable.
 
 #include "zero/comm/collective.hpp"
-#include "zero/comm/work.hpp"
+#include "zero/core/work.hpp"
 
 #include <atomic>
 #include <condition_variable>

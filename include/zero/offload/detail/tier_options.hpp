@@ -3,8 +3,8 @@
 // and a directory of its own under it (a parameter store and an optimizer store may share a path).
 
 #include "zero/core/error.hpp"
-#include "zero/offload/nvme_tier.hpp"
-#include "zero/offload/offload_options.hpp"
+#include "zero/engine/offload_options.hpp"
+#include "zero/nvme/nvme_tier.hpp"
 
 #include <filesystem>
 #include <string>

@@ -3,7 +3,7 @@
 // copy out of a staging buffer runs in wait() (or in the test() that observes completion), and
 // the staging buffers live in the handle until then, so callers keep only their own buffers alive.
 
-#include "zero/comm/work.hpp"
+#include "zero/core/work.hpp"
 
 #include <memory>
 #include <string>

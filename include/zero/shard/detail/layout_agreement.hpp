@@ -5,7 +5,7 @@
 // down to the first parameter that differs, with a second and third all-gather only on that path.
 
 #include "zero/comm/communicator.hpp"
-#include "zero/comm/detail/text_records.hpp"
+#include "zero/comm/text_records.hpp"
 #include "zero/core/error.hpp"
 #include "zero/shard/detail/parameter_table.hpp"
 #include "zero/shard/shard_layout.hpp"

@@ -7,7 +7,7 @@
 
 #include "zero/core/directory_handle.hpp"
 #include "zero/core/error.hpp"
-#include "zero/offload/detail/checksums.hpp"
+#include "zero/nvme/detail/checksums.hpp"
 
 #include <fcntl.h>
 #include <sys/statvfs.h>

@@ -7,10 +7,10 @@
 // wait for the caller's next wait() and the disk would sit idle: hence a thread, not a poll.
 
 #include "zero/core/error.hpp"
-#include "zero/offload/aio_options.hpp"
-#include "zero/offload/detail/io_work.hpp"
-#include "zero/offload/detail/swap_file_state.hpp"
-#include "zero/offload/detail/uring.hpp"
+#include "zero/nvme/aio_options.hpp"
+#include "zero/nvme/detail/io_work.hpp"
+#include "zero/nvme/detail/swap_file_state.hpp"
+#include "zero/nvme/detail/uring.hpp"
 
 #include <algorithm>
 #include <atomic>

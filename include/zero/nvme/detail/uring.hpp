@@ -5,7 +5,7 @@
 // for work and going to sleep.
 
 #include "zero/core/error.hpp"
-#include "zero/offload/detail/swap_file_state.hpp"
+#include "zero/nvme/detail/swap_file_state.hpp"
 
 #include <liburing.h>
 #include <sys/eventfd.h>

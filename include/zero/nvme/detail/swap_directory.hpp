@@ -14,7 +14,7 @@
 
 #include "zero/core/directory_handle.hpp"
 #include "zero/core/error.hpp"
-#include "zero/offload/detail/swap_file_state.hpp"
+#include "zero/nvme/detail/swap_file_state.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

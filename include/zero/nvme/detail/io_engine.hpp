@@ -4,13 +4,13 @@
 // completes when every slice has; successive transfers start on successive threads, so that
 // transfers smaller than the slices still spread over all of them.
 
-#include "zero/comm/work.hpp"
 #include "zero/core/error.hpp"
-#include "zero/offload/aio_options.hpp"
-#include "zero/offload/detail/io_work.hpp"
-#include "zero/offload/detail/swap_file_state.hpp"
-#include "zero/offload/detail/uring_worker.hpp"
-#include "zero/offload/io_stats.hpp"
+#include "zero/core/work.hpp"
+#include "zero/nvme/aio_options.hpp"
+#include "zero/nvme/detail/io_work.hpp"
+#include "zero/nvme/detail/swap_file_state.hpp"
+#include "zero/nvme/detail/uring_worker.hpp"
+#include "zero/nvme/io_stats.hpp"
 
 #include <algorithm>
 #include <cstddef>

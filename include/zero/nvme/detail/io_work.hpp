@@ -4,7 +4,7 @@
 // met. wait() sleeps on a condition variable: a transfer takes milliseconds, so spinning would
 // only take the core from the caller's computation.
 
-#include "zero/comm/work.hpp"
+#include "zero/core/work.hpp"
 
 #include <atomic>
 #include <chrono>

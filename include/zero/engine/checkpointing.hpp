@@ -1,0 +1,104 @@
+#pragma once
+// The engine's checkpoints (docs/checkpoints.md): what a save of the run describes, which ranks
+// write states, and how a load puts a checkpoint saved at any world size, stage or partitioner
+// into this engine's stores. engine.hpp calls these between steps, with the stores of its compute
+// type; the files themselves are checkpoint/'s.
+
+#include "zero/checkpoint/directory.hpp"
+#include "zero/checkpoint/reshard.hpp"
+#include "zero/checkpoint/run_state.hpp"
+#include "zero/comm/agreed.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/view.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/schedule/lr_scheduler.hpp"
+#include "zero/shard/shard_layout.hpp"
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace zero::detail {
+
+// Which ranks write states: one copy of each shard (the first shard group), or rank 0 when the
+// plan does not shard them.
+template <class Plan>
+int saving_ranks(int shard_ranks) noexcept {
+  return Plan::optimizer_states ? shard_ranks : 1;
+}
+
+// The manifest of a save of the run as it stands: the model, the plan, the optimizer's and the
+// loss scaler's state, and the schedule's when `options` has one.
+template <class Plan, class States, class Opt, class Scaler>
+checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOptions& options,
+                                  int world_size, int shard_ranks, DType compute_dtype,
+                                  const ShardLayout& layout, States& states, const Opt& optimizer,
+                                  const Scaler& scaler) {
+  checkpoint::check_tag(tag);
+  checkpoint::Manifest m;
+  m.tag = tag;
+  m.world_size = world_size;
+  m.stage = Plan::stage;
+  m.shard_ranks = shard_ranks;
+  m.compute_dtype = to_string(compute_dtype);
+  m.parameters = checkpoint::saved_parameters(layout.parameters());
+  m.partitioner = std::string(states.optimizer_states().kept_layout().policy());
+  checkpoint::describe_optimizer(m, optimizer);
+  m.scaler = scaler.state();
+  if (options.lr_scheduler) {
+    m.lr_scheduler_type = schedule_name(options.lr_scheduler->schedule());
+    m.lr_scheduler_last_batch_iteration = options.lr_scheduler->last_batch_iteration();
+  }
+  return m;
+}
+
+// Loads DIR/TAG (or what DIR/latest names, or DIR itself) into `states`, `optimizer`, `scaler`
+// and `lr_scheduler` (when given): each rank reads only what it keeps now, then the stores share
+// the loaded parameters. Collective over `world`; an error on any rank throws on every rank, and
+// the scaler is replaced only once everything was read.
+template <class World, class States, class Opt, class Scaler>
+LoadedCheckpoint load_into(World& world, const std::filesystem::path& dir,
+                           const std::optional<std::string>& tag, LrScheduler* lr_scheduler,
+                           const ShardLayout& layout, States& states, Opt& optimizer,
+                           Scaler& scaler) {
+  Scaler loaded_scaler = scaler;
+  Stopwatch clock;
+  LoadedCheckpoint loaded = agreed(world, "loading the checkpoint", [&] {
+    LoadedCheckpoint info;
+    info.path = checkpoint::resolve(dir, tag);
+    const checkpoint::Manifest m = checkpoint::read_manifest(info.path);
+    checkpoint::check_parameters(m, layout.parameters(), info.path);
+    checkpoint::check_optimizer<Opt>(m, info.path);
+    loaded_scaler.load_state(m.scaler);
+    require(!lr_scheduler || m.lr_scheduler_last_batch_iteration,
+            "load_checkpoint: " + info.path.string() + " has no learning-rate schedule state",
+            ErrorKind::mismatch);
+    checkpoint::describe_loaded(info, m);
+    checkpoint::StateReader reader(info.path, m); // every file there, of the listed size
+    const auto& store = states.optimizer_states();
+    try {
+      states.load_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {
+        reader.fill(t, store.kept_layout(), store.kept_rank(), l, part, into.data());
+      });
+    } catch (const Error& e) {
+      fail(e.kind(), without_prefix(e.what()) + " (this engine's states are now partly "
+                                                "overwritten: load a good checkpoint before "
+                                                "training on)");
+    }
+    info.bytes_read = reader.bytes_read();
+    optimizer.set_step_count(m.optimizer_step);
+    optimizer.set_lr(m.lr);
+    if (lr_scheduler) lr_scheduler->set_last_batch_iteration(*m.lr_scheduler_last_batch_iteration);
+    return info;
+  });
+  scaler = std::move(loaded_scaler);
+  loaded.read_seconds = clock.lap();
+  states.share_loaded_parameters();
+  loaded.rebuild_seconds = clock.lap();
+  return loaded;
+}
+
+} // namespace zero::detail

@@ -1,0 +1,115 @@
+#pragma once
+// What an Engine checks while it is built: that its template arguments fit together (with
+// "zero: ..." messages that name the missing concept), that the parameters come layer by layer,
+// that every rank was given the options the collectives depend on, and that a DeepSpeed config's
+// offload devices match the placement type.
+
+#include "zero/comm/communicator.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/nvme.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/shard/parameter.hpp"
+#include "zero/shard/partitioner.hpp"
+#include "zero/shard/verify.hpp"
+#include "zero/stage/placement.hpp"
+#include "zero/stage/plan.hpp"
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace zero::detail {
+
+// True, or a compile error that says which requirement the engine's arguments miss.
+template <class Plan, class Comm, class Placement>
+consteval bool engine_arguments_fit() {
+  static_assert(ReducingCommunicator<Comm>,
+                "zero: the engine reduces gradients: its communicator needs all_reduce and "
+                "reduce_scatter (zero::ReducingCommunicator)");
+  static_assert(GatheringCommunicator<Comm>,
+                "zero: the engine all-gathers parameters (stage 3 before each layer's compute, "
+                "stages 1/2 after the step) and broadcasts the initial weights: its communicator "
+                "needs all_gather and broadcast (zero::GatheringCommunicator)");
+  static_assert(Communicator<Comm>,
+                "zero: the engine gives itself its own groups with split(color, key) and needs "
+                "barrier() (zero::Communicator)");
+  static_assert(PlacementType<Placement>,
+                "zero: the engine's third parameter is a memory space (zero::host) or a "
+                "zero::Placement<...>");
+  static_assert(check_plan<Plan>() && check_placement<Plan, Placement>());
+  static_assert(EqualSlices<typename Plan::partitioner> || VariableCountCommunicator<Comm>,
+                "zero: the plan's partitioner gives ranks blocks of different sizes, which the "
+                "engine reduces and gathers with per-rank counts; this communicator has no "
+                "reduce_scatter / all_gather with counts (zero::VariableCountCommunicator)");
+  static_assert(HostAccessibleSpace<typename Comm::memory_space>,
+                "zero: the engine reduces host buffers; use a host communicator (MpiCommunicator, "
+                "SelfCommunicator)");
+  return true;
+}
+
+inline EngineOptions validated(EngineOptions o) {
+  o.validate();
+  return o;
+}
+
+// The model's sharded layout; parameters must come layer by layer.
+template <class Plan, class Counted>
+ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params) {
+  for (std::size_t i = 1; i < params.size(); ++i)
+    require(params[i].layer >= params[i - 1].layer,
+            "engine: parameters must be registered layer by layer (layer ids ascending)");
+  for (auto& p : params)
+    p.dtype = DType::float32; // the layout counts elements; the stores pick their types
+  return make_layout(comm, typename Plan::partitioner{}, std::span<const ParameterSpec>(params));
+}
+
+// Collective: throws on every rank, naming the setting, unless all ranks share the settings the
+// collectives depend on.
+template <class Counted>
+void agree_on_options(Counted& world, const EngineOptions& options) {
+  const auto settings = options.shared_settings();
+  std::vector<std::int64_t> mine;
+  mine.reserve(settings.size());
+  for (const auto& [name, value] : settings)
+    mine.push_back(static_cast<std::int64_t>(value));
+  std::vector<std::int64_t> all(mine.size() * std::size_t(world.size()));
+  world.all_gather(std::span<const std::int64_t>(mine), all).wait();
+  for (int r = 1; r < world.size(); ++r)
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      if (all[std::size_t(r) * mine.size() + k] != all[k])
+        fail(ErrorKind::mismatch,
+             "engine: rank " + std::to_string(r) + " was given a different EngineOptions::" +
+                 settings[k].first + " than rank 0; every rank must pass the same options");
+}
+
+// A DeepSpeed config names where states go; the placement type decides. They must agree ("cpu"
+// is host memory, where a host engine keeps them anyway).
+inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, const char* key,
+                                  const char* placement) {
+  if (asked == config::OffloadDevice::nvme && !on_nvme)
+    fail(ErrorKind::unsupported,
+         std::string(key) +
+             " = \"nvme\", but this engine keeps them in memory: give it the placement " +
+             placement + " (and include <zero/offload/nvme_stores.hpp>)");
+  if (asked == config::OffloadDevice::cpu && on_nvme)
+    fail(ErrorKind::unsupported,
+         std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
+}
+
+// The placement's requested places, checked against a config's offload devices.
+template <class Placement>
+void check_requested_places(const EngineOptions& options) {
+  check_requested_place(options.offload_optimizer,
+                        std::same_as<typename Placement::optimizer_states, nvme>,
+                        "zero_optimization.offload_optimizer.device",
+                        "zero::Placement<zero::optimizer_states_in<zero::nvme>>");
+  check_requested_place(options.offload_param, std::same_as<typename Placement::parameters, nvme>,
+                        "zero_optimization.offload_param.device",
+                        "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
+                        "zero::parameters_in<zero::nvme>> (stage 3)");
+}
+
+} // namespace zero::detail
