@@ -3,7 +3,7 @@
 // streaming copy used for large collective outputs. Reported as bytes_per_second (read + written)
 // and items_per_second (elements).
 
-#include <zero/comm/detail/host_reduce.hpp>
+#include <zero/comm/transport/host_reduce.hpp>
 #include <zero/core/buffer.hpp>
 #include <zero/core/convert.hpp>
 #include <zero/core/stream_copy.hpp>

@@ -5,7 +5,7 @@
 #include "training.hpp"
 #include "weights.hpp"
 
-#include <zero/optim/adam.hpp>
+#include <zero/optim/from_config.hpp>
 #include <zero/precision/any_loss_scaler.hpp>
 
 namespace train_gpt {
@@ -29,23 +29,23 @@ History run_with(zero::MpiCommunicator& world, const Flags& f, const Tokens& dat
   return train(world, f, engine, data);
 }
 
+// The optimizer the flags and the config ask for: the config's section, with the flags' type,
+// lr and weight decay (the flags were merged with the config already; they win).
+inline zero::config::OptimizerConfig optimizer_config(const Flags& f) {
+  using zero::config::OptimizerType;
+  auto o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
+  o.type = f.optimizer == "adamw" ? OptimizerType::adamw : OptimizerType::adam;
+  o.adam_w_mode = false; // "adam" here is torch.optim.Adam; "adamw" names the decoupled one
+  o.lr = f.lr;
+  o.weight_decay = f.weight_decay;
+  return o;
+}
+
 template <class Plan>
 History run(zero::MpiCommunicator& world, const Flags& f, const Tokens& data) {
-  const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
-  if (f.optimizer == "adamw") {
-    zero::AdamWOptions a;
-    a.lr = f.lr;
-    a.betas = o.betas;
-    a.eps = o.eps;
-    a.weight_decay = f.weight_decay;
-    return run_with<Plan>(world, f, data, zero::AdamW(a));
-  }
-  zero::AdamOptions a;
-  a.lr = f.lr;
-  a.betas = o.betas;
-  a.eps = o.eps;
-  a.weight_decay = f.weight_decay;
-  return run_with<Plan>(world, f, data, zero::Adam(a));
+  return zero::with_optimizer<zero::Adam, zero::AdamW>(optimizer_config(f), [&](auto optimizer) {
+    return run_with<Plan>(world, f, data, std::move(optimizer));
+  });
 }
 
 History run_stage0(zero::MpiCommunicator&, const Flags&, const Tokens&);

@@ -5,8 +5,7 @@
 
 #include "training.hpp"
 
-#include <zero/optim/adam.hpp>
-#include <zero/optim/sgd.hpp>
+#include <zero/optim/from_config.hpp>
 
 namespace train {
 
@@ -27,33 +26,27 @@ History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& da
   return train(world, f, engine, data);
 }
 
+// The optimizer the flags and the config ask for: the config's section, with the flags' type,
+// lr, weight decay and momentum (the flags were merged with the config already; they win).
+inline zero::config::OptimizerConfig optimizer_config(const Flags& f) {
+  using zero::config::OptimizerType;
+  auto o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
+  o.type = f.optimizer == "sgd"     ? OptimizerType::sgd
+           : f.optimizer == "adamw" ? OptimizerType::adamw
+                                    : OptimizerType::adam;
+  o.adam_w_mode = false; // "adam" here is torch.optim.Adam; "adamw" names the decoupled one
+  o.lr = f.lr;
+  o.weight_decay = f.weight_decay;
+  o.momentum = f.momentum;
+  return o;
+}
+
 template <class Plan, class Where = InMemory>
 History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
             InitialWeights& init) {
-  const auto& o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
-  if (f.optimizer == "sgd") {
-    zero::SGDOptions s;
-    s.lr = f.lr;
-    s.momentum = f.momentum;
-    s.weight_decay = f.weight_decay;
-    s.dampening = o.dampening;
-    s.nesterov = o.nesterov;
-    return run_with<Plan, Where>(world, f, data, init, zero::SGD(s));
-  }
-  if (f.optimizer == "adamw") {
-    zero::AdamWOptions a;
-    a.lr = f.lr;
-    a.betas = o.betas;
-    a.eps = o.eps;
-    a.weight_decay = f.weight_decay;
-    return run_with<Plan, Where>(world, f, data, init, zero::AdamW(a));
-  }
-  zero::AdamOptions a;
-  a.lr = f.lr;
-  a.betas = o.betas;
-  a.eps = o.eps;
-  a.weight_decay = f.weight_decay;
-  return run_with<Plan, Where>(world, f, data, init, zero::Adam(a));
+  return zero::with_optimizer(optimizer_config(f), [&](auto optimizer) {
+    return run_with<Plan, Where>(world, f, data, init, std::move(optimizer));
+  });
 }
 
 History run_stage0(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);

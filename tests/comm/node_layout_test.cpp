@@ -6,8 +6,8 @@
 
 #include "comm_test.hpp"
 
-#include <zero/comm/detail/hierarchical_transport.hpp>
 #include <zero/comm/mpi_communicator.hpp>
+#include <zero/comm/transport/hierarchical_transport.hpp>
 #include <zero/core/error.hpp>
 
 #include <gtest/gtest.h>

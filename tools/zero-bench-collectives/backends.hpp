@@ -4,8 +4,8 @@
 // described collective some number of times and owns its buffers (host or device).
 
 #include <zero/comm/collective.hpp>
-#include <zero/comm/detail/native_collectives.hpp>
 #include <zero/comm/mpi_communicator.hpp>
+#include <zero/comm/transport/native_collectives.hpp>
 #include <zero/core/buffer.hpp>
 #if ZERO_HAS_CUDA
 #include <zero/comm/nccl_communicator.hpp>

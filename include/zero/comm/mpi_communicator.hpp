@@ -9,15 +9,15 @@
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
-#include "zero/comm/detail/hierarchical_transport.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
-#include "zero/comm/detail/mpi_transport.hpp"
-#include "zero/comm/detail/peer_liveness.hpp"
-#include "zero/comm/detail/progress_worker.hpp"
-#include "zero/comm/detail/shm_transport.hpp"
 #include "zero/comm/detail/validation.hpp"
 #include "zero/comm/mpi_environment.hpp"
 #include "zero/comm/options.hpp"
+#include "zero/comm/progress/peer_liveness.hpp"
+#include "zero/comm/progress/progress_worker.hpp"
+#include "zero/comm/transport/hierarchical_transport.hpp"
+#include "zero/comm/transport/mpi_transport.hpp"
+#include "zero/comm/transport/shm_transport.hpp"
 
 #include <boost/mpi/communicator.hpp>
 #include <mpi.h>

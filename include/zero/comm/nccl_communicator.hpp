@@ -32,38 +32,21 @@
 namespace zero {
 namespace detail {
 
-inline std::string nccl_message(ncclResult_t status, const char* call, const char* file, int line) {
-  return std::string(call) + " failed: " + ncclGetErrorString(status) + " at " + file + ":" +
-         std::to_string(line);
-}
+struct NcclStatus {
+  static bool ok(ncclResult_t status) noexcept { return status == ncclSuccess; }
+  static std::string message(ncclResult_t status, const char* call, const char* file, int line) {
+    return std::string(call) + " failed: " + ncclGetErrorString(status) + " at " + file + ":" +
+           std::to_string(line);
+  }
+};
 
 } // namespace detail
 } // namespace zero
 
 // Throwing, asserting and logging checks for NCCL calls, like the CUDA and MPI ones.
-#define ZERO_CHECK_NCCL(call)                                                                      \
-  do {                                                                                             \
-    const ncclResult_t zero_status_ = (call);                                                      \
-    if (zero_status_ != ncclSuccess)                                                               \
-      ::zero::fail(::zero::ErrorKind::nccl,                                                        \
-                   ::zero::detail::nccl_message(zero_status_, #call, __FILE__, __LINE__));         \
-  } while (false)
-#define ZERO_ASSERT_NCCL(call)                                                                     \
-  do {                                                                                             \
-    const ncclResult_t zero_status_ = (call);                                                      \
-    if (zero_status_ != ncclSuccess) {                                                             \
-      ::zero::detail::log_error(                                                                   \
-          ::zero::detail::nccl_message(zero_status_, #call, __FILE__, __LINE__));                  \
-      std::abort();                                                                                \
-    }                                                                                              \
-  } while (false)
-#define ZERO_LOG_NCCL(call)                                                                        \
-  do {                                                                                             \
-    const ncclResult_t zero_status_ = (call);                                                      \
-    if (zero_status_ != ncclSuccess)                                                               \
-      ::zero::detail::log_error(                                                                   \
-          ::zero::detail::nccl_message(zero_status_, #call, __FILE__, __LINE__));                  \
-  } while (false)
+#define ZERO_CHECK_NCCL(call) ZERO_CHECK_STATUS(::zero::detail::NcclStatus, nccl, call)
+#define ZERO_ASSERT_NCCL(call) ZERO_ASSERT_STATUS(::zero::detail::NcclStatus, call)
+#define ZERO_LOG_NCCL(call) ZERO_LOG_STATUS(::zero::detail::NcclStatus, call)
 
 namespace zero {
 namespace detail {

@@ -5,7 +5,7 @@
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
-#include "zero/comm/detail/completed_work.hpp"
+#include "zero/comm/progress/completed_work.hpp"
 
 #include <cstring>
 

@@ -16,31 +16,15 @@ inline std::string cuda_message(cudaError_t status, const char* call, const char
   return std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
          cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line);
 }
+struct CudaStatus {
+  static bool ok(cudaError_t status) noexcept { return status == cudaSuccess; }
+  static std::string message(cudaError_t status, const char* call, const char* file, int line) {
+    return cuda_message(status, call, file, line);
+  }
+};
 } // namespace zero::detail
 
-#define ZERO_CHECK_CUDA(call)                                                                      \
-  do {                                                                                             \
-    const cudaError_t zero_status_ = (call);                                                       \
-    if (zero_status_ != cudaSuccess)                                                               \
-      ::zero::fail(::zero::ErrorKind::cuda,                                                        \
-                   ::zero::detail::cuda_message(zero_status_, #call, __FILE__, __LINE__));         \
-  } while (false)
-
-#define ZERO_ASSERT_CUDA(call)                                                                     \
-  do {                                                                                             \
-    const cudaError_t zero_status_ = (call);                                                       \
-    if (zero_status_ != cudaSuccess) {                                                             \
-      ::zero::detail::log_error(                                                                   \
-          ::zero::detail::cuda_message(zero_status_, #call, __FILE__, __LINE__));                  \
-      std::abort();                                                                                \
-    }                                                                                              \
-  } while (false)
-
-#define ZERO_LOG_CUDA(call)                                                                        \
-  do {                                                                                             \
-    const cudaError_t zero_status_ = (call);                                                       \
-    if (zero_status_ != cudaSuccess)                                                               \
-      ::zero::detail::log_error(                                                                   \
-          ::zero::detail::cuda_message(zero_status_, #call, __FILE__, __LINE__));                  \
-  } while (false)
+#define ZERO_CHECK_CUDA(call) ZERO_CHECK_STATUS(::zero::detail::CudaStatus, cuda, call)
+#define ZERO_ASSERT_CUDA(call) ZERO_ASSERT_STATUS(::zero::detail::CudaStatus, call)
+#define ZERO_LOG_CUDA(call) ZERO_LOG_STATUS(::zero::detail::CudaStatus, call)
 #endif

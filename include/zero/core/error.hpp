@@ -79,6 +79,39 @@ inline void log_error(const std::string& message) noexcept {
 } // namespace detail
 } // namespace zero
 
+// The checks of a C library's status codes (CUDA, NCCL, MPI), written once. A library is described
+// by a type with `static bool ok(Status)` and `static std::string message(Status, const char* call,
+// const char* file, int line)`; its three macros are then one line each, e.g.
+//   #define ZERO_CHECK_CUDA(call) ZERO_CHECK_STATUS(::zero::detail::CudaStatus, cuda, call)
+// ZERO_CHECK_STATUS throws Error(kind); ZERO_ASSERT_STATUS reports and aborts (programming
+// errors); ZERO_LOG_STATUS only reports (destructors and noexcept paths).
+namespace zero::detail {
+template <class Library, class Status>
+void check_status(Status status, ErrorKind kind, const char* call, const char* file, int line) {
+  if (!Library::ok(status)) fail(kind, Library::message(status, call, file, line));
+}
+// Reports a failed status (and aborts, with `abort_after`), never throwing: for destructors and
+// noexcept paths.
+template <class Library, class Status>
+void report_status(Status status, bool abort_after, const char* call, const char* file,
+                   int line) noexcept {
+  if (Library::ok(status)) return;
+  try {
+    log_error(Library::message(status, call, file, line));
+  } catch (...) { // out of memory for the message
+    std::fprintf(stderr, "zero: %s failed at %s:%d\n", call, file, line);
+  }
+  if (abort_after) std::abort();
+}
+} // namespace zero::detail
+
+#define ZERO_CHECK_STATUS(Library, kind, call)                                                     \
+  ::zero::detail::check_status<Library>((call), ::zero::ErrorKind::kind, #call, __FILE__, __LINE__)
+#define ZERO_ASSERT_STATUS(Library, call)                                                          \
+  ::zero::detail::report_status<Library>((call), true, #call, __FILE__, __LINE__)
+#define ZERO_LOG_STATUS(Library, call)                                                             \
+  ::zero::detail::report_status<Library>((call), false, #call, __FILE__, __LINE__)
+
 #ifdef NDEBUG
 #define ZERO_ASSERT(expression) ((void)0)
 #else

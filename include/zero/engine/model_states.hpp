@@ -17,6 +17,7 @@
 #include "zero/engine/replicated_parameters.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/engine/sharded_parameters.hpp"
+#include "zero/engine/stores.hpp"
 #include "zero/stage/placement.hpp"
 
 #include <concepts>
@@ -63,6 +64,15 @@ class ModelStates {
   using Gradients = GradientStore<T, Plan, Comm, typename Where::gradients, Exec>;
   using OptimizerStates =
       typename detail::optimizer_store_for<Opt, Plan, typename Where::optimizer_states, Exec>::type;
+  static_assert(ParameterStore<Parameters, T>,
+                "zero: the parameter store of this placement does not provide the contract the "
+                "engine calls (zero::ParameterStore, engine/stores.hpp)");
+  static_assert(GradientStorage<Gradients, T, Comm>,
+                "zero: the gradient store of this placement does not provide the contract the "
+                "engine calls (zero::GradientStorage, engine/stores.hpp)");
+  static_assert(OptimizerStateStore<OptimizerStates>,
+                "zero: the optimizer store of this placement does not provide the contract the "
+                "engine calls (zero::OptimizerStateStore, engine/stores.hpp)");
 
  public:
   using value_type = T;

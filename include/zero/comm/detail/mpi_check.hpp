@@ -10,37 +10,18 @@
 #include <string>
 
 namespace zero::detail {
-inline std::string mpi_message(int status, const char* call, const char* file, int line) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  MPI_Error_string(status, text, &length);
-  return std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(length)) +
-         " at " + file + ":" + std::to_string(line);
-}
+struct MpiStatus {
+  static bool ok(int status) noexcept { return status == MPI_SUCCESS; }
+  static std::string message(int status, const char* call, const char* file, int line) {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(status, text, &length);
+    return std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(length)) +
+           " at " + file + ":" + std::to_string(line);
+  }
+};
 } // namespace zero::detail
 
-#define ZERO_CHECK_MPI(call)                                                                       \
-  do {                                                                                             \
-    const int zero_status_ = (call);                                                               \
-    if (zero_status_ != MPI_SUCCESS)                                                               \
-      ::zero::fail(::zero::ErrorKind::mpi,                                                         \
-                   ::zero::detail::mpi_message(zero_status_, #call, __FILE__, __LINE__));          \
-  } while (false)
-
-#define ZERO_ASSERT_MPI(call)                                                                      \
-  do {                                                                                             \
-    const int zero_status_ = (call);                                                               \
-    if (zero_status_ != MPI_SUCCESS) {                                                             \
-      ::zero::detail::log_error(                                                                   \
-          ::zero::detail::mpi_message(zero_status_, #call, __FILE__, __LINE__));                   \
-      std::abort();                                                                                \
-    }                                                                                              \
-  } while (false)
-
-#define ZERO_LOG_MPI(call)                                                                         \
-  do {                                                                                             \
-    const int zero_status_ = (call);                                                               \
-    if (zero_status_ != MPI_SUCCESS)                                                               \
-      ::zero::detail::log_error(                                                                   \
-          ::zero::detail::mpi_message(zero_status_, #call, __FILE__, __LINE__));                   \
-  } while (false)
+#define ZERO_CHECK_MPI(call) ZERO_CHECK_STATUS(::zero::detail::MpiStatus, mpi, call)
+#define ZERO_ASSERT_MPI(call) ZERO_ASSERT_STATUS(::zero::detail::MpiStatus, call)
+#define ZERO_LOG_MPI(call) ZERO_LOG_STATUS(::zero::detail::MpiStatus, call)

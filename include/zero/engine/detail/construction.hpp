@@ -80,9 +80,9 @@ void agree_on_options(Counted& world, const EngineOptions& options) {
   for (int r = 1; r < world.size(); ++r)
     for (std::size_t k = 0; k < mine.size(); ++k)
       if (all[std::size_t(r) * mine.size() + k] != all[k])
-        fail(ErrorKind::mismatch,
-             "engine: rank " + std::to_string(r) + " was given a different EngineOptions::" +
-                 settings[k].first + " than rank 0; every rank must pass the same options");
+        fail(ErrorKind::mismatch, "engine: rank " + std::to_string(r) +
+                                      " was given a different EngineOptions::" + settings[k].first +
+                                      " than rank 0; every rank must pass the same options");
 }
 
 // A DeepSpeed config names where states go; the placement type decides. They must agree ("cpu"

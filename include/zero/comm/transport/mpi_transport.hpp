@@ -12,11 +12,11 @@
 // (variable_blocks.hpp).
 
 #include "zero/comm/collective.hpp"
-#include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
-#include "zero/comm/detail/scratch_buffers.hpp"
-#include "zero/comm/detail/typed_dispatch.hpp"
-#include "zero/comm/detail/variable_blocks.hpp"
+#include "zero/comm/transport/host_reduce.hpp"
+#include "zero/comm/transport/scratch_buffers.hpp"
+#include "zero/comm/transport/typed_dispatch.hpp"
+#include "zero/comm/transport/variable_blocks.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 

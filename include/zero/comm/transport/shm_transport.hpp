@@ -26,13 +26,13 @@
 // Blocks of different sizes run on the same pipeline, in shm_variable_blocks.hpp.
 
 #include "zero/comm/collective.hpp"
-#include "zero/comm/detail/host_reduce.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
-#include "zero/comm/detail/native_collectives.hpp"
-#include "zero/comm/detail/shm_variable_blocks.hpp"
-#include "zero/comm/detail/thread_work.hpp"
-#include "zero/comm/detail/typed_dispatch.hpp"
 #include "zero/comm/detail/validation.hpp"
+#include "zero/comm/progress/thread_work.hpp"
+#include "zero/comm/transport/host_reduce.hpp"
+#include "zero/comm/transport/native_collectives.hpp"
+#include "zero/comm/transport/shm_variable_blocks.hpp"
+#include "zero/comm/transport/typed_dispatch.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/stream_copy.hpp"
 

@@ -7,8 +7,8 @@
 // peer), and the operation in progress is recorded for the termination report.
 
 #include "zero/comm/collective.hpp"
-#include "zero/comm/detail/termination_report.hpp"
-#include "zero/comm/detail/thread_work.hpp"
+#include "zero/comm/progress/termination_report.hpp"
+#include "zero/comm/progress/thread_work.hpp"
 
 #include <atomic>
 #include <chrono>

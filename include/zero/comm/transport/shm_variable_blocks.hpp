@@ -9,9 +9,9 @@
 // what is left of its own block. The reduction is the equal-block one: every element summed over
 // the ranks in rank order by reduce_sources, so the bits match reduce_scatter and all_reduce.
 
-#include "zero/comm/detail/host_reduce.hpp"
-#include "zero/comm/detail/variable_blocks.hpp"
 #include "zero/comm/reduce_op.hpp"
+#include "zero/comm/transport/host_reduce.hpp"
+#include "zero/comm/transport/variable_blocks.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -9,7 +9,7 @@
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
-#include "zero/comm/detail/mpi_transport.hpp"
+#include "zero/comm/transport/mpi_transport.hpp"
 #include "zero/core/dtype.hpp"
 
 #include <mpi.h>

@@ -1,0 +1,105 @@
+#pragma once
+// An optimizer from a DeepSpeed config's "optimizer" section (config/optimizer.hpp), with
+// DeepSpeed's meaning: "Adam" decouples weight decay like AdamW unless adam_w_mode is false (it is
+// true by default), "AdamW" is AdamW, "SGD" is torch.optim.SGD. The engine takes the optimizer's
+// type as a template parameter, so the optimizer is handed to `use`, called once with a zero::Adam,
+// zero::AdamW or zero::SGD; its result is returned:
+//
+//   return zero::with_optimizer(config, [&](auto optimizer) { return train(std::move(optimizer)); });
+//   zero::with_optimizer<zero::Adam, zero::AdamW>(config, use);   // only these (fewer to compile)
+//
+// A type the program did not list is refused by name.
+
+#include "zero/config/optimizer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/optim/sgd.hpp"
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace zero {
+
+// Which optimizer a config asks for, and its options.
+template <class Optimizer>
+struct FromConfig;
+
+template <>
+struct FromConfig<Adam> {
+  static constexpr const char* name = "Adam (adam_w_mode false)";
+  static bool asked(const config::OptimizerConfig& o) {
+    return o.type == config::OptimizerType::adam && !o.adam_w_mode;
+  }
+  static Adam make(const config::OptimizerConfig& o) {
+    AdamOptions a;
+    a.lr = o.lr;
+    a.betas = o.betas;
+    a.eps = o.eps;
+    a.weight_decay = o.weight_decay;
+    return Adam(a);
+  }
+};
+
+template <>
+struct FromConfig<AdamW> {
+  static constexpr const char* name = "AdamW (or Adam with adam_w_mode)";
+  static bool asked(const config::OptimizerConfig& o) {
+    return o.type != config::OptimizerType::sgd && o.decoupled_weight_decay();
+  }
+  static AdamW make(const config::OptimizerConfig& o) {
+    AdamWOptions a;
+    a.lr = o.lr;
+    a.betas = o.betas;
+    a.eps = o.eps;
+    a.weight_decay = o.weight_decay;
+    return AdamW(a);
+  }
+};
+
+template <>
+struct FromConfig<SGD> {
+  static constexpr const char* name = "SGD";
+  static bool asked(const config::OptimizerConfig& o) {
+    return o.type == config::OptimizerType::sgd;
+  }
+  static SGD make(const config::OptimizerConfig& o) {
+    SGDOptions s;
+    s.lr = o.lr;
+    s.momentum = o.momentum;
+    s.dampening = o.dampening;
+    s.weight_decay = o.weight_decay;
+    s.nesterov = o.nesterov;
+    return SGD(s);
+  }
+};
+
+template <class First, class... Rest, class Use>
+auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
+  using Result = std::invoke_result_t<Use&, First>;
+  static_assert(!std::is_void_v<Result>, "zero::with_optimizer: `use` must return a value");
+  std::optional<Result> result;
+  const auto try_one = [&]<class O>(std::type_identity<O>) {
+    if (result || !FromConfig<O>::asked(o)) return;
+    result.emplace(use(FromConfig<O>::make(o)));
+  };
+  try_one(std::type_identity<First>{});
+  (try_one(std::type_identity<Rest>{}), ...);
+  if (!result) {
+    std::string supported = FromConfig<First>::name;
+    ((supported += std::string(", ") + FromConfig<Rest>::name), ...);
+    fail(ErrorKind::unsupported, std::string("optimizer.type ") + config::to_string(o.type) +
+                                     (o.adam_w_mode ? "" : " with adam_w_mode false") +
+                                     ": this program runs " + supported);
+  }
+  return std::move(*result);
+}
+
+// Any of zero's optimizers.
+template <class Use>
+auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
+  return with_optimizer<Adam, AdamW, SGD>(o, std::forward<Use>(use));
+}
+
+} // namespace zero
