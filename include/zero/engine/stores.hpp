@@ -44,8 +44,8 @@ concept ParameterStore = requires(S& s, const S& cs, std::size_t l, View<const f
 // Where backward writes a layer's gradient, handed over when ready (reduced, or accumulated over
 // micro-steps), finished at the step, averaged over replica groups, and cleared after it.
 template <class S, class T, class Comm>
-concept GradientStorage =
-    requires(S& s, const S& cs, std::size_t l, MicroSteps::Arrival arrival, Comm& replica) {
+concept GradientStorage = requires(S& s, const S& cs, std::size_t l, MicroSteps::Arrival arrival,
+                                   Comm& replica) {
   { s.gradients(l) } -> std::same_as<View<T>>;
   s.ready(l, arrival);
   s.finish();

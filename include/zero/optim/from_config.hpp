@@ -5,8 +5,8 @@
 // type as a template parameter, so the optimizer is handed to `use`, called once with a zero::Adam,
 // zero::AdamW or zero::SGD; its result is returned:
 //
-//   return zero::with_optimizer(config, [&](auto optimizer) { return train(std::move(optimizer)); });
-//   zero::with_optimizer<zero::Adam, zero::AdamW>(config, use);   // only these (fewer to compile)
+//   return zero::with_optimizer(config, [&](auto optimizer) { return train(optimizer); });
+//   zero::with_optimizer<zero::Adam, zero::AdamW>(config, use); // only these: fewer to compile
 //
 // A type the program did not list is refused by name.
 
