@@ -1,5 +1,7 @@
 #pragma once
-// GradientStore<T, Plan, ...>: where gradients are written, accumulated and reduced.
+// GradientStore<T, Reduced, Written, Comm, Exec>: where gradients are written, accumulated and
+// reduced. Written says how the gradient backward writes is kept (sharded: stages 2/3 keep none
+// of it whole), Reduced how the reduced gradient is (sharded: stages 1-3), engine/kept.hpp.
 //   - Backward writes a layer's gradient (its parameters in order, compute type T) into the full
 //     gradient (stages 0/1, a replica) or into a scratch buffer (stages 2/3, which keep none).
 //   - grads_ready hands it to the reducer at once: reduce-scatter into this rank's shard through
@@ -16,6 +18,7 @@
 
 #include "zero/core/execution_space.hpp"
 #include "zero/engine/detail/layer_scratch.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/micro_steps.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
@@ -24,7 +27,6 @@
 #include "zero/reduce/in_place_all_reduce.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
-#include "zero/stage/plan.hpp"
 
 #include <cstddef>
 #include <cstring>
@@ -37,15 +39,14 @@
 
 namespace zero {
 
-template <Element T, ShardingPlanType Plan, Communicator Comm, HostAccessibleSpace Space,
-          ExecutionSpace Exec>
+template <Element T, KeptState Reduced, KeptState Written, Communicator Comm, ExecutionSpace Exec>
+requires HostAccessibleSpace<typename Reduced::space> &&
+    std::same_as<typename Reduced::space, typename Written::space>
 class GradientStore {
-  using Strategy =
-      std::conditional_t<Plan::optimizer_states, ReduceScatterGradients, AllReduceGradients>;
-  using Replica = ReplicatedIn<Space>;
+  using Strategy = std::conditional_t<Reduced::sharded, ReduceScatterGradients, AllReduceGradients>;
+  using Replica = ReplicatedIn<typename Reduced::space>;
   // What a rank reduces into: its shard, or (stage 0) the whole model.
-  using Owned = std::conditional_t<Plan::optimizer_states,
-                                   Sharded<typename Plan::partitioner, Space>, Replica>;
+  using Owned = typename Reduced::policy;
   template <class U>
   using OwnedTensor = ShardedTensor<U, Owned>;
 
@@ -53,25 +54,25 @@ class GradientStore {
   GradientStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
       : comm_(shard), model_(model), exec_(exec), scratch_(model.layers(), largest_layer(model)),
         layer_sums_(model.layers(), 0.0), summed_(model.layers(), false) {
-    require(!options.quantized_gradients || Plan::optimizer_states,
+    require(!options.quantized_gradients || Reduced::sharded,
             "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
             "gradients' reduce-scatter, and stage 0 all-reduces them; use stage 1, 2 or 3");
     const bool accumulating = options.gradient_accumulation_steps > 1;
-    accumulate_locally_ = accumulating && !Plan::gradients && !options.deterministic;
-    if constexpr (!Plan::gradients) written_.emplace(shard, model.replica);
+    accumulate_locally_ = accumulating && !Written::sharded && !options.deterministic;
+    if constexpr (!Written::sharded) written_.emplace(shard, model.replica);
     DType bucket_dtype = options.reduction_dtype();
     ReduceTarget target;
     if (accumulate_locally_) {
       accumulator_.emplace(shard, model.replica);
       bucket_dtype = DType::float32;
-      if constexpr (Plan::optimizer_states)
+      if constexpr (Reduced::sharded)
         target = owned_target(make_owned<float>(), Delivery::assign);
       else
         target = owned_target(&*accumulator_, Delivery::assign); // reduced in place
     } else if (accumulating) {
       target = owned_target(make_owned<float>(), Delivery::accumulate);
-    } else if (!Plan::optimizer_states && bucket_dtype == dtype_of<T>) {
-      if constexpr (!Plan::optimizer_states) {
+    } else if (!Reduced::sharded && bucket_dtype == dtype_of<T>) {
+      if constexpr (!Reduced::sharded) {
         // Stage 0 reduces the gradient where backward wrote it: no bucket copies.
         target = owned_target(&*written_, Delivery::assign);
         in_place_ = std::make_unique<InPlaceAllReduce<Comm, T>>(
@@ -90,7 +91,7 @@ class GradientStore {
         shard, *model.sharded, model.images,
         typename BucketedReducer<Comm, Strategy>::Options{
             options.reduce_bucket_elements, bucket_dtype, ReduceOp::avg,
-            Plan::optimizer_states ? options.gradient_quantization() : std::nullopt});
+            Reduced::sharded ? options.gradient_quantization() : std::nullopt});
   }
 
   GradientStore(const GradientStore&) = delete;
@@ -100,7 +101,7 @@ class GradientStore {
   View<T> gradients(std::size_t l) {
     const std::size_t numel = model_.sharded->layer(l).numel;
     if (numel == 0) return {}; // nothing to write, nothing to hand over
-    if constexpr (!Plan::gradients)
+    if constexpr (!Written::sharded)
       return written_->block(l).first(numel);
     else
       return scratch_[l].view().first(numel);
@@ -119,7 +120,7 @@ class GradientStore {
     } else {
       reducer_->add(l, grads);
     }
-    if constexpr (Plan::gradients) scratch_.release(l);
+    if constexpr (Written::sharded) scratch_.release(l);
   }
 
   // Waits for the reduction of the last micro-step.
@@ -233,7 +234,7 @@ class GradientStore {
       using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
       if constexpr (GradientElement<G>) {
         const View<const G> owned = reduced.block(l);
-        if constexpr (Plan::optimizer_states) {
+        if constexpr (Reduced::sharded) {
           layer_sums_[l] = sum_of_squares(owned);
         } else if (model_.images.in_order(l)) {
           const Range mine = model_.my_flat_range(l);

@@ -9,6 +9,7 @@
 
 #include "zero/core/nvme.hpp"
 #include "zero/engine/gradient_store.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/micro_steps.hpp"
 #include "zero/engine/model_layout.hpp"
@@ -29,23 +30,28 @@
 namespace zero {
 
 namespace detail {
-// The stores for each place. Memory here; the NVMe tier's stores are in
-// <zero/offload/nvme_stores.hpp>, which a program placing states on zero::nvme includes (with the
-// zero::nvme link target): without it these specialisations stay incomplete types.
-template <class Opt, class Plan, class Space, class Exec>
+// The stores for each place, given how they keep their states (engine/kept.hpp). Memory here; the
+// NVMe tier's stores are in <zero/offload/nvme_stores.hpp>, which a program placing states on
+// zero::nvme includes (with the zero::nvme link target): without it these specialisations stay
+// incomplete types.
+template <class Opt, class K, class Exec>
 struct optimizer_store_for {
-  using type = OptimizerStore<Opt, Plan, Space, Exec>;
+  using type = OptimizerStore<Opt, K, Exec>;
 };
-template <class Opt, class Plan, class Exec>
-struct optimizer_store_for<Opt, Plan, nvme, Exec>;
+template <class Opt, class Partitioner, class Exec>
+struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec>;
 
-template <class T, class Plan, class Comm, class Space>
+// K: how the parameters are kept; Updated: how the optimizer states are (what a step updates).
+template <class T, class K, class Updated, class Comm, bool = K::sharded>
 struct parameter_store_for {
-  using type = std::conditional_t<Plan::parameters, ShardedParameters<T, Plan, Comm, Space>,
-                                  ReplicatedParameters<T, Plan, Comm, Space>>;
+  using type = ShardedParameters<T, K, Comm>;
 };
-template <class T, class Plan, class Comm>
-struct parameter_store_for<T, Plan, Comm, nvme>;
+template <class T, class K, class Updated, class Comm>
+struct parameter_store_for<T, K, Updated, Comm, false> {
+  using type = ReplicatedParameters<T, Updated, Comm, typename K::space>;
+};
+template <class T, class Partitioner, class Updated, class Comm>
+struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, true>;
 
 template <class Space>
 constexpr const char* place_name() {
@@ -59,11 +65,15 @@ constexpr const char* place_name() {
 template <Element T, ShardingPlanType Plan, Communicator Comm, PlacementType Where, Optimizer Opt>
 class ModelStates {
   using Exec = typename Where::execution_space;
-  using Parameters =
-      typename detail::parameter_store_for<T, Plan, Comm, typename Where::parameters>::type;
-  using Gradients = GradientStore<T, Plan, Comm, typename Where::gradients, Exec>;
-  using OptimizerStates =
-      typename detail::optimizer_store_for<Opt, Plan, typename Where::optimizer_states, Exec>::type;
+  // How each state is kept, from the plan and the placement: the stores read neither.
+  using KeptParams = KeptParameters<Plan, typename Where::parameters>;
+  using KeptOptimizer = KeptOptimizerStates<Plan, typename Where::optimizer_states>;
+  using Parameters = typename detail::parameter_store_for<T, KeptParams, KeptOptimizer, Comm>::type;
+  // The reduced gradient is kept as the optimizer states are (they are updated together), in the
+  // gradients' space; backward's gradient as the plan keeps gradients.
+  using Gradients = GradientStore<T, KeptOptimizerStates<Plan, typename Where::gradients>,
+                                  KeptGradients<Plan, typename Where::gradients>, Comm, Exec>;
+  using OptimizerStates = typename detail::optimizer_store_for<Opt, KeptOptimizer, Exec>::type;
   static_assert(ParameterStore<Parameters, T>,
                 "zero: the parameter store of this placement does not provide the contract the "
                 "engine calls (zero::ParameterStore, engine/stores.hpp)");

@@ -1,12 +1,13 @@
 #pragma once
-// OptimizerStore<Opt, Plan, Space, Exec>: the fp32 master weights and the optimizer's moments, kept
-// in memory (host or pinned host), and the update. Stages 1-3 keep this rank's shard of them
-// (sharded tensors on the model's layout); stage 0 keeps all of them (replicas). The update is one
-// fused pass per layer over what this rank owns: it reads master, moments and the reduced
-// gradient, and writes master, moments and the new compute copy, which the parameter store then
-// shares (offload/ has the same store with the states on NVMe).
+// OptimizerStore<Opt, K, Exec>: the fp32 master weights and the optimizer's moments, kept
+// in memory (host or pinned host), and the update, kept as K says (engine/kept.hpp): stages 1-3
+// this rank's shard of them (sharded tensors on the model's layout), stage 0 all of them. The
+// update is one fused pass per layer over what this rank owns: it reads master, moments and the
+// reduced gradient, and writes master, moments and the new compute copy, which the parameter store
+// then shares (offload/ has the same store with the states on NVMe).
 
 #include "zero/core/execution_space.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/report.hpp"
@@ -15,7 +16,6 @@
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
-#include "zero/stage/plan.hpp"
 
 #include <array>
 #include <cstddef>
@@ -25,12 +25,10 @@
 
 namespace zero {
 
-template <Optimizer Opt, ShardingPlanType Plan, HostAccessibleSpace Space, ExecutionSpace Exec>
+template <Optimizer Opt, KeptState K, ExecutionSpace Exec>
+requires HostAccessibleSpace<typename K::space>
 class OptimizerStore {
-  using Policy =
-      std::conditional_t<Plan::optimizer_states, Sharded<typename Plan::partitioner, Space>,
-                         ReplicatedIn<Space>>;
-  using Tensor = ShardedTensor<float, Policy>;
+  using Tensor = ShardedTensor<float, typename K::policy>;
   static constexpr std::size_t states = Opt::state_tensors;
 
  public:
@@ -41,7 +39,7 @@ class OptimizerStore {
 
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
-    if constexpr (Plan::optimizer_states)
+    if constexpr (K::sharded)
       model_.pack_my_block(l, values.data(), master_.block(l).data());
     else
       convert_n(values.data(), master_.block(l).data(), values.size());
@@ -52,7 +50,7 @@ class OptimizerStore {
   std::vector<float> layer(Comm& shard, std::size_t l) const {
     const std::size_t numel = model_.sharded->layer(l).numel;
     std::vector<float> values(numel);
-    if constexpr (Plan::optimizer_states) {
+    if constexpr (K::sharded) {
       std::vector<float> image(model_.sharded->layer(l).flat_numel);
       gather_layer_image(shard, *model_.sharded, l, master_.block(l), View<float>(image)).wait();
       model_.images.unpack(l, image.data(), values.data());
@@ -77,10 +75,8 @@ class OptimizerStore {
 
   // --- checkpoints ------------------------------------------------------------------------------
   // What this rank keeps: its blocks of this layout (its shard, or rank 0 of the replica).
-  const ShardLayout& kept_layout() const noexcept {
-    return Plan::optimizer_states ? *model_.sharded : *model_.replica;
-  }
-  int kept_rank() const noexcept { return Plan::optimizer_states ? model_.rank : 0; }
+  const ShardLayout& kept_layout() const noexcept { return *K::layout(model_); }
+  int kept_rank() const noexcept { return K::rank(model_); }
   // f(tensor, layer, part, values) over every tensor (0: master weights, then the moments) of
   // every layer: positions `part` of this rank's block.
   template <class F>
@@ -112,11 +108,11 @@ class OptimizerStore {
 
   template <class Comm>
   Tensor make(Comm& shard) const {
-    return Tensor(shard, Plan::optimizer_states ? model_.sharded : model_.replica);
+    return Tensor(shard, K::layout(model_));
   }
-  template <class Comm, std::size_t... K>
-  std::array<Tensor, states> make_states(Comm& shard, std::index_sequence<K...>) const {
-    return {((void)K, make(shard))...};
+  template <class Comm, std::size_t... I>
+  std::array<Tensor, states> make_states(Comm& shard, std::index_sequence<I...>) const {
+    return {((void)I, make(shard))...};
   }
 
   const ModelLayout& model_;

@@ -1,13 +1,14 @@
 #pragma once
-// ReplicatedParameters<T, Plan, Comm, Space>: the compute copy of ZeRO stages 0-2, which every rank
-// keeps whole (a replica: each layer's parameters in order). acquire() is a view of it. The step
-// writes what this rank updated: stage 0 all of it; stages 1/2 its block of each layer, which an
-// all-gather then shares, launched as soon as the layer is updated and waited for only when the
+// ReplicatedParameters<T, Updated, Comm, Space>: the compute copy of ZeRO stages 0-2, which every
+// rank keeps whole (a replica: each layer's parameters in order). acquire() is a view of it. The
+// step writes what this rank updated: stage 0 all of it; stages 1/2 its block of each layer, which
+// an all-gather then shares, launched as soon as the layer is updated and waited for only when the
 // layer is next acquired, so the gathers overlap the rest of the update and the next forward.
 // Where a layer's image is its parameters in order (FlatContiguous), the gather runs in place;
 // other layouts gather into a staging image and unpack it.
 
 #include "zero/comm/communicator.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
@@ -15,7 +16,6 @@
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
-#include "zero/stage/plan.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -24,7 +24,9 @@
 
 namespace zero {
 
-template <Element T, ShardingPlanType Plan, GatheringCommunicator Comm, HostAccessibleSpace Space>
+// Updated: how the optimizer states are kept, which says what the step updates here (sharded: this
+// rank's block of each layer, then shared; not: all of it).
+template <Element T, KeptState Updated, GatheringCommunicator Comm, HostAccessibleSpace Space>
 class ReplicatedParameters {
   using Tensor = ShardedTensor<T, ReplicatedIn<Space>>;
 
@@ -40,7 +42,7 @@ class ReplicatedParameters {
     require(!options.quantized_weights,
             "engine: quantized_weights (zero_quantized_weights, ZeRO++'s qwZ) quantizes stage 3's "
             "parameter gathers, and this plan keeps whole parameters on every rank; use stage 3");
-    if constexpr (Plan::optimizer_states)
+    if constexpr (Updated::sharded)
       if (!model.images.all_in_order()) staging_.emplace(shard, model.replica);
   }
   ReplicatedParameters(const ReplicatedParameters&) = delete;
@@ -70,7 +72,7 @@ class ReplicatedParameters {
 
   // Where the step writes the new values of what this rank updates of layer l.
   View<T> update_target(std::size_t l) {
-    if constexpr (!Plan::optimizer_states) {
+    if constexpr (!Updated::sharded) {
       return copy_.block(l);
     } else {
       const Range mine = model_.my_flat_range(l);
@@ -86,7 +88,7 @@ class ReplicatedParameters {
   // launched once the whole update is done (run alongside it, they would compete with it for
   // memory bandwidth) and overlap the next forward instead.
   void end_update() {
-    if constexpr (Plan::optimizer_states) {
+    if constexpr (Updated::sharded) {
       for (std::size_t l = 0; l < gathers_.size(); ++l)
         gathers_[l] = gather_layer_image(comm_, *model_.sharded, l, View<const T>(update_target(l)),
                                          image(l));

@@ -1,10 +1,11 @@
 #pragma once
-// ShardedParameters<T, Plan, Comm, Space>: the compute copy of ZeRO stage 3, of which each rank
-// keeps only its block of every layer. acquire() gathers a layer for as long as its handle lives
-// (gather/parameter_gather.hpp, which also prefetches the next layer); the step writes this rank's
-// blocks in place and refreshes the layers that stay gathered.
+// ShardedParameters<T, K, Comm>: the compute copy of ZeRO stage 3 (K: sharded, engine/kept.hpp), of
+// which each rank keeps only its block of every layer. acquire() gathers a layer for as long as its
+// handle lives (gather/parameter_gather.hpp, which also prefetches the next layer); the step writes
+// this rank's blocks in place and refreshes the layers that stay gathered.
 
 #include "zero/comm/communicator.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
@@ -12,15 +13,14 @@
 #include "zero/gather/parameter_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
-#include "zero/stage/plan.hpp"
 
 #include <cstddef>
 
 namespace zero {
 
-template <Element T, ShardingPlanType Plan, GatheringCommunicator Comm, HostAccessibleSpace Space>
-class ShardedParameters {
-  using Tensor = ShardedTensor<T, Sharded<typename Plan::partitioner, Space>>;
+template <Element T, KeptState K, GatheringCommunicator Comm>
+requires(K::sharded&& HostAccessibleSpace<typename K::space>) class ShardedParameters {
+  using Tensor = ShardedTensor<T, typename K::policy>;
   using Gather = ParameterGather<T, Comm>;
 
  public:

@@ -11,6 +11,7 @@
 
 #include "zero/comm/agreed.hpp"
 #include "zero/core/execution_space.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/offload_options.hpp"
 #include "zero/engine/options.hpp"
@@ -25,7 +26,6 @@
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
-#include "zero/stage/plan.hpp"
 
 #include <algorithm>
 #include <array>
@@ -37,10 +37,11 @@
 
 namespace zero {
 
-template <Optimizer Opt, ShardingPlanType Plan, ExecutionSpace Exec>
+template <Optimizer Opt, KeptState K, ExecutionSpace Exec>
 class NvmeOptimizerStore {
-  static_assert(Plan::optimizer_states, "zero: optimizer states on NVMe are sharded (stage 1-3)");
-  using Tensor = ShardedTensor<float, Sharded<typename Plan::partitioner, nvme>>;
+  static_assert(K::sharded, "zero: optimizer states on NVMe are sharded (stage 1-3)");
+  static_assert(std::same_as<typename K::space, nvme>);
+  using Tensor = ShardedTensor<float, typename K::policy>;
   static constexpr std::size_t states = Opt::state_tensors;
   static constexpr std::size_t tensors = 1 + states; // the master weights, then the moments
   static constexpr std::size_t unit = NvmeSlice<float>::unit_elements;
@@ -190,8 +191,7 @@ class NvmeOptimizerStore {
       return t == 0 ? std::string("optimizer.master")
                     : "optimizer." + std::string(Opt::state_names[t - 1]);
     };
-    return {Tensor(shard, model_.sharded,
-                   Sharded<typename Plan::partitioner, nvme>{.space = {&tier, name(T)}})...};
+    return {Tensor(shard, model_.sharded, typename K::policy{.space = {&tier, name(T)}})...};
   }
   Tensor& master() noexcept { return tensors_[0]; }
 

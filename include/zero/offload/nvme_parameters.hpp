@@ -10,6 +10,7 @@
 #include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
+#include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
@@ -22,7 +23,6 @@
 #include "zero/offload/nvme_blocks.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
-#include "zero/stage/plan.hpp"
 
 #include <algorithm>
 #include <array>
@@ -35,10 +35,11 @@
 
 namespace zero {
 
-template <Element T, ShardingPlanType Plan, GatheringCommunicator Comm>
+template <Element T, KeptState K, GatheringCommunicator Comm>
 class NvmeParameters {
-  static_assert(Plan::parameters, "zero: parameters on NVMe are stage 3's shards");
-  using Tensor = ShardedTensor<T, Sharded<typename Plan::partitioner, nvme>>;
+  static_assert(K::sharded, "zero: parameters on NVMe are stage 3's shards");
+  static_assert(std::same_as<typename K::space, nvme>);
+  using Tensor = ShardedTensor<T, typename K::policy>;
   using Gather = ParameterGather<T, Comm>;
   static constexpr std::size_t unit = NvmeSlice<T>::unit_elements;
   static constexpr std::size_t staging_buffers = 2; // one being filled, one being written
@@ -56,8 +57,7 @@ class NvmeParameters {
                                            "parameters", "parameters", "nvme.parameters.nvme_path"),
                                        model.world_rank);
                      })),
-        shard_(shard, model.sharded,
-               Sharded<typename Plan::partitioner, nvme>{.space = {&tier_, "parameters"}}),
+        shard_(shard, model.sharded, typename K::policy{.space = {&tier_, "parameters"}}),
         in_memory_(
             agreed(shard, "allocating the parameter blocks kept in memory",
                    [&] { return keep_in_memory(model, options.nvme.parameters.max_in_cpu); })),

@@ -17,14 +17,14 @@
 
 namespace zero::detail {
 
-template <class Opt, class Plan, class Exec>
-struct optimizer_store_for<Opt, Plan, nvme, Exec> {
-  using type = NvmeOptimizerStore<Opt, Plan, Exec>;
+template <class Opt, class Partitioner, class Exec>
+struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
+  using type = NvmeOptimizerStore<Opt, Kept<true, Partitioner, nvme>, Exec>;
 };
 
-template <class T, class Plan, class Comm>
-struct parameter_store_for<T, Plan, Comm, nvme> {
-  using type = NvmeParameters<T, Plan, Comm>;
+template <class T, class Partitioner, class Updated, class Comm>
+struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, true> {
+  using type = NvmeParameters<T, Kept<true, Partitioner, nvme>, Comm>;
 };
 
 } // namespace zero::detail
