@@ -26,6 +26,19 @@ namespace zero {
 template <class Optimizer>
 struct FromConfig;
 
+namespace detail {
+// Adam's and AdamW's options share their fields (only the meaning of weight decay differs).
+template <class Options>
+Options adam_options(const config::OptimizerConfig& o) {
+  Options a;
+  a.lr = o.lr;
+  a.betas = o.betas;
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  return a;
+}
+} // namespace detail
+
 template <>
 struct FromConfig<Adam> {
   static constexpr const char* name = "Adam (adam_w_mode false)";
@@ -33,12 +46,7 @@ struct FromConfig<Adam> {
     return o.type == config::OptimizerType::adam && !o.adam_w_mode;
   }
   static Adam make(const config::OptimizerConfig& o) {
-    AdamOptions a;
-    a.lr = o.lr;
-    a.betas = o.betas;
-    a.eps = o.eps;
-    a.weight_decay = o.weight_decay;
-    return Adam(a);
+    return Adam(detail::adam_options<AdamOptions>(o));
   }
 };
 
@@ -49,12 +57,7 @@ struct FromConfig<AdamW> {
     return o.type != config::OptimizerType::sgd && o.decoupled_weight_decay();
   }
   static AdamW make(const config::OptimizerConfig& o) {
-    AdamWOptions a;
-    a.lr = o.lr;
-    a.betas = o.betas;
-    a.eps = o.eps;
-    a.weight_decay = o.weight_decay;
-    return AdamW(a);
+    return AdamW(detail::adam_options<AdamWOptions>(o));
   }
 };
 
