@@ -8,6 +8,7 @@
 // nccl-tests, so that busbw is comparable across ops and rank counts.
 
 #include "backends.hpp"
+#include "core_check.hpp"
 #include "options.hpp"
 #include "reference.hpp"
 
@@ -163,7 +164,7 @@ void print_row(const Row& r, const Options& o) {
 }
 
 void write_json(const std::string& path, const Options& o, const Backend& backend, int ranks,
-                const std::vector<Row>& rows) {
+                const CoreCheck& cores, const std::vector<Row>& rows) {
   std::ostringstream out;
   auto measure = [](const Measure& m) {
     return "{\"time_us\": " + std::to_string(m.time_us) +
@@ -174,7 +175,8 @@ void write_json(const std::string& path, const Options& o, const Backend& backen
       << "\",\n  \"description\": \"" << backend.describe() << "\",\n  \"ranks\": " << ranks
       << ",\n  \"dtype\": \"" << zero::to_string(o.dtype) << "\",\n  \"redop\": \""
       << zero::to_string(o.redop) << "\",\n  \"iterations\": " << o.iterations
-      << ",\n  \"results\": [\n";
+      << ",\n  \"core_check_gbps\": {\"min\": " << cores.min_gbps << ", \"max\": " << cores.max_gbps
+      << "},\n  \"round_trip_ns\": " << cores.round_trip_ns << ",\n  \"results\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     out << "    {\"op\": \"" << zero::to_string(r.op) << "\", \"size\": " << r.size_bytes
@@ -216,6 +218,11 @@ int run(int argc, char** argv) {
     zero::fail(zero::ErrorKind::invalid_argument,
                "--backend " + o.backend + " is not available in this build");
 
+  const CoreCheck cores = check_cores(MPI_COMM_WORLD);
+  if (rank == 0)
+    std::printf("# machine check: in-cache float sum, all ranks at once, %.1f-%.1f GB/s per rank; "
+                "round trip of a cache line between ranks %.0f ns\n",
+                cores.min_gbps, cores.max_gbps, cores.round_trip_ns);
   const std::vector<std::size_t> sizes = o.sizes();
   std::vector<Row> rows;
   Sweep sweep(o, *backend, rank, ranks);
@@ -264,7 +271,7 @@ int run(int argc, char** argv) {
     wrong += std::max(0LL, r.out_of_place.wrong) + std::max(0LL, r.in_place.wrong);
   if (rank == 0) {
     std::printf("#\n# Wrong elements       : %lld %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
-    if (!o.json.empty()) write_json(o.json, o, *backend, ranks, rows);
+    if (!o.json.empty()) write_json(o.json, o, *backend, ranks, cores, rows);
   }
   return wrong == 0 ? 0 : 1;
 }

@@ -14,12 +14,15 @@
 //                          tests); 0: the nodes MPI reports.
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of every transport (shared memory uses two per rank);
 //                          unset or 0: 1 MiB for shared memory, 2 MiB for the MPI transports.
-//   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast use Open MPI's own calls, whose
-//                          single-copy transfers beat staging through shared memory (no arithmetic,
-//                          so nothing about determinism changes); 0 keeps them on the pipeline.
-//   ZERO_NATIVE_BELOW_BYTES=4194304   2-rank all_reduce of non-half types below this size uses
-//                          Open MPI's own call (bit-identical for 2 ranks), and so does a 2-rank
-//                          reduce_scatter below the smaller of this and 128 KiB; 0 never.
+//   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast of at least
+//                          ZERO_NATIVE_GATHERS_FROM_BYTES (default 32 MiB) use Open MPI's own
+//                          calls, whose single-copy transfers beat staging through shared memory
+//                          on large messages (no arithmetic, so nothing about determinism
+//                          changes); 0 keeps every gather on the pipeline.
+//   ZERO_NATIVE_BELOW_BYTES=0   2-rank all_reduce of non-half types below this size uses Open MPI's
+//                          own call (bit-identical for 2 ranks), and so does a 2-rank
+//                          reduce_scatter below the smaller of this and 128 KiB; 0 (the default,
+//                          measured: the pipeline is faster at every size) never.
 //   ZERO_INLINE_BELOW_BYTES=4194304  a collective smaller than this that finds the progress thread
 //                          idle runs on the calling thread instead (the same code, so the same bits
 //                          and checks; the call returns complete); 0 never.
@@ -28,6 +31,7 @@
 #include "zero/core/error.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace zero {
@@ -69,8 +73,16 @@ struct CommOptions {
   // 0: the transport's own default, shm_chunk_bytes or network_chunk_bytes below; the
   // communicator's options() report the chunk in force.
   std::size_t chunk_bytes = 0;
+  // Measured on 2-rank, 2-core nodes (docs/collective-benchmark.md, "Small messages and Open MPI"):
+  // Open MPI's single-copy gathers win from 64 MiB (the pipeline: 0.76-0.86x), the pipeline below
+  // 16 MiB (1.3-3.4x), and the pipeline's reductions at every size (1.4-19x).
   bool native_gathers = true;
-  std::size_t native_below_bytes = std::size_t{4} << 20;
+  std::size_t native_gathers_from_bytes = std::size_t{32} << 20;
+  std::size_t native_below_bytes = 0;
+  // The threshold in force for gathers: SIZE_MAX when native_gathers is off.
+  std::size_t gathers_to_mpi_from_bytes() const noexcept {
+    return native_gathers ? native_gathers_from_bytes : SIZE_MAX;
+  }
   // Measured on 2-rank, 2-core nodes (docs/collective-benchmark.md): a hand-off costs 5-40 us and
   // up to a quarter of a 1-4 MB call waited for at once, and train_mlp's steps ran 2-10% faster
   // with calls under 4 MiB inline; larger calls keep their overlap with the caller's work.
@@ -88,6 +100,11 @@ struct CommOptions {
     if (auto v = detail::env_number("ZERO_TIMEOUT_S")) o.timeout_seconds = *v;
     if (auto v = detail::env_number("ZERO_CHUNK_BYTES"))
       o.chunk_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_flag("ZERO_NATIVE_GATHERS")) o.native_gathers = *v;
+    if (auto v = detail::env_number("ZERO_NATIVE_GATHERS_FROM_BYTES"))
+      o.native_gathers_from_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_number("ZERO_NATIVE_BELOW_BYTES"))
+      o.native_below_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_number("ZERO_INLINE_BELOW_BYTES"))
       o.inline_below_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_value("ZERO_MPI_TRANSPORT")) {

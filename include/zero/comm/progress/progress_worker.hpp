@@ -109,11 +109,9 @@ class ProgressWorker {
 
   // Runs one operation where the watchdog and the termination report see it, then completes it.
   void execute_watched(const std::shared_ptr<ThreadWork>& work) {
-    set_running(work);
-    if (work->task())
-      record_.begin(work->description());
-    else
-      record_.begin(work->args());
+    const std::int64_t began =
+        work->task() ? record_.begin(work->description()) : record_.begin(work->args());
+    set_running(work, began);
     std::exception_ptr error;
     try {
       if (work->task())
@@ -124,7 +122,7 @@ class ProgressWorker {
       error = std::current_exception();
     }
     record_.end();
-    set_running(nullptr);
+    set_running(nullptr, 0);
     unfinished_.fetch_sub(1, std::memory_order_acq_rel);
     work->complete(error);
   }
@@ -163,10 +161,10 @@ class ProgressWorker {
     }
   }
 
-  void set_running(std::shared_ptr<ThreadWork> work) {
+  void set_running(std::shared_ptr<ThreadWork> work, std::int64_t since_ns) {
     std::lock_guard lock(running_mutex_);
     running_ = std::move(work);
-    running_since_ = now_ns();
+    running_since_ = since_ns;
   }
 
   static std::int64_t now_ns() {

@@ -37,7 +37,9 @@ class OperationRecord {
     if (slot_) slot_->taken.store(false, std::memory_order_release);
   }
 
-  void begin(const CollectiveArgs& args) noexcept {
+  // Both begin()s return when the operation began (CLOCK_MONOTONIC, ns), for the watchdog.
+  std::int64_t begin(const CollectiveArgs& args) noexcept {
+    if (!slot_) return now_ns(); // more communicators than slots: unreported
     Entry& e = next_entry();
     e.kind = args.kind;
     e.dtype = args.dtype;
@@ -46,15 +48,16 @@ class OperationRecord {
     e.count = args.count;
     e.variable = args.variable_counts();
     e.task[0] = '\0';
-    publish();
+    return publish();
   }
   // An operation other than a collective (e.g. "split(1, 0)").
-  void begin(std::string_view task) noexcept {
+  std::int64_t begin(std::string_view task) noexcept {
+    if (!slot_) return now_ns();
     Entry& e = next_entry();
     const std::size_t n = std::min(task.size(), e.task.size() - 1);
     std::copy_n(task.data(), n, e.task.data());
     e.task[n] = '\0';
-    publish();
+    return publish();
   }
   void end() noexcept {
     if (slot_) slot_->running.store(false, std::memory_order_release);
@@ -84,11 +87,13 @@ class OperationRecord {
     const int next = slot_->published.load(std::memory_order_relaxed) == 0 ? 1 : 0;
     return slot_->entries[static_cast<std::size_t>(next)];
   }
-  void publish() noexcept {
+  std::int64_t publish() noexcept {
+    const std::int64_t now = now_ns();
     const int next = slot_->published.load(std::memory_order_relaxed) == 0 ? 1 : 0;
-    slot_->since_ns.store(now_ns(), std::memory_order_relaxed);
+    slot_->since_ns.store(now, std::memory_order_relaxed);
     slot_->published.store(next, std::memory_order_release);
     slot_->running.store(true, std::memory_order_release);
+    return now;
   }
   // Communicators alive at once in one process: the world, the engine's groups, a few more.
   static constexpr std::size_t max_slots = 64;

@@ -47,7 +47,10 @@ inline void run_native(MPI_Comm comm, const CollectiveArgs& a) {
   int rank = 0, ranks = 1;
   ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   ZERO_CHECK_MPI(MPI_Comm_size(comm, &ranks));
-  require(native_supports(a, ranks), "MPI cannot run " + a.describe() + " as one call");
+  // (Not require(): its message would be built on every call, a describe() and two allocations
+  // that cost 7% of a 4 KiB all_gather.)
+  if (!native_supports(a, ranks))
+    fail(ErrorKind::invalid_argument, "MPI cannot run " + a.describe() + " as one call");
   const std::size_t element = a.element_bytes();
   const int bytes = static_cast<int>(a.count * element);
   if (a.kind == Collective::barrier) {

@@ -31,14 +31,13 @@
 #include "zero/comm/progress/thread_work.hpp"
 #include "zero/comm/transport/host_reduce.hpp"
 #include "zero/comm/transport/native_collectives.hpp"
+#include "zero/comm/transport/peer_signal.hpp"
 #include "zero/comm/transport/shm_variable_blocks.hpp"
 #include "zero/comm/transport/typed_dispatch.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/stream_copy.hpp"
 
 #include <mpi.h>
-#include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,14 +55,15 @@ class ShmTransport {
   // Collective over `comm`, whose ranks must share one node.
   // Collectives that Open MPI does faster on one node (see prefers_native) are handed to it,
   // after the usual signature check.
-  ShmTransport(MPI_Comm comm, std::size_t chunk_bytes, bool native_gathers = false,
-               std::size_t native_below_bytes = 0)
-      : comm_(comm), native_gathers_(native_gathers), native_below_bytes_(native_below_bytes) {
+  ShmTransport(MPI_Comm comm, std::size_t chunk_bytes,
+               std::size_t native_gathers_from_bytes = SIZE_MAX, std::size_t native_below_bytes = 0)
+      : comm_(comm), native_gathers_from_bytes_(native_gathers_from_bytes),
+        native_below_bytes_(native_below_bytes) {
     ZERO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     // A chunk holds whole 64-byte lines for every rank's sub-range.
     chunk_bytes_ = std::max<std::size_t>(chunk_bytes / 64 * 64, 4096);
-    const std::size_t segment = 64 + 2 * chunk_bytes_;
+    const std::size_t segment = sizeof(Header) + 2 * chunk_bytes_;
     MPI_Info info;
     ZERO_CHECK_MPI(MPI_Info_create(&info));
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
@@ -95,18 +95,20 @@ class ShmTransport {
 
   std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
 
-  // Measured on 2-core nodes (docs/collective-benchmark.md): Open MPI's single-copy gathers and
-  // broadcasts beat the two copies of staging at every size, and its 2-rank all-reduce beats the
-  // pipeline below a few MB. A gather does no arithmetic, and a 2-rank sum is a0 + a1 in any
-  // algorithm, so results stay bit-identical and rank-ordered; with 3 or more ranks the order of
-  // MPI's sums is unknown, so those reductions stay here.
-  // The same holds for a 2-rank reduce-scatter, whose pipeline Open MPI's call beats only on small
-  // inputs (2.0-2.7 against 1.4-1.7 GB/s at 4-64 KiB; from 256 KiB the pipeline is 1.7-3x faster).
+  // Measured on 2-core nodes (docs/collective-benchmark.md, "Small messages and Open MPI"): with
+  // peers that sleep instead of yielding, the pipeline beats Open MPI's calls at every size but
+  // one: gathers of 64 MiB and more, where Open MPI's single-copy transfers read the peer's buffer
+  // directly instead of staging it (0.76-0.86x for the pipeline there, 1.3-3.4x below 16 MiB).
+  // Hence CommOptions::native_gathers_from_bytes. A gather does no arithmetic, and a 2-rank sum is
+  // a0 + a1 in any algorithm, so results stay bit-identical and rank-ordered whichever runs; with 3
+  // or more ranks the order of MPI's sums is unknown, so those reductions always stay here.
+  // A 2-rank reduce-scatter is handed over only below the smaller of native_below_bytes and this:
   static constexpr std::size_t native_reduce_scatter_below_bytes = std::size_t{128} << 10;
 
   bool prefers_native(const CollectiveArgs& a) const {
     if (!native_supports(a, size_)) return false;
-    if (a.kind == Collective::all_gather || a.kind == Collective::broadcast) return native_gathers_;
+    if (a.kind == Collective::all_gather || a.kind == Collective::broadcast)
+      return a.payload_bytes(size_) >= native_gathers_from_bytes_;
     if (size_ != 2) return false;
     if (a.kind == Collective::reduce_scatter)
       return a.payload_bytes(size_) <
@@ -136,15 +138,17 @@ class ShmTransport {
   friend void run_typed(Transport&, const CollectiveArgs&);
   template <class Shm>
   friend class ShmVariableBlocks;
-  // One cache line per rank (no false sharing between ranks' counters); MPI only promises the
+  // Two cache lines per rank (no false sharing between ranks' counters); MPI only promises the
   // window's base 8-byte alignment, which is all the atomics need.
   struct Header {
     std::atomic<std::uint64_t> phase{0};
+    PeerSignal signal; // phase's low half, for the futex a waiting peer sleeps on
+    std::uint64_t padding[5] = {};
     // By phase parity: count, packed fields, fingerprint of the per-rank counts.
     std::atomic<std::uint64_t> signature[2][3] = {};
-    std::uint64_t padding[1] = {};
+    std::uint64_t padding2[2] = {};
   };
-  static_assert(sizeof(Header) == 64 && alignof(Header) == 8);
+  static_assert(sizeof(Header) == 128 && alignof(Header) == 8);
 
   Header& header(int r) const {
     return *std::launder(reinterpret_cast<Header*>(segments_[std::size_t(r)]));
@@ -167,18 +171,10 @@ class ShmTransport {
   }
   template <class T>
   T* buffer(int r, int which) const {
-    return reinterpret_cast<T*>(segments_[std::size_t(r)] + 64 + std::size_t(which) * chunk_bytes_);
+    return reinterpret_cast<T*>(segments_[std::size_t(r)] + sizeof(Header) +
+                                std::size_t(which) * chunk_bytes_);
   }
   int next_buffer() noexcept { return static_cast<int>(chunk_++ & 1u); }
-
-  // Under CFS, sched_yield does not give the core to a thread of another process that shares it:
-  // two ranks spinning on one core (unbound ranks, more threads than cores) then advance once per
-  // time slice, about a millisecond. Sleeping for a moment hands the core over, and lets the
-  // scheduler move this thread to an idle core.
-  static void wait_for_peer() noexcept {
-    timespec pause{0, 1000};
-    nanosleep(&pause, nullptr);
-  }
 
   void signal_and_wait() {
     ++phase_;
@@ -188,17 +184,13 @@ class ShmTransport {
     mine.signature[slot][1].store(packed(signature_), std::memory_order_relaxed);
     mine.signature[slot][2].store(signature_.counts_hash, std::memory_order_relaxed);
     mine.phase.store(phase_, std::memory_order_release);
+    signal_peers(mine.signal, static_cast<std::uint32_t>(phase_));
     bool agree = true;
     for (int r = 0; r < size_; ++r) {
       Header& other = header(r);
-      for (unsigned spin = 0; other.phase.load(std::memory_order_acquire) < phase_; ++spin) {
-        if (spin < 256)
-          cpu_relax();
-        else if (spin < 4096)
-          sched_yield(); // more ranks than cores: let the rank we wait for run
-        else
-          wait_for_peer(); // it still has not: give the core up
-      }
+      if (r != rank_)
+        wait_for_peer(other.signal,
+                      [&] { return other.phase.load(std::memory_order_acquire) >= phase_; });
       agree = agree &&
               other.signature[slot][0].load(std::memory_order_relaxed) == signature_.count &&
               other.signature[slot][1].load(std::memory_order_relaxed) == packed(signature_) &&
@@ -332,7 +324,7 @@ class ShmTransport {
   }
 
   MPI_Comm comm_;
-  bool native_gathers_ = false;
+  std::size_t native_gathers_from_bytes_ = SIZE_MAX;
   std::size_t native_below_bytes_ = 0;
   MPI_Win window_ = MPI_WIN_NULL;
   int rank_ = 0;
