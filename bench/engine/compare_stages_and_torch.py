@@ -8,6 +8,7 @@ data, batch and world size, and a check that both sides compute the same losses:
     zero stage 3   FSDP2 fully_shard(reshard_after_forward=True), Adam(fused=True)
 
     compare_stages_and_torch.py --train-mlp build/release/examples/train_mlp/train_mlp
+    compare_stages_and_torch.py --train-mlp ... --stages 0,2 --busy 1   # one core busy throughout
 
 Defaults: 2 ranks x 1 thread (OMP_NUM_THREADS=1, torch.set_num_threads(1)), CPU, gloo, fp32, an
 MLP of 1024,2048x5,1024 (21.0M parameters, tanh, MSE), global batch 16, Adam lr 1e-3, zero's
@@ -185,7 +186,7 @@ def compare(args):
         notes.append(f"torch {torch.__version__} has no fused CPU Adam (2.4 and later): its rows use "
                      "torch.optim.Adam's default implementation.")
     pairings = []
-    for stage, wrapping in PAIRINGS:
+    for stage, wrapping in [p for p in PAIRINGS if str(p[0]) in args.stages.split(",")]:
         if wrapping.startswith("fsdp2") and not features["fsdp2"]:
             notes.append(f"skipped: zero stage {stage} vs {reference.WRAPPINGS[wrapping]}: torch {torch.__version__} "
                          "has no FSDP2 (torch.distributed.fsdp.fully_shard, 2.4 and later).")
@@ -201,43 +202,50 @@ def compare(args):
     loss_error = {stage: 0.0 for stage, _ in pairings}
     with tempfile.TemporaryDirectory() as directory:
         reference.make_inputs(directory, widths, args.rows, seed=args.seed)
-        flags = {"--layers": args.layers, "--steps": steps, "--batch": args.batch, "--bucket": args.bucket,
-                 "--optimizer": "adam", "--lr": args.lr, "--data-npy": directory, "--init-npy": directory,
-                 "--print-every": 10 ** 9}
-        spec = {"widths": widths, "batch": args.batch, "steps": steps, "lr": args.lr, "weight_decay": 0.0,
-                "optimizer": "adam", "fused": fused, "threads": args.threads}
-        for round_index in range(args.rounds):
-            for stage, wrapping in pairings:
-                def run_zero():
-                    report = reference.run_train_mlp(args.train_mlp, args.mpirun, args.ranks,
-                                                     dict(flags, **{"--stage": stage}), threads=args.threads)
-                    zero_times[stage].append(statistics.median(report["step_seconds"][args.warmup:]))
-                    zero_update[stage].append(report["rank0_seconds"]["step"] / steps)
-                    return report["loss"]
+        busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.busy)]
+        try:
+            flags = {"--layers": args.layers, "--steps": steps, "--batch": args.batch, "--bucket": args.bucket,
+                     "--optimizer": "adam", "--lr": args.lr, "--data-npy": directory, "--init-npy": directory,
+                     "--print-every": 10 ** 9}
+            spec = {"widths": widths, "batch": args.batch, "steps": steps, "lr": args.lr, "weight_decay": 0.0,
+                    "optimizer": "adam", "fused": fused, "threads": args.threads}
+            for round_index in range(args.rounds):
+                for stage, wrapping in pairings:
+                    def run_zero():
+                        report = reference.run_train_mlp(args.train_mlp, args.mpirun, args.ranks,
+                                                         dict(flags, **{"--stage": stage}), threads=args.threads)
+                        zero_times[stage].append(statistics.median(report["step_seconds"][args.warmup:]))
+                        zero_update[stage].append(report["rank0_seconds"]["step"] / steps)
+                        return report["loss"]
 
-                def run_torch():
-                    try:
-                        result = reference.train_torch(dict(spec, wrapping=wrapping), args.ranks, directory)
-                    except Exception as error:  # a rare gloo teardown abort; a second failure is real
-                        log(f"the torch run failed ({error}); running it again")
-                        result = reference.train_torch(dict(spec, wrapping=wrapping), args.ranks, directory)
-                    torch_times[stage].append(statistics.median(result["step_seconds"][args.warmup:]))
-                    return result["loss"]
+                    def run_torch():
+                        try:
+                            result = reference.train_torch(dict(spec, wrapping=wrapping), args.ranks, directory)
+                        except Exception as error:  # a rare gloo teardown abort; a second failure is real
+                            log(f"the torch run failed ({error}); running it again")
+                            result = reference.train_torch(dict(spec, wrapping=wrapping), args.ranks, directory)
+                        torch_times[stage].append(statistics.median(result["step_seconds"][args.warmup:]))
+                        return result["loss"]
 
-                if round_index % 2 == 0:
-                    zero_loss, torch_loss = run_zero(), run_torch()
-                else:
-                    torch_loss, zero_loss = run_torch(), run_zero()
-                loss_error[stage] = max(loss_error[stage], reference.relative_difference(zero_loss, torch_loss))
-                log(f"round {round_index + 1}/{args.rounds}, stage {stage}: zero {zero_times[stage][-1] * 1e3:.1f} ms, "
-                    f"{reference.WRAPPINGS[wrapping]} {torch_times[stage][-1] * 1e3:.1f} ms, "
-                    f"losses {loss_error[stage]:.1e} apart")
+                    if round_index % 2 == 0:
+                        zero_loss, torch_loss = run_zero(), run_torch()
+                    else:
+                        torch_loss, zero_loss = run_torch(), run_zero()
+                    loss_error[stage] = max(loss_error[stage], reference.relative_difference(zero_loss, torch_loss))
+                    log(f"round {round_index + 1}/{args.rounds}, stage {stage}: zero {zero_times[stage][-1] * 1e3:.1f} ms, "
+                        f"{reference.WRAPPINGS[wrapping]} {torch_times[stage][-1] * 1e3:.1f} ms, "
+                        f"losses {loss_error[stage]:.1e} apart")
+        finally:
+            for loop in busy:
+                loop.kill()
+                loop.wait()
 
     print(f"Machine: {machine()}; torch {torch.__version__} ({sys.executable}).")
     print(f"MLP {args.layers} ({reference.parameter_count(widths) / 1e6:.1f}M parameters, tanh, MSE), global batch "
           f"{args.batch}, {args.ranks} ranks x {args.threads} thread, CPU, gloo, fp32, Adam lr {args.lr}; zero's "
           f"reduction buckets {args.bucket} elements. Time per step: median of {args.steps} steps after "
-          f"{args.warmup} warm-up (slowest rank), median of {args.rounds} rounds alternating zero and torch.\n")
+          f"{args.warmup} warm-up (slowest rank), median of {args.rounds} rounds alternating zero and torch"
+          f"{f'; {args.busy} busy loop(s) beside the ranks throughout' if args.busy else ''}.\n")
     print("| pairing | zero ms/step | zero step() ms (rank 0) | torch ms/step | speedup | loss agreement |")
     print("|---|---|---|---|---|---|")
     worst = 0.0
@@ -278,6 +286,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--stages", default="0,1,2,3", help="zero stages to pair (default: %(default)s)")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="busy loops beside the ranks for the whole run, both sides (default: none): a "
+                             "trainer's own threads share the cores with its collectives")
     parser.add_argument("--loss-tolerance", type=float, default=1e-5)
     parser.add_argument("--in-interpreter", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

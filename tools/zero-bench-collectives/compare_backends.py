@@ -41,7 +41,7 @@ def run(args, backend, op, path, env_extra):
         report = launch(args, backend, op, path, env_extra, size_range)
         CORE_CHECKS.append(report["core_check_gbps"]["min"])
         ROUND_TRIPS.append(report["round_trip_ns"])
-        rows += report["results"]
+        rows += [dict(row, round_trip_ns=report["round_trip_ns"]) for row in report["results"]]
     return rows
 
 
@@ -105,6 +105,7 @@ def main():
                         help="launches of each backend (and op), alternating (default: %(default)s)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE,...",
                         help="one more column: zero with these ZERO_* settings (repeatable)")
+    parser.add_argument("--json", help="write every launch's figures and machine check to this file")
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside the ranks (default: none)")
     parser.add_argument("--blocking", action="store_true")
     parser.add_argument("--compare-inline", action="store_true")
@@ -117,6 +118,7 @@ def main():
         name, _, settings = variant.partition(":")
         variants.append((name, "mpi", dict(kv.split("=", 1) for kv in settings.split(",") if kv)))
     samples = {}  # (op, size, placement, variant) -> [busbw], one per launch round
+    launches = []  # every measurement with its launch's machine check, for --json
     wrong = 0
     with tempfile.TemporaryDirectory() as directory, busy_loops(args.busy):
         for round_index in range(args.launches):
@@ -128,6 +130,10 @@ def main():
                         for placement in ("out_of_place", "in_place"):
                             key = (op, row["size"], placement, name)
                             samples.setdefault(key, []).append(row[placement]["busbw"])
+                            launches.append({"round": round_index, "op": op, "size": row["size"],
+                                              "placement": placement, "variant": name,
+                                              "busbw": row[placement]["busbw"],
+                                              "round_trip_ns": row["round_trip_ns"]})
                             wrong += max(0, row[placement]["wrong"])
     mode = "each call waited for" if args.blocking else "all iterations in flight"
     busy = f", {args.busy} busy loop{'s' if args.busy > 1 else ''} beside the ranks" if args.busy else ", quiet"
@@ -153,6 +159,9 @@ def main():
                         for name in extra)
         print(f"| {op} | {size_text(size)} | {placement.replace('_', '-')} | {spread(raw)} | {spread(mine)} | "
               f"{max(mine) / min(mine):.2f} | {statistics.median(ratios):.2f}x ({min(ratios):.2f}x) |{cells}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "launches": launches}, f, indent=1)
     print(f"\nLowest median ratio: {worst_ratio:.2f}x; widest spread of zero: {worst_spread:.2f} (max/min). "
           f"Machine check of the launches: in-cache float sum (slowest rank) {spread(CORE_CHECKS)} GB/s; round "
           f"trip of a cache line between ranks {spread(ROUND_TRIPS)} ns, under 200 ns in "

@@ -12,6 +12,7 @@
 #include <zero/comm/transport/host_reduce.hpp>
 
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,7 +51,22 @@ inline double in_cache_sum_gbps() {
   return best;
 }
 
-// Rank 0 bounces a counter with each other rank on the node in turn; the best of five batches.
+// Waits for `ball` to hold `value` (or `stop`): spins, and yields once the peer looks descheduled
+// (more ranks than cores, where spinning alone would wait for whole time slices).
+inline std::uint64_t await_ball(const std::atomic<std::uint64_t>& ball, std::uint64_t value,
+                                std::uint64_t stop) {
+  for (unsigned spin = 0;; ++spin) {
+    const std::uint64_t seen = ball.load(std::memory_order_acquire);
+    if (seen == value || seen == stop) return seen;
+    if (spin < 20000)
+      zero::detail::cpu_relax();
+    else
+      sched_yield();
+  }
+}
+
+// Rank 0 bounces a counter with each other rank on the node in turn: the best of five batches of
+// up to 2000 round trips or 10 ms each.
 inline double round_trip_ns(MPI_Comm comm) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
@@ -69,34 +85,36 @@ inline double round_trip_ns(MPI_Comm comm) {
     MPI_Win_shared_query(window, 0, &size, &unit, &base);
     auto* ball = static_cast<std::atomic<std::uint64_t>*>(base);
     if (rank == 0) new (ball) std::atomic<std::uint64_t>(0);
-    MPI_Barrier(node);
     constexpr std::uint64_t trips = 2000;
+    constexpr std::uint64_t stop = ~std::uint64_t{0};
     for (int peer = 1; peer < ranks; ++peer) {
       double best = 1e30;
       for (int batch = 0; batch < 5; ++batch) {
+        if (rank == 0) ball->store(0, std::memory_order_relaxed);
         MPI_Barrier(node);
         if (rank == 0) {
-          ball->store(0, std::memory_order_relaxed);
-          MPI_Barrier(node);
           const auto start = std::chrono::steady_clock::now();
-          for (std::uint64_t k = 0; k < trips; ++k) {
-            ball->store(2 * k + 1, std::memory_order_release);
-            while (ball->load(std::memory_order_acquire) != 2 * k + 2)
-              zero::detail::cpu_relax();
+          std::uint64_t done = 0;
+          for (; done < trips; ++done) {
+            ball->store(2 * done + 1, std::memory_order_release);
+            await_ball(*ball, 2 * done + 2, stop);
+            if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(10)) {
+              ++done;
+              break;
+            }
           }
+          ball->store(stop, std::memory_order_release);
           best = std::min(best, std::chrono::duration<double, std::nano>(
                                     std::chrono::steady_clock::now() - start)
                                         .count() /
-                                    double(trips));
-        } else {
-          MPI_Barrier(node);
-          if (rank == peer)
-            for (std::uint64_t k = 0; k < trips; ++k) {
-              while (ball->load(std::memory_order_acquire) != 2 * k + 1)
-                zero::detail::cpu_relax();
-              ball->store(2 * k + 2, std::memory_order_release);
-            }
+                                    double(done));
+        } else if (rank == peer) {
+          for (std::uint64_t k = 0;; ++k) {
+            if (await_ball(*ball, 2 * k + 1, stop) == stop) break;
+            ball->store(2 * k + 2, std::memory_order_release);
+          }
         }
+        MPI_Barrier(node);
       }
       worst = std::max(worst, best);
     }

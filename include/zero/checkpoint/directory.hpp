@@ -80,7 +80,7 @@ inline std::optional<std::string> latest_tag(const std::filesystem::path& dir) {
     fail(ErrorKind::io, "checkpoint: cannot read " + path.string() + ": " +
                             (errno == ELOOP ? std::string("it is a symbolic link, which zero does "
                                                           "not follow there")
-                                            : std::generic_category().message(errno)));
+                                            : ::zero::detail::system_text(errno)));
   std::string text(max_tag_size + 16, '\0'); // a line longer than any tag is not one
   const FileHandle file(fd, path);
   text.resize(file.read_some(text.data(), text.size(), 0));

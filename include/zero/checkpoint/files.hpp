@@ -27,7 +27,7 @@ namespace zero::checkpoint {
 [[noreturn]] inline void fail_io(const std::string& what, const std::filesystem::path& path,
                                  int error = errno) {
   fail(ErrorKind::io,
-       "checkpoint: " + what + " " + path.string() + ": " + std::generic_category().message(error));
+       "checkpoint: " + what + " " + path.string() + ": " + ::zero::detail::system_text(error));
 }
 
 // An open file descriptor, closed on destruction.
@@ -38,10 +38,11 @@ class FileHandle {
   static constexpr std::size_t request_bytes = std::size_t(2) << 20;
 
   FileHandle() = default;
-  // Opens a file (to read: a writer names its directory, below).
-  FileHandle(const std::filesystem::path& path, int flags, mode_t mode = 0644)
-      : fd_(::open(path.c_str(), flags | O_CLOEXEC, mode)), path_(path) {
-    if (fd_ < 0) fail_io(flags & O_CREAT ? "cannot create" : "cannot open", path);
+  // Opens a file to read. Writers name the file's directory (below), so that no file is created or
+  // written through a path another user could have replaced with a link.
+  explicit FileHandle(const std::filesystem::path& path)
+      : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), path_(path) {
+    if (fd_ < 0) fail_io("cannot open", path);
   }
   // The file `name` in `dir`, never through a link; with O_CREAT, a new file (O_EXCL).
   FileHandle(const DirectoryHandle& dir, const std::string& name, int flags, mode_t mode = 0644)
@@ -71,7 +72,7 @@ class FileHandle {
     direct = fd >= 0;
     if (fd >= 0) return FileHandle(fd, path);
     if (errno != EINVAL) fail_io("cannot open", path);
-    return FileHandle(path, O_RDONLY);
+    return FileHandle(path);
   }
   FileHandle(FileHandle&& o) noexcept : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
   FileHandle& operator=(FileHandle&& o) noexcept {
@@ -162,7 +163,7 @@ inline OtherFile write_small_file(const DirectoryHandle& dir, const std::string&
 inline std::vector<std::byte> read_small_file(const std::filesystem::path& dir,
                                               const OtherFile& entry) {
   const auto path = dir / entry.name;
-  const FileHandle f(path, O_RDONLY);
+  const FileHandle f(path);
   // The size first: the manifest's number is allocated only once the file is known to hold it.
   require(f.size() == entry.bytes,
           "checkpoint: " + path.string() + " has " + std::to_string(f.size()) +

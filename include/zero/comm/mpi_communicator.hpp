@@ -194,9 +194,9 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
         options.chunk_bytes =
             chosen == Transport::shared_memory ? shm_chunk_bytes : network_chunk_bytes;
       if (chosen == Transport::shared_memory)
-        transport = std::make_unique<detail::ShmTransport>(comm, options.chunk_bytes,
-                                                           options.gathers_to_mpi_from_bytes(),
-                                                           options.native_below_bytes);
+        transport = std::make_unique<detail::ShmTransport>(
+            comm, options.chunk_bytes, options.gathers_to_mpi_from_bytes(),
+            options.native_below_bytes, options.native_when_oversubscribed);
       else if (chosen == Transport::hierarchical)
         transport =
             std::make_unique<detail::HierarchicalTransport>(comm, *grid, options.chunk_bytes);

@@ -15,7 +15,7 @@
 //   ZERO_CHUNK_BYTES=...   pipeline chunk of every transport (shared memory uses two per rank);
 //                          unset or 0: 1 MiB for shared memory, 2 MiB for the MPI transports.
 //   ZERO_NATIVE_GATHERS=1  on one node, all_gather and broadcast of at least
-//                          ZERO_NATIVE_GATHERS_FROM_BYTES (default 32 MiB) use Open MPI's own
+//                          ZERO_NATIVE_GATHERS_FROM_BYTES (default 1 MiB) use Open MPI's own
 //                          calls, whose single-copy transfers beat staging through shared memory
 //                          on large messages (no arithmetic, so nothing about determinism
 //                          changes); 0 keeps every gather on the pipeline.
@@ -23,6 +23,10 @@
 //                          own call (bit-identical for 2 ranks), and so does a 2-rank
 //                          reduce_scatter below the smaller of this and 128 KiB; 0 (the default,
 //                          measured: the pipeline is faster at every size) never.
+//   ZERO_NATIVE_WHEN_OVERSUBSCRIBED=0   with more ranks on a node than it has cores, nothing goes
+//   to
+//                          Open MPI's own calls (their spinning waits collapse there); 1 keeps the
+//                          two settings above in force anyway.
 //   ZERO_INLINE_BELOW_BYTES=4194304  a collective smaller than this that finds the progress thread
 //                          idle runs on the calling thread instead (the same code, so the same bits
 //                          and checks; the call returns complete); 0 never.
@@ -74,11 +78,14 @@ struct CommOptions {
   // communicator's options() report the chunk in force.
   std::size_t chunk_bytes = 0;
   // Measured on 2-rank, 2-core nodes (docs/collective-benchmark.md, "Small messages and Open MPI"):
-  // Open MPI's single-copy gathers win from 64 MiB (the pipeline: 0.76-0.86x), the pipeline below
-  // 16 MiB (1.3-3.4x), and the pipeline's reductions at every size (1.4-19x).
+  // the pipeline's reductions beat Open MPI's at every size (1.4-19x), and its gathers below 1 MiB
+  // (1.3-4.4x). From 1 MiB its gathers depend on how far apart the host runs the two virtual CPUs:
+  // 1.4-3.5x faster when they share a cache, 0.45-0.5x when they do not, while Open MPI's
+  // single-copy transfers hold in both; so gathers of 1 MiB and more go to Open MPI.
   bool native_gathers = true;
-  std::size_t native_gathers_from_bytes = std::size_t{32} << 20;
+  std::size_t native_gathers_from_bytes = std::size_t{1} << 20;
   std::size_t native_below_bytes = 0;
+  bool native_when_oversubscribed = false;
   // The threshold in force for gathers: SIZE_MAX when native_gathers is off.
   std::size_t gathers_to_mpi_from_bytes() const noexcept {
     return native_gathers ? native_gathers_from_bytes : SIZE_MAX;
@@ -103,6 +110,8 @@ struct CommOptions {
     if (auto v = detail::env_flag("ZERO_NATIVE_GATHERS")) o.native_gathers = *v;
     if (auto v = detail::env_number("ZERO_NATIVE_GATHERS_FROM_BYTES"))
       o.native_gathers_from_bytes = static_cast<std::size_t>(*v);
+    if (auto v = detail::env_flag("ZERO_NATIVE_WHEN_OVERSUBSCRIBED"))
+      o.native_when_oversubscribed = *v;
     if (auto v = detail::env_number("ZERO_NATIVE_BELOW_BYTES"))
       o.native_below_bytes = static_cast<std::size_t>(*v);
     if (auto v = detail::env_number("ZERO_INLINE_BELOW_BYTES"))

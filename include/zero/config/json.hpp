@@ -136,7 +136,7 @@ inline Config from_json_file(const std::filesystem::path& path, ParseOptions opt
   std::ifstream file(path, std::ios::binary);
   if (!file)
     fail(ErrorKind::io,
-         "cannot read config " + path.string() + ": " + std::generic_category().message(errno));
+         "cannot read config " + path.string() + ": " + ::zero::detail::system_text(errno));
   std::ostringstream text;
   text << file.rdbuf();
   options.source = path.string();

@@ -37,10 +37,6 @@ namespace zero {
 
 namespace detail {
 
-inline std::string system_text(int error) {
-  return std::generic_category().message(error);
-}
-
 // "alice (uid 1000)", or "uid 1000" for a uid without a name.
 inline std::string user_name(uid_t uid) {
   struct passwd entry {};

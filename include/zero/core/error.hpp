@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace zero {
 
@@ -75,6 +76,11 @@ namespace detail {
 
 inline void log_error(const std::string& message) noexcept {
   std::fprintf(stderr, "zero: %s\n", message.c_str());
+}
+
+// What an errno value means, for messages: "No such file or directory".
+inline std::string system_text(int error) {
+  return std::generic_category().message(error);
 }
 } // namespace detail
 } // namespace zero

@@ -106,7 +106,7 @@ class BounceBuffers {
                                     ? std::string("unlimited")
                                     : std::to_string(limit.rlim_cur) + " bytes";
     return "pin_memory: cannot lock " + std::to_string(total) +
-           " bytes of bounce buffers in RAM (mlock: " + std::generic_category().message(error) +
+           " bytes of bounce buffers in RAM (mlock: " + ::zero::detail::system_text(error) +
            "); the memlock limit of this process is " + allowed +
            ". Raise it (ulimit -l, or LimitMEMLOCK / --ulimit memlock in a container) or set "
            "pin_memory to false";

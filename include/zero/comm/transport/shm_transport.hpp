@@ -46,6 +46,7 @@
 #include <cstring>
 #include <new>
 #include <span>
+#include <thread>
 #include <vector>
 
 namespace zero::detail {
@@ -56,11 +57,21 @@ class ShmTransport {
   // Collectives that Open MPI does faster on one node (see prefers_native) are handed to it,
   // after the usual signature check.
   ShmTransport(MPI_Comm comm, std::size_t chunk_bytes,
-               std::size_t native_gathers_from_bytes = SIZE_MAX, std::size_t native_below_bytes = 0)
+               std::size_t native_gathers_from_bytes = SIZE_MAX, std::size_t native_below_bytes = 0,
+               bool native_when_oversubscribed = false)
       : comm_(comm), native_gathers_from_bytes_(native_gathers_from_bytes),
         native_below_bytes_(native_below_bytes) {
     ZERO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+    // More ranks than cores: Open MPI's calls wait by spinning, on the core the peer they wait for
+    // needs, and collapse (3 ranks on 2 cores: its 1 MiB all_gather at 0.26x of the pipeline's
+    // speed, 0.01x beside a busy core), while the pipeline's waits sleep. Every rank of a node sees
+    // the same count, so all decide alike.
+    if (!native_when_oversubscribed &&
+        static_cast<unsigned>(size_) > std::thread::hardware_concurrency()) {
+      native_gathers_from_bytes_ = SIZE_MAX;
+      native_below_bytes_ = 0;
+    }
     // A chunk holds whole 64-byte lines for every rank's sub-range.
     chunk_bytes_ = std::max<std::size_t>(chunk_bytes / 64 * 64, 4096);
     const std::size_t segment = sizeof(Header) + 2 * chunk_bytes_;
@@ -97,9 +108,10 @@ class ShmTransport {
 
   // Measured on 2-core nodes (docs/collective-benchmark.md, "Small messages and Open MPI"): with
   // peers that sleep instead of yielding, the pipeline beats Open MPI's calls at every size but
-  // one: gathers of 64 MiB and more, where Open MPI's single-copy transfers read the peer's buffer
-  // directly instead of staging it (0.76-0.86x for the pipeline there, 1.3-3.4x below 16 MiB).
-  // Hence CommOptions::native_gathers_from_bytes. A gather does no arithmetic, and a 2-rank sum is
+  // one: gathers from 1 MiB, where it is 1.4-3.5x faster when the host runs the two virtual CPUs on
+  // cores that share a cache and 0.45-0.5x when it does not, while Open MPI's single-copy
+  // transfers read the peer's buffer directly and hold in both. Hence
+  // CommOptions::native_gathers_from_bytes. A gather does no arithmetic, and a 2-rank sum is
   // a0 + a1 in any algorithm, so results stay bit-identical and rank-ordered whichever runs; with 3
   // or more ranks the order of MPI's sums is unknown, so those reductions always stay here.
   // A 2-rank reduce-scatter is handed over only below the smaller of native_below_bytes and this:

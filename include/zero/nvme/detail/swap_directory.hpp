@@ -151,7 +151,7 @@ class SwapDirectory {
         static_cast<ssize_t>(line.size())) {
       recorded_.erase(name);
       fail(ErrorKind::io, "cannot write the lock file of swap directory " + path().string() + ": " +
-                              errno_text(errno));
+                              system_text(errno));
     }
     lock_bytes_ += line.size();
   }
@@ -198,10 +198,10 @@ class SwapDirectory {
   [[noreturn]] void not_writable(const std::filesystem::path& what, int error) const {
     if (error == ENOSPC || error == EDQUOT) // writable, but full
       fail(ErrorKind::io, "nvme_path " + nvme_path_.string() + " is full: creating " +
-                              what.string() + " failed: " + errno_text(error));
+                              what.string() + " failed: " + system_text(error));
     fail(ErrorKind::invalid_argument,
          "nvme_path " + nvme_path_.string() + " is not writable: creating " + what.string() +
-             " failed: " + errno_text(error) +
+             " failed: " + system_text(error) +
              "; the NVMe tier needs a directory it can create swap files in");
   }
 
@@ -256,7 +256,7 @@ class SwapDirectory {
       remove_empty_directories();
       ::close(lock_fd_);
       fail(ErrorKind::io, "cannot write the lock file of swap directory " + path().string() + ": " +
-                              errno_text(error));
+                              system_text(error));
     }
     lock_bytes_ = us.size();
   }

@@ -25,10 +25,6 @@
 
 namespace zero::detail {
 
-inline std::string errno_text(int error) {
-  return std::generic_category().message(error);
-}
-
 class SwapFileState {
  public:
   // `directory` is the swap directory holding the file `name`: kept open, so that removing the
@@ -85,7 +81,7 @@ create_swap_file(const std::shared_ptr<const DirectoryHandle>& directory, const 
   if (created < 0) {
     const int error = errno;
     fail(ErrorKind::io,
-         "cannot create swap file " + path.string() + ": " + errno_text(error) +
+         "cannot create swap file " + path.string() + ": " + system_text(error) +
              (error == EEXIST ? " (each swap file of a tier needs its own name)" : ""));
   }
   const int error = ::posix_fallocate(created, 0, static_cast<off_t>(bytes));
@@ -96,9 +92,9 @@ create_swap_file(const std::shared_ptr<const DirectoryHandle>& directory, const 
       fail(ErrorKind::io, "no space for swap file " + path.string() + ": it needs " +
                               std::to_string(bytes) + " bytes, the file system has " +
                               std::to_string(free_bytes(*directory)) + " free (" +
-                              errno_text(error) + ")");
+                              system_text(error) + ")");
     fail(ErrorKind::io, "cannot allocate " + std::to_string(bytes) + " bytes for swap file " +
-                            path.string() + ": " + errno_text(error));
+                            path.string() + ": " + system_text(error));
   }
   if (!direct_io)
     return std::make_shared<SwapFileState>(directory, name, created, bytes, verify_checksums);
@@ -108,7 +104,7 @@ create_swap_file(const std::shared_ptr<const DirectoryHandle>& directory, const 
   if (direct < 0) {
     ::unlinkat(directory->fd(), name.c_str(), 0);
     fail(ErrorKind::io,
-         "cannot open swap file " + path.string() + " for direct I/O: " + errno_text(open_error));
+         "cannot open swap file " + path.string() + " for direct I/O: " + system_text(open_error));
   }
   return std::make_shared<SwapFileState>(directory, name, direct, bytes, verify_checksums);
 }

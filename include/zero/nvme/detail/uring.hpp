@@ -25,14 +25,14 @@ class Uring {
   explicit Uring(unsigned requests) {
     if (const int rc = ::io_uring_queue_init(requests + 1, &ring_, 0); rc < 0)
       fail(ErrorKind::io, "the NVMe tier needs io_uring, which the kernel refused (" +
-                              errno_text(-rc) +
+                              system_text(-rc) +
                               "): it needs Linux 5.6 or later, not disabled by "
                               "kernel.io_uring_disabled or a container's seccomp profile");
     doorbell_fd_ = ::eventfd(0, EFD_CLOEXEC); // blocking: io_uring then waits for it to be written
     if (doorbell_fd_ < 0) {
       const int error = errno;
       ::io_uring_queue_exit(&ring_);
-      fail(ErrorKind::io, "cannot create the NVMe tier's eventfd: " + errno_text(error));
+      fail(ErrorKind::io, "cannot create the NVMe tier's eventfd: " + system_text(error));
     }
   }
   Uring(const Uring&) = delete;
@@ -76,7 +76,7 @@ class Uring {
     if (rc >= 0)
       unsubmitted_ = 0;
     else if (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) // retried by the next call
-      abort_with("io_uring_submit failed: " + errno_text(-rc));
+      abort_with("io_uring_submit failed: " + system_text(-rc));
   }
 
   // Submits what is queued, sleeps until at least one completion (or the doorbell), and reaps.
@@ -87,7 +87,7 @@ class Uring {
                                     : ::io_uring_wait_cqe(&ring_, &cqe);
     if (rc >= 0) unsubmitted_ = 0;
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-      abort_with("waiting for io_uring completions failed: " + errno_text(-rc));
+      abort_with("waiting for io_uring completions failed: " + system_text(-rc));
     reap(on_completion);
   }
 

@@ -190,7 +190,7 @@ class UringWorker {
     Request& request = requests_[index];
     const IoSlice& slice = request.active->slice;
     if (result == -EINTR || result == -EAGAIN) return prepare(index); // try again
-    if (result < 0) return finish(index, failure(request, errno_text(-result)));
+    if (result < 0) return finish(index, failure(request, system_text(-result)));
     if (result == 0) return finish(index, failure(request, {}));
     request.done += static_cast<std::size_t>(result);
     if (request.done < request.length) {
