@@ -23,10 +23,9 @@
 //                          own call (bit-identical for 2 ranks), and so does a 2-rank
 //                          reduce_scatter below the smaller of this and 128 KiB; 0 (the default,
 //                          measured: the pipeline is faster at every size) never.
-//   ZERO_NATIVE_WHEN_OVERSUBSCRIBED=0   with more ranks on a node than it has cores, nothing goes
-//   to
-//                          Open MPI's own calls (their spinning waits collapse there); 1 keeps the
-//                          two settings above in force anyway.
+//   ZERO_NATIVE_WHEN_OVERSUBSCRIBED=0   with more ranks than the node has cores, no call goes to
+//                          Open MPI's own (their spinning waits collapse there); 1 keeps the two
+//                          settings above in force anyway.
 //   ZERO_INLINE_BELOW_BYTES=4194304  a collective smaller than this that finds the progress thread
 //                          idle runs on the calling thread instead (the same code, so the same bits
 //                          and checks; the call returns complete); 0 never.

@@ -65,8 +65,8 @@ class ShmTransport {
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     // More ranks than cores: Open MPI's calls wait by spinning, on the core the peer they wait for
     // needs, and collapse (3 ranks on 2 cores: its 1 MiB all_gather at 0.26x of the pipeline's
-    // speed, 0.01x beside a busy core), while the pipeline's waits sleep. Every rank of a node sees
-    // the same count, so all decide alike.
+    // speed, 0.01x beside a busy core), while the pipeline's waits sleep. Every rank of the
+    // communicator sees the same counts, so all decide alike.
     if (!native_when_oversubscribed &&
         static_cast<unsigned>(size_) > std::thread::hardware_concurrency()) {
       native_gathers_from_bytes_ = SIZE_MAX;
