@@ -28,7 +28,6 @@
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/validation.hpp"
-#include "zero/comm/progress/thread_work.hpp"
 #include "zero/comm/transport/host_reduce.hpp"
 #include "zero/comm/transport/native_collectives.hpp"
 #include "zero/comm/transport/peer_signal.hpp"
