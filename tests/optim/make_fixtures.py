@@ -2,6 +2,10 @@
 """Writes tests/optim/fixtures/torch_reference.txt: trajectories of torch.optim.Adam, AdamW and
 SGD that zero's optimizers must reproduce (tests/optim/torch_conformance_test.cpp).
 
+torch has no switch for DeepSpeed's `bias_correction: false` (FusedAdam, DeepSpeedCPUAdam): those
+cases run `adam_without_bias_correction`, torch 1.13's own single-tensor Adam step written out with
+both corrections 1, in the same tensor operations (so the same roundings).
+
 Needs PyTorch (Debian's python3-torch 1.13: run it as /usr/bin/python3 tests/optim/make_fixtures.py).
 The tests themselves only read the committed file.
 
@@ -15,6 +19,7 @@ Format: one item per line, `key value...`; floats are IEEE-754 binary32 bit patt
 (exact), half and bfloat16 values binary16 bit patterns.
 """
 
+import math
 import os
 import struct
 import sys
@@ -41,6 +46,10 @@ CASES = [
     ("sgd_dampening_wd", "sgd", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-2), "float", 1.0, 1.0),
     ("sgd_nesterov", "sgd", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-2), "float", 1.0, 1.0),
     ("sgd_momentum_fp16_scaled", "sgd", dict(lr=0.05, momentum=0.9, maximize=True), "half", 512.0, 1.0),
+    # DeepSpeed's bias_correction false (last, so that the cases above keep their seeds).
+    ("adam_no_bias_correction", "adam", dict(lr=1e-2, weight_decay=0.1, bias_correction=False), "float", 1.0, 1.0),
+    ("adamw_no_bias_correction", "adamw", dict(lr=3e-3, betas=(0.85, 0.995), eps=1e-7, bias_correction=False), "float", 1.0, 1.0),
+    ("adamw_no_bias_correction_fp16", "adamw", dict(bias_correction=False), "half", 1024.0, 0.5),
 ]
 
 TORCH_TYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
@@ -54,10 +63,37 @@ def u16_hex(t):
     return " ".join("%04x" % (int(x) & 0xFFFF) for x in t.view(torch.int16).tolist())
 
 
+class AdamWithoutBiasCorrection:
+    """torch 1.13's _single_tensor_adam (and AdamW's decoupled decay) with bias_correction1 and
+    bias_correction2 fixed at 1: what DeepSpeed's bias_correction false computes."""
+
+    def __init__(self, param, decoupled, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
+        self.param = param
+        self.decoupled = decoupled
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.weight_decay = weight_decay if weight_decay is not None else (1e-2 if decoupled else 0.0)
+        self.state = {param: dict(exp_avg=torch.zeros_like(param), exp_avg_sq=torch.zeros_like(param))}
+
+    @torch.no_grad()
+    def step(self):
+        param, grad = self.param, self.param.grad
+        exp_avg, exp_avg_sq = self.state[param]["exp_avg"], self.state[param]["exp_avg_sq"]
+        beta1, beta2 = self.betas
+        if self.decoupled:
+            param.mul_(1 - self.lr * self.weight_decay)
+        elif self.weight_decay != 0:
+            grad = grad.add(param, alpha=self.weight_decay)
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad.conj(), value=1 - beta2)
+        bias_correction2_sqrt = math.sqrt(1.0)
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+        param.addcdiv_(exp_avg, denom, value=-self.lr)
+
+
 def option_line(name, optimizer, options):
     defaults = {
-        "adam": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0),
-        "adamw": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2),
+        "adam": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, bias_correction=True),
+        "adamw": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, bias_correction=True),
         "sgd": dict(lr=None, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False),
     }[optimizer]
     merged = dict(defaults, maximize=False)
@@ -79,8 +115,12 @@ def run_case(out, index, name, optimizer, options, grad_type, loss_scale, clip):
     generator = torch.Generator().manual_seed(1000 + index)
     param = torch.randn(SIZE, generator=generator, dtype=torch.float32)
     param.requires_grad_(True)
-    constructor = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
-    opt = constructor([param], foreach=False, **options)
+    if options.get("bias_correction", True):
+        constructor = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
+        opt = constructor([param], foreach=False, **{k: v for k, v in options.items() if k != "bias_correction"})
+    else:
+        kwargs = {k: v for k, v in options.items() if k != "bias_correction"}
+        opt = AdamWithoutBiasCorrection(param, optimizer == "adamw", **kwargs)
     # The multiplier zero's fused step applies, rounded to float as it is there.
     multiplier = float(torch.tensor(clip / loss_scale, dtype=torch.float32))
 

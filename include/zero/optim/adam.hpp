@@ -1,7 +1,10 @@
 #pragma once
 // Adam and AdamW, identical to torch.optim.Adam / AdamW (PyTorch 1.13, amsgrad off): bias
 // correction, eps added outside the square root, L2 weight decay added to the gradient (Adam) or
-// decoupled weight decay applied to the parameter (AdamW).
+// decoupled weight decay applied to the parameter (AdamW). With bias_correction off they are
+// DeepSpeed's FusedAdam / DeepSpeedCPUAdam with `bias_correction: false`: the step uses the moments
+// as they are, param -= lr * m / (sqrt(v) + eps). That costs nothing per element: both corrections
+// become 1 in the step's constants (dividing by 1.0f is exact), so the functor is the same.
 //
 // AdamUpdate is the element-wise math, written once for host and device. It performs PyTorch's
 // float operations in PyTorch's order with PyTorch's roundings (the fixtures in tests/optim check
@@ -30,6 +33,7 @@ struct AdamOptions {
   double weight_decay = 0.0; // L2: added to the gradient
   bool amsgrad = false;      // not supported; true is rejected
   bool maximize = false;
+  bool bias_correction = true; // false: DeepSpeed's bias_correction false (no 1 - beta^step)
 };
 
 struct AdamWOptions {
@@ -39,6 +43,7 @@ struct AdamWOptions {
   double weight_decay = 1e-2; // decoupled: param *= 1 - lr * weight_decay
   bool amsgrad = false;       // not supported; true is rejected
   bool maximize = false;
+  bool bias_correction = true; // false: DeepSpeed's bias_correction false (no 1 - beta^step)
 };
 
 // One Adam/AdamW step on one element; the constants of a step, precomputed in double and rounded
@@ -51,8 +56,8 @@ struct AdamUpdate {
   float one_minus_beta1;
   float one_minus_beta2;
   float eps;
-  float neg_step_size;         // -lr / (1 - beta1^step)
-  float bias_correction2_sqrt; // sqrt(1 - beta2^step)
+  float neg_step_size;         // -lr / (1 - beta1^step); -lr without bias correction
+  float bias_correction2_sqrt; // sqrt(1 - beta2^step); 1 without bias correction
   float l2_weight_decay;       // Adam: grad += l2_weight_decay * param (0: off)
   float param_decay;           // AdamW: param *= param_decay (1: off)
   bool maximize;
@@ -100,8 +105,10 @@ class BasicAdam
     const options_type& options = this->options();
     const double beta1 = options.betas[0];
     const double beta2 = options.betas[1];
-    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+    const double bias_correction1 =
+        options.bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
+    const double bias_correction2 =
+        options.bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
     update_type u{};
     u.beta1 = static_cast<float>(beta1);
     u.beta2 = static_cast<float>(beta2);
