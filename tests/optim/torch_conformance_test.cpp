@@ -2,8 +2,8 @@
 // by make_fixtures.py with PyTorch 1.13): every step's parameters, the low-precision copy and the
 // final optimizer state, through the fused step with fp32, half and bfloat16 gradients and a
 // gradient multiplier. Adam without bias correction (DeepSpeed's bias_correction false) is
-// torch's own Adam step written out with both corrections 1. The issue asks for a relative error under 1e-6; the formulas follow
-// PyTorch's roundings, so the test also expects identical bits.
+// torch's own Adam step written out with both corrections 1. The issue asks for a relative error
+// under 1e-6; the formulas follow PyTorch's roundings, so the test also expects identical bits.
 
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
