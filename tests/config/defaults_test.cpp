@@ -4,6 +4,7 @@
 #include "config_test_support.hpp"
 
 #include "zero/config/batch.hpp"
+#include "zero/engine/options.hpp"
 
 #include <gtest/gtest.h>
 
@@ -36,7 +37,7 @@ TEST(ConfigDefaults, AreDeepSpeeds) {
   const auto& z = c.zero_optimization;
   EXPECT_EQ(z.stage, 0);
   EXPECT_TRUE(z.contiguous_gradients);
-  EXPECT_FALSE(z.overlap_comm_enabled());
+  EXPECT_FALSE(z.overlap_comm); // unset: zero overlaps at every stage
   EXPECT_TRUE(z.reduce_scatter);
   EXPECT_EQ(z.reduce_bucket_size, 500'000'000);
   EXPECT_TRUE(z.allgather_partitions);
@@ -44,16 +45,19 @@ TEST(ConfigDefaults, AreDeepSpeeds) {
   EXPECT_EQ(z.stage3_prefetch_bucket_size, 50'000'000);
   EXPECT_EQ(z.stage3_param_persistence_threshold, 100'000);
   EXPECT_EQ(z.stage3_max_live_parameters, 1'000'000'000);
-  EXPECT_EQ(z.stage3_max_reuse_distance, 1'000'000'000);
+  EXPECT_FALSE(z.stage3_max_reuse_distance); // unset: kept only when acquired next
   EXPECT_EQ(z.offload_optimizer.device, config::OffloadDevice::none);
   EXPECT_EQ(z.offload_param.device, config::OffloadDevice::none);
   EXPECT_FALSE(c.activation_checkpointing.partition_activations);
   EXPECT_FALSE(c.activation_checkpointing.number_checkpoints);
   // An empty document is the default struct.
   EXPECT_EQ(parse("{}").config, c);
-  // overlap_comm's default depends on the stage, as in DeepSpeed.
-  EXPECT_TRUE(parse(R"({"zero_optimization": {"stage": 3}})")
-                  .config.zero_optimization.overlap_comm_enabled());
+  // Unset keys leave the engine's defaults: overlap at every stage, release unless acquired next.
+  const zero::EngineOptions engine = zero::EngineOptions::from_config(c);
+  EXPECT_TRUE(engine.overlap_comm);
+  EXPECT_EQ(engine.max_reuse_distance, 0u);
+  EXPECT_TRUE(engine.reduce_scatter);
+  EXPECT_EQ(engine.allgather_bucket_elements, 500'000'000u);
 }
 
 // example-begin config-in-code

@@ -61,7 +61,7 @@ TEST(ConfigJson, ReadsEveryListedOption) {
   const auto& z = c.zero_optimization;
   EXPECT_EQ(z.stage, 3);
   EXPECT_FALSE(z.contiguous_gradients);
-  EXPECT_FALSE(z.overlap_comm_enabled());
+  EXPECT_EQ(z.overlap_comm, false);
   EXPECT_FALSE(z.reduce_scatter);
   EXPECT_EQ(z.reduce_bucket_size, 50'000'000);
   EXPECT_EQ(z.allgather_bucket_size, 200'000'000);

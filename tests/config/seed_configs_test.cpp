@@ -58,7 +58,7 @@ TEST(SeedConfigs, ZeroDpRunsAsIs) {
     EXPECT_FALSE(c.optimizer); // the script passes its own Adam
   }
   EXPECT_FALSE(read_seed("zero_dp_initialize_dict.json", config::UnbuiltFeatures::reject)
-                   .zero_optimization.overlap_comm_enabled());
+                   .zero_optimization.overlap_comm.value_or(false));
 }
 
 TEST(SeedConfigs, UnbuiltFeaturesAreRefusedByName) {

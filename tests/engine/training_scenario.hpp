@@ -73,7 +73,8 @@ struct Outcome {
   zero::MemoryReport memory;
   double paper_bytes = 0;
   std::size_t psi = 0, padded = 0;
-  std::size_t last_layer_padded = 0; // the last layer's flat size
+  std::size_t last_layer_padded = 0;   // the last layer's flat size
+  std::vector<std::size_t> flat_sizes; // every layer's
 };
 
 template <class T>
@@ -135,8 +136,10 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions
   outcome.memory = engine.memory();
   outcome.paper_bytes = engine.paper_model_state_bytes();
   outcome.psi = engine.layout().numel();
-  for (std::size_t l = 0; l < engine.layers(); ++l)
+  for (std::size_t l = 0; l < engine.layers(); ++l) {
     outcome.padded += engine.layout().layer(l).flat_numel;
+    outcome.flat_sizes.push_back(engine.layout().layer(l).flat_numel);
+  }
   outcome.last_layer_padded = engine.layout().layer(engine.layers() - 1).flat_numel;
   return outcome;
 }

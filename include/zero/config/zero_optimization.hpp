@@ -53,7 +53,8 @@ struct OffloadParamConfig {
 struct ZeroOptimizationConfig {
   int stage = 0; // 0: plain data parallelism; 1: optimizer states; 2: + gradients; 3: + parameters
   bool contiguous_gradients = true;
-  // Unset: DeepSpeed's dynamic default, on for stage 3 and off below; see overlap_comm_enabled().
+  // Unset: zero overlaps at every stage (DeepSpeed's default is on for stage 3 only; overlapping
+  // changes no result on the host, only when the reduction's time is paid).
   std::optional<bool> overlap_comm = std::nullopt;
   bool reduce_scatter = true;
   std::int64_t reduce_bucket_size = 500'000'000;
@@ -63,7 +64,9 @@ struct ZeroOptimizationConfig {
   std::int64_t stage3_prefetch_bucket_size = 50'000'000;
   std::int64_t stage3_param_persistence_threshold = 100'000;
   std::int64_t stage3_max_live_parameters = 1'000'000'000;
-  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  // Unset: a released layer stays gathered only when it is acquired next. DeepSpeed's default,
+  // 1e9, keeps every layer reused within 1e9 elements (most of a small model): give it to get that.
+  std::optional<std::int64_t> stage3_max_reuse_distance = std::nullopt;
   // Elements per optimizer sub-group: the NVMe tier swaps and updates one sub-group at a time.
   std::int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer{};
@@ -74,7 +77,6 @@ struct ZeroOptimizationConfig {
   std::int64_t zero_hpz_partition_size = 1;
   bool zero_quantized_gradients = false;
 
-  bool overlap_comm_enabled() const noexcept { return overlap_comm.value_or(stage == 3); }
   friend bool operator==(const ZeroOptimizationConfig&, const ZeroOptimizationConfig&) = default;
 };
 

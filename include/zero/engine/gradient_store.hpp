@@ -5,8 +5,9 @@
 //   - Backward writes a layer's gradient (its parameters in order, compute type T) into the full
 //     gradient (stages 0/1, a replica) or into a scratch buffer (stages 2/3, which keep none).
 //   - grads_ready hands it to the reducer at once: reduce-scatter into this rank's shard through
-//     buckets (stages 1-3, BucketedReducer), or all-reduce where it lies (stage 0,
-//     InPlaceAllReduce), overlapping the rest of backward.
+//     buckets (stages 1-3, BucketedReducer; all-reduce and keep the shard with reduce_scatter
+//     false), or all-reduce where it lies (stage 0, InPlaceAllReduce), overlapping the rest of
+//     backward unless overlap_comm is false.
 //   - With gradient accumulation, stages 2/3 reduce every micro-step into float accumulators;
 //     stages 0/1 add locally and reduce once per step, unless deterministic results are asked
 //     for: then they reduce every micro-step too, summing in the same order as 2/3.
@@ -76,8 +77,8 @@ class GradientStore {
         // Stage 0 reduces the gradient where backward wrote it: no bucket copies.
         target = owned_target(&*written_, Delivery::assign);
         in_place_ = std::make_unique<InPlaceAllReduce<Comm, T>>(
-            shard, *model.sharded, written_->local(), options.reduce_bucket_elements,
-            ReduceOp::avg);
+            shard, *model.sharded, written_->local(), options.reduce_bucket_elements, ReduceOp::avg,
+            options.overlap_comm);
         target_ = target;
         return;
       }
@@ -91,7 +92,8 @@ class GradientStore {
         shard, *model.sharded, model.images,
         typename BucketedReducer<Comm, Strategy>::Options{
             options.reduce_bucket_elements, bucket_dtype, ReduceOp::avg,
-            Reduced::sharded ? options.gradient_quantization() : std::nullopt});
+            Reduced::sharded ? options.gradient_quantization() : std::nullopt,
+            options.reduce_scatter, options.overlap_comm});
   }
 
   GradientStore(const GradientStore&) = delete;

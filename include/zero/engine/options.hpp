@@ -26,6 +26,17 @@ struct EngineOptions {
   std::optional<DType> reduce_dtype;
   // Elements per reduction bucket (DeepSpeed's reduce_bucket_size).
   std::size_t reduce_bucket_elements = 500'000'000;
+  // Stages 1-3: each bucket is averaged by a reduce-scatter that leaves every rank its part; false
+  // all-reduces the bucket and keeps this rank's part (DeepSpeed's reduce_scatter: false), which
+  // moves about twice the bytes for the same result. Stage 0 all-reduces either way.
+  bool reduce_scatter = true;
+  // A bucket's reduction runs while backward goes on (true), or is waited for as soon as it is
+  // launched, so that no communication overlaps backward (DeepSpeed's overlap_comm: false; the
+  // report's hidden fraction is then 0). Buckets stay bounded either way.
+  bool overlap_comm = true;
+  // Stages 1/2: the all-gather after the step moves at most this many elements per collective; a
+  // larger layer is gathered in contiguous pieces of its image (DeepSpeed's allgather_bucket_size).
+  std::size_t allgather_bucket_elements = 500'000'000;
   int gradient_accumulation_steps = 1;
   // Clip gradients to this global L2 norm; 0 turns clipping off (DeepSpeed's gradient_clipping).
   double gradient_clipping = 0.0;
@@ -38,6 +49,10 @@ struct EngineOptions {
   std::size_t persistence_threshold = 0;
   std::size_t prefetch_elements = 50'000'000;
   std::size_t max_live_elements = 1'000'000'000;
+  // Stage 3: a layer released by the caller stays gathered when the recorded order acquires it
+  // again before this many elements of other acquisitions (stage3_max_reuse_distance); 0 keeps it
+  // only when it is acquired next. Kept layers count against max_live_elements.
+  std::size_t max_reuse_distance = 0;
   // Stage 3: gather weights as int8 with one scale per `quantization_block` values (ZeRO++'s qwZ,
   // DeepSpeed's zero_quantized_weights): forward and backward then compute with the dequantized
   // weights, within max|x| / 254 of the exact ones per block; the update stays in full precision.
@@ -76,16 +91,20 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 15> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 19> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
+             {"reduce_scatter", std::uint64_t(reduce_scatter)},
+             {"overlap_comm", std::uint64_t(overlap_comm)},
+             {"allgather_bucket_elements", allgather_bucket_elements},
              {"gradient_accumulation_steps", std::uint64_t(gradient_accumulation_steps)},
              {"gradient_clipping", std::bit_cast<std::uint64_t>(gradient_clipping)},
              {"deterministic", std::uint64_t(deterministic)},
              {"persistence_threshold", persistence_threshold},
              {"prefetch_elements", prefetch_elements},
              {"max_live_elements", max_live_elements},
+             {"max_reuse_distance", max_reuse_distance},
              {"quantized_weights", std::uint64_t(quantized_weights)},
              {"quantization_block", quantization_block},
              {"hpz_partition_size", std::uint64_t(hpz_partition_size)},
@@ -105,6 +124,10 @@ struct EngineOptions {
             "engine: gradient_accumulation_steps must be at least 1");
     require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
+    require(allgather_bucket_elements >= 1, "engine: allgather_bucket_elements must be at least 1");
+    require(reduce_scatter || !quantized_gradients,
+            "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
+            "gradients' reduce-scatter; it cannot be combined with reduce_scatter = false");
     require(max_consecutive_skipped_steps >= 0,
             "engine: max_consecutive_skipped_steps must be 0 (no limit) or positive");
     require(quantization_block >= 1, "engine: quantization_block must be at least 1 value");
@@ -123,7 +146,15 @@ struct EngineOptions {
     o.compute_dtype = c.fp16.enabled   ? DType::float16
                       : c.bf16.enabled ? DType::bfloat16
                                        : DType::float32;
-    o.reduce_bucket_elements = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
+    const auto& z = c.zero_optimization;
+    o.reduce_bucket_elements = static_cast<std::size_t>(z.reduce_bucket_size);
+    o.reduce_scatter = z.reduce_scatter;
+    // Unset, zero overlaps at every stage: DeepSpeed's default (off below stage 3) is about GPU
+    // stream memory, and overlapping changes no result.
+    o.overlap_comm = z.overlap_comm.value_or(true);
+    o.allgather_bucket_elements = static_cast<std::size_t>(z.allgather_bucket_size);
+    if (z.stage3_max_reuse_distance)
+      o.max_reuse_distance = static_cast<std::size_t>(*z.stage3_max_reuse_distance);
     if (c.gradient_accumulation_steps)
       o.gradient_accumulation_steps = static_cast<int>(*c.gradient_accumulation_steps);
     o.gradient_clipping = c.gradient_clipping;

@@ -5,7 +5,8 @@
 // an all-gather then shares, launched as soon as the layer is updated and waited for only when the
 // layer is next acquired, so the gathers overlap the rest of the update and the next forward.
 // Where a layer's image is its parameters in order (FlatContiguous), the gather runs in place;
-// other layouts gather into a staging image and unpack it.
+// other layouts gather into a staging image and unpack it. A layer larger than the gather bucket
+// (allgather_bucket_elements) is gathered as several collectives over pieces of its image.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/engine/kept.hpp"
@@ -33,7 +34,8 @@ class ReplicatedParameters {
  public:
   ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
                        Comm* /*hpz: refused below*/ = nullptr)
-      : comm_(shard), model_(model), copy_(shard, model.replica), gathers_(model.layers()),
+      : comm_(shard), model_(model), copy_(shard, model.replica),
+        gather_bucket_(options.allgather_bucket_elements), gathers_(model.layers()),
         holders_(model.layers(), 0) {
     require(options.hpz_partition_size == 1,
             "engine: hpz_partition_size (zero_hpz_partition_size, ZeRO++'s hpZ) cuts stage 3's "
@@ -48,8 +50,9 @@ class ReplicatedParameters {
   ReplicatedParameters(const ReplicatedParameters&) = delete;
   ReplicatedParameters& operator=(const ReplicatedParameters&) = delete;
   ~ReplicatedParameters() {
-    for (Work& w : gathers_)
-      detail::wait_quietly(w); // never leave a gather on freed buffers
+    for (std::vector<Work>& pieces : gathers_)
+      for (Work& w : pieces)
+        detail::wait_quietly(w); // never leave a gather on freed buffers
   }
 
   // Layer l's weights, its parameters in order.
@@ -90,8 +93,8 @@ class ReplicatedParameters {
   void end_update() {
     if constexpr (Updated::sharded) {
       for (std::size_t l = 0; l < gathers_.size(); ++l)
-        gathers_[l] = gather_layer_image(comm_, *model_.sharded, l, View<const T>(update_target(l)),
-                                         image(l));
+        gathers_[l] = gather_layer_image_in_pieces(
+            comm_, *model_.sharded, l, View<const T>(update_target(l)), image(l), gather_bucket_);
       for (std::size_t l = 0; l < gathers_.size(); ++l)
         if (holders_[l] > 0) finish_gather(l); // a handle kept across the step reads it now
     }
@@ -113,8 +116,10 @@ class ReplicatedParameters {
   }
   // Completes layer l's gather, if one is in flight; tells whether there was one.
   bool finish_gather(std::size_t l) {
-    if (!gathers_[l].pending()) return false;
-    gathers_[l].wait();
+    if (gathers_[l].empty()) return false;
+    for (Work& piece : gathers_[l])
+      piece.wait();
+    gathers_[l].clear();
     if (!model_.images.in_order(l))
       model_.images.unpack(l, staging_->block(l).data(), copy_.block(l).data());
     return true;
@@ -123,8 +128,9 @@ class ReplicatedParameters {
   Comm& comm_;
   const ModelLayout& model_;
   Tensor copy_;
-  std::optional<Tensor> staging_; // layers whose image is not in order (stages 1/2)
-  std::vector<Work> gathers_;
+  std::optional<Tensor> staging_;          // layers whose image is not in order (stages 1/2)
+  std::size_t gather_bucket_;              // elements per gather collective at most
+  std::vector<std::vector<Work>> gathers_; // per layer: its pieces in flight
   std::vector<int> holders_;
   double exposed_seconds_ = 0; // acquire() waited for a gather the step launched
 };

@@ -29,7 +29,7 @@ requires(K::sharded&& HostAccessibleSpace<typename K::space>) class ShardedParam
       : model_(model), shard_(shard, model.sharded),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
-                                        options.max_live_elements},
+                                        options.max_live_elements, options.max_reuse_distance},
                 options.weight_quantization(), hpz) {}
 
   // Layer l's weights, its parameters in order: this rank keeps its block. Collective when the

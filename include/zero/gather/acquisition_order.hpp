@@ -76,6 +76,20 @@ class AcquisitionOrder {
     return following_ && position_ < record_.size() && record_[position_] == l;
   }
 
+  // Whether the record acquires layer l again before acquisitions of `distance` elements (as
+  // `elements(layer)` counts them) have passed: DeepSpeed's reuse distance, walked as its parameter
+  // coordinator walks its trace.
+  template <class Elements>
+  bool reacquired_within(std::size_t l, std::size_t distance, Elements elements) const {
+    if (!following_) return false;
+    std::size_t passed = 0;
+    for (std::size_t i = position_; i < record_.size() && passed < distance; ++i) {
+      if (record_[i] == l) return true;
+      passed += elements(record_[i]);
+    }
+    return false;
+  }
+
   // The step ended (applied or skipped): the next one starts from the beginning of the record,
   // which is this step's order unless this step followed it to the end.
   void end_step() {

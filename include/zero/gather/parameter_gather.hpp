@@ -69,6 +69,9 @@ class ParameterGather {
     std::size_t persistence_threshold = 0; // layers with fewer elements stay gathered
     std::size_t prefetch_elements = 0;     // gathered ahead at most
     std::size_t max_live_elements = 0;     // gathered at once at most (held layers excepted)
+    // A released layer stays gathered when the record acquires it again within this many
+    // elements of other acquisitions (stage3_max_reuse_distance); 0: only when it comes next.
+    std::size_t max_reuse_distance = 0;
   };
 
   // `quantization`: gather int8 blocks instead of T (qwZ); none gathers T. `hpz`: the secondary
@@ -136,8 +139,9 @@ class ParameterGather {
     require(s.holders > 0,
             "engine: layer " + std::to_string(l) + " released more often than acquired");
     // A layer acquired again right away (the last layer of forward is the first of backward; a
-    // re-run segment ends where its backward starts) stays gathered for it.
-    if (--s.holders == 0 && !order_.comes_next(l)) drop(l);
+    // re-run segment ends where its backward starts), or within the reuse distance, stays
+    // gathered for it.
+    if (--s.holders == 0 && !reused_soon(l)) drop(l);
   }
 
   // The weights may change only while no layer is held.
@@ -214,6 +218,12 @@ class ParameterGather {
     bool source_held = false;           // the source's block is read by the gather
     int holders = 0;
   };
+
+  bool reused_soon(std::size_t l) const {
+    return order_.comes_next(l) ||
+           order_.reacquired_within(l, limits_.max_reuse_distance,
+                                    [&](std::size_t at) { return layout_.layer(at).flat_numel; });
+  }
 
   // A gathered or prefetched copy of layer l that nobody holds goes away.
   template <class Source>

@@ -77,7 +77,7 @@ class NvmeParameters {
                         })),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
-                                        options.max_live_elements},
+                                        options.max_live_elements, options.max_reuse_distance},
                 options.weight_quantization(), hpz) {
     // Every block starts at zero, as in memory, until set_layer.
     agreed(shard, "writing the parameters' initial blocks", [&] {

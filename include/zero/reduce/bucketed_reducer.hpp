@@ -29,6 +29,7 @@
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -54,6 +55,9 @@ struct ReducerStats {
   std::size_t elements = 0;         // reduced this step (all ranks' sections)
   double exposed_seconds = 0;       // the caller waited for communication
   double communication_seconds = 0; // the collectives ran (estimated from completion times)
+  // The most buckets still in flight when the caller got control back: 0 means no reduction
+  // overlapped the caller's work (overlap_comm false).
+  std::size_t most_in_flight = 0;
   // The fraction of communication that overlapped with the caller's work (backward).
   double hidden_fraction() const noexcept {
     return communication_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / communication_seconds)
@@ -70,6 +74,12 @@ class BucketedReducer {
     ReduceOp op = ReduceOp::avg;
     // Reduce-scatter: contributions cross the network quantized to these blocks (ZeRO++'s qgZ).
     std::optional<BlockQuantization> wire = std::nullopt;
+    // Reduce-scatter: false all-reduces each bucket instead and keeps this rank's part (twice the
+    // bytes, the same values; DeepSpeed's reduce_scatter: false).
+    bool reduce_scatter = true;
+    // false waits for each bucket's collective as soon as it is launched: nothing overlaps the
+    // caller's work (DeepSpeed's overlap_comm: false).
+    bool overlap = true;
   };
   using LayerReduced = std::function<void(std::size_t layer)>;
 
@@ -93,6 +103,10 @@ class BucketedReducer {
               "reduce-scatters (zero::QuantizingCommunicator)");
       require(options.op == ReduceOp::sum || options.op == ReduceOp::avg,
               "BucketedReducer: quantized gradients are summed or averaged");
+      require(
+          options.reduce_scatter,
+          "BucketedReducer: quantized gradients (qgZ) quantize a reduce-scatter; they cannot be "
+          "all-reduced instead (reduce_scatter = false)");
       options.wire->validate();
     }
     if constexpr (!VariableCountCommunicator<Comm>)
@@ -242,8 +256,8 @@ class BucketedReducer {
   }
 
   bool direct_delivery() const noexcept {
-    return Strategy::collective == Collective::reduce_scatter && target_.mode == Delivery::assign &&
-           target_.dtype == options_.bucket_dtype;
+    return Strategy::collective == Collective::reduce_scatter && options_.reduce_scatter &&
+           target_.mode == Delivery::assign && target_.dtype == options_.bucket_dtype;
   }
 
   void launch(std::size_t b) {
@@ -258,8 +272,8 @@ class BucketedReducer {
       T* out = direct_delivery() ? static_cast<T*>(target_.data) + bucket.shard_offset[rank]
                                  : all.data() + bucket.section[rank];
       View<T, Space> mine(out, bucket.counts[rank]);
-      if constexpr (Strategy::collective == Collective::all_reduce) {
-        s.work = comm_.all_reduce(all, options_.op);
+      if (Strategy::collective == Collective::all_reduce || !options_.reduce_scatter) {
+        s.work = comm_.all_reduce(all, options_.op); // every section, this rank's among them
       } else if (options_.wire) {
         if constexpr (QuantizingCommunicator<Comm> && FloatingElement<T>)
           s.work = comm_.reduce_scatter(all, mine, bucket.counts, options_.op, *options_.wire);
@@ -276,6 +290,8 @@ class BucketedReducer {
     in_flight_.push_back(b);
     ++stats_.buckets;
     stats_.elements += bucket.elements;
+    if (!options_.overlap) drain(); // delivered before the caller goes on
+    stats_.most_in_flight = std::max(stats_.most_in_flight, in_flight_.size());
   }
 
   // Delivers buckets that completed meanwhile, without blocking.

@@ -29,10 +29,11 @@ class InPlaceAllReduce {
  public:
   using LayerReduced = std::function<void(std::size_t layer)>;
 
-  // `gradient`: the whole model's gradient as the replica layout holds it.
+  // `gradient`: the whole model's gradient as the replica layout holds it. Without `overlap`, each
+  // bucket's all-reduce is waited for as soon as it is launched (DeepSpeed's overlap_comm: false).
   InPlaceAllReduce(Comm& comm, const ShardLayout& layout, View<T> gradient,
-                   std::size_t bucket_elements, ReduceOp op)
-      : comm_(comm), layout_(layout), gradient_(gradient), op_(op),
+                   std::size_t bucket_elements, ReduceOp op, bool overlap = true)
+      : comm_(comm), layout_(layout), gradient_(gradient), op_(op), overlap_(overlap),
         buckets_of_(layout.layer_count()), layers_left_(layout.layer_count()),
         arrived_(layout.layer_count(), false) {
     require(bucket_elements > 0, "reduce bucket size must be at least one element");
@@ -126,6 +127,10 @@ class InPlaceAllReduce {
     in_flight_.push_back(b);
     ++stats_.buckets;
     stats_.elements += bucket.end - bucket.begin;
+    if (!overlap_)
+      while (!in_flight_.empty())
+        complete_oldest();
+    stats_.most_in_flight = std::max(stats_.most_in_flight, in_flight_.size());
   }
 
   void poll() {
@@ -154,6 +159,7 @@ class InPlaceAllReduce {
   const ShardLayout& layout_;
   View<T> gradient_;
   ReduceOp op_;
+  bool overlap_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<std::size_t>> buckets_of_; // per layer, ascending
   std::vector<std::size_t> pending_, layers_left_;

@@ -51,6 +51,14 @@ inline std::int64_t read_stage3_size(ObjectReader& reader, std::string_view shor
   return value ? *value : reader.integer(short_name, fallback, non_negative);
 }
 
+// The same, for a size whose absence means something of its own.
+inline std::optional<std::int64_t> read_optional_stage3_size(ObjectReader& reader,
+                                                             std::string_view short_name) {
+  if (!reader.has("stage3_" + std::string(short_name)) && !reader.has(short_name))
+    return std::nullopt;
+  return read_stage3_size(reader, short_name, 0);
+}
+
 // The deprecated switches map onto the offload sections as DeepSpeed maps them.
 inline void read_deprecated_offload(ObjectReader& reader, ZeroOptimizationConfig& zero_opt) {
   ParseContext& context = reader.context();
@@ -107,8 +115,7 @@ inline ZeroOptimizationConfig read_zero_optimization(ObjectReader& reader) {
       reader, "param_persistence_threshold", zero_opt.stage3_param_persistence_threshold);
   zero_opt.stage3_max_live_parameters =
       read_stage3_size(reader, "max_live_parameters", zero_opt.stage3_max_live_parameters);
-  zero_opt.stage3_max_reuse_distance =
-      read_stage3_size(reader, "max_reuse_distance", zero_opt.stage3_max_reuse_distance);
+  zero_opt.stage3_max_reuse_distance = read_optional_stage3_size(reader, "max_reuse_distance");
   zero_opt.sub_group_size = reader.integer("sub_group_size", zero_opt.sub_group_size, positive);
   reader.object("offload_optimizer",
                 [&](ObjectReader& r) { read_offload(r, zero_opt.offload_optimizer); });
