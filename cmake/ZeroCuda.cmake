@@ -1,5 +1,6 @@
 # Decides whether zero::cuda is built. ZERO_ENABLE_CUDA=AUTO turns CUDA on when nvcc is found,
-# ON insists (and fails loudly without it), OFF never looks. Sets ZERO_CUDA_FOUND.
+# ON insists (and fails loudly without it), OFF never looks. Sets ZERO_CUDA_FOUND, and for
+# src/cuda ZERO_NCCL_LIBRARY and ZERO_NCCL_INCLUDE_DIR.
 include(CheckLanguage)
 set(ZERO_CUDA_FOUND OFF)
 string(TOUPPER "${ZERO_ENABLE_CUDA}" zero_cuda_mode)
@@ -21,10 +22,14 @@ if(NOT zero_cuda_mode MATCHES "^(OFF|FALSE|NO|0)$")
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    find_path(ZERO_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-    find_library(ZERO_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    if(ZERO_NCCL_INCLUDE_DIR AND ZERO_NCCL_LIBRARY)
+    set(zero_nccl_scope GLOBAL)
+    include(${CMAKE_CURRENT_LIST_DIR}/zeroFindNccl.cmake)
+    if(zero_NCCL_FOUND)
       set(ZERO_CUDA_FOUND ON)
+      # src/cuda links ${ZERO_NCCL_LIBRARY} and adds ${ZERO_NCCL_INCLUDE_DIR}: the imported target
+      # carries both, and keeps this machine's NCCL paths out of the installed zero::cuda.
+      set(ZERO_NCCL_LIBRARY zero::nccl_library)
+      set(ZERO_NCCL_INCLUDE_DIR "")
     elseif(zero_cuda_mode MATCHES "^(ON|TRUE|YES|1)$")
       message(FATAL_ERROR "ZERO_ENABLE_CUDA=ON but NCCL (nccl.h, libnccl) was not found")
     else()
