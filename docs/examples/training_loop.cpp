@@ -1,10 +1,11 @@
-// The program of docs/training-loop.md: a two-layer network trained with zero's engine under ZeRO
-// stage 3, written as a user writes it. The build compiles it, the tests run it on 1, 2 and 3
-// ranks, and the guide shows its marked regions verbatim.
+// The program of docs/training-loop.md: a two-layer network trained in fp16 with zero's engine
+// under ZeRO stage 3 and a dynamic loss scale, written as a user writes it. The build compiles
+// it, the tests run it on 1, 2 and 3 ranks, and the guide shows its marked regions verbatim.
 
-#include <zero/comm/mpi_communicator.hpp>
-#include <zero/engine/engine.hpp>
-#include <zero/optim/adam.hpp>
+// example-begin includes
+#include <zero/comm/mpi_communicator.hpp> // zero::MpiCommunicator: link zero::mpi
+#include <zero/zero.hpp> // the engine, stages, optimizers, loss scalers, ...: zero::zero
+// example-end includes
 
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,11 @@ constexpr std::size_t inputs = 8, hidden = 16, outputs = 2, rows = 32; // rows p
 // y = tanh(x W0^T + b0) W1^T + b1, with W0 [hidden, inputs] and W1 [outputs, hidden], as torch.
 struct Activations {
   std::vector<float> x, h, y;
+};
+
+// This rank's rows of a synthetic regression task.
+struct Batch {
+  std::vector<float> x, target;
 };
 
 template <class T>
@@ -38,6 +44,88 @@ void linear(const std::vector<float>& in, std::size_t in_width, const std::vecto
     }
 }
 
+// example-begin trainer
+// One step of training, written once for every engine: plan, communicator, placement, optimizer
+// and loss scaler are Engine's template parameters, the compute type T the caller's choice. The
+// engine's type depends on a template parameter here, so its member templates are called with
+// `template`: engine.template gradients<T>(l).
+template <class T, class Engine>
+zero::StepResult train_step(Engine& engine, const Batch& batch, Activations& a, double& loss) {
+  // Forward: under stage 3 a layer's weights are gathered while its handle lives (and the next
+  // layer's gather is already under way).
+  {
+    auto w0 = engine.acquire(0);
+    linear(batch.x, inputs, to_float(w0.template parameter<T>(0)),
+           to_float(w0.template parameter<T>(1)), hidden, a.h);
+    for (float& v : a.h)
+      v = std::tanh(v);
+  }
+  {
+    auto w1 = engine.acquire(1);
+    linear(a.h, hidden, to_float(w1.template parameter<T>(0)),
+           to_float(w1.template parameter<T>(1)), outputs, a.y);
+  }
+  // The loss gradient is multiplied by the loss scale, so that small fp16 gradients do not flush
+  // to zero; step() divides it out of the fp32 gradients, and skips the step on every rank when
+  // it made one overflow (a DynamicLossScaler then lowers the scale).
+  const float scale = static_cast<float>(engine.loss_scale());
+  std::vector<float> dy(rows * outputs);
+  loss = 0;
+  for (std::size_t i = 0; i < dy.size(); ++i) {
+    const float d = a.y[i] - batch.target[i];
+    loss += d * d / double(dy.size());
+    dy[i] = scale * 2 * d / float(dy.size()); // loss scale x d(mean squared error)/dy
+  }
+
+  // Backward, last layer first: each layer's gradient is reduced across the ranks as soon as it
+  // is handed over, while the layers below are still computing.
+  std::vector<float> dh(rows * hidden, 0.0f);
+  {
+    auto w1 = engine.acquire(1);
+    const std::vector<float> weight = to_float(w1.template parameter<T>(0));
+    zero::View<T> grad = engine.template gradients<T>(1); // fc1.weight then fc1.bias
+    for (std::size_t o = 0; o < outputs; ++o) {
+      float bias_grad = 0;
+      for (std::size_t i = 0; i < hidden; ++i) {
+        float sum = 0;
+        for (std::size_t r = 0; r < rows; ++r)
+          sum += dy[r * outputs + o] * a.h[r * hidden + i];
+        grad[o * hidden + i] = T(sum);
+      }
+      for (std::size_t r = 0; r < rows; ++r)
+        bias_grad += dy[r * outputs + o];
+      grad[outputs * hidden + o] = T(bias_grad);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t i = 0; i < hidden; ++i)
+          dh[r * hidden + i] += dy[r * outputs + o] * weight[o * hidden + i];
+    }
+    engine.grads_ready(1);
+  }
+  {
+    zero::View<T> grad = engine.template gradients<T>(0);
+    for (std::size_t i = 0; i < dh.size(); ++i)
+      dh[i] *= 1 - a.h[i] * a.h[i]; // tanh'
+    for (std::size_t o = 0; o < hidden; ++o) {
+      float bias_grad = 0;
+      for (std::size_t i = 0; i < inputs; ++i) {
+        float sum = 0;
+        for (std::size_t r = 0; r < rows; ++r)
+          sum += dh[r * hidden + o] * batch.x[r * inputs + i];
+        grad[o * inputs + i] = T(sum);
+      }
+      for (std::size_t r = 0; r < rows; ++r)
+        bias_grad += dh[r * hidden + o];
+      grad[hidden * inputs + o] = T(bias_grad);
+    }
+    engine.grads_ready(0);
+  }
+
+  // Overflow check on every rank, unscaling, clipping by the global norm, Adam on this rank's
+  // shard.
+  return engine.step();
+}
+// example-end trainer
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -52,12 +140,14 @@ int main(int argc, char** argv) {
       {"fc1.bias", outputs, zero::DType::float32, 1}};
 
   zero::EngineOptions options;
-  options.compute_dtype = zero::DType::bfloat16; // bf16 weights for compute, fp32 master weights
-  options.gradient_clipping = 1.0;               // by the global norm over all shards
+  options.compute_dtype = zero::DType::float16; // fp16 weights for compute, fp32 master weights
+  options.gradient_clipping = 1.0;              // by the global norm over all shards
 
+  // fp16 gradients need a loss scale: the dynamic one starts at 2^16, halves after overflows and
+  // doubles after scale_window steps without one (DeepSpeed's rule).
   using Engine = zero::Engine<zero::Stage<3>, zero::MpiCommunicator, zero::host, zero::AdamW,
-                              zero::StaticLossScaler>;
-  Engine engine(comm, parameters, zero::AdamW({.lr = 1e-2}), zero::StaticLossScaler{}, options);
+                              zero::DynamicLossScaler>;
+  Engine engine(comm, parameters, zero::AdamW({.lr = 1e-2}), zero::DynamicLossScaler{}, options);
   // example-end setup
 
   // example-begin init
@@ -70,85 +160,23 @@ int main(int argc, char** argv) {
   // example-end init
 
   // Each rank trains on its own rows of a synthetic regression task.
-  Activations a;
-  a.x.resize(rows * inputs);
-  std::vector<float> target(rows * outputs);
-  for (std::size_t i = 0; i < a.x.size(); ++i)
-    a.x[i] = std::cos(float(i + 100 * std::size_t(comm.rank())));
+  Batch batch;
+  batch.x.resize(rows * inputs);
+  batch.target.resize(rows * outputs);
+  for (std::size_t i = 0; i < batch.x.size(); ++i)
+    batch.x[i] = std::cos(float(i + 100 * std::size_t(comm.rank())));
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t o = 0; o < outputs; ++o)
-      target[r * outputs + o] = std::sin(a.x[r * inputs + o] + a.x[r * inputs]);
+      batch.target[r * outputs + o] = std::sin(batch.x[r * inputs + o] + batch.x[r * inputs]);
 
+  Activations a;
   double first_loss = 0, loss = 0;
-  using T = zero::bfloat16;
   // example-begin loop
   for (int step = 0; step < 60; ++step) {
-    // Forward: under stage 3 a layer's weights are gathered while its handle lives (and the next
-    // layer's gather is already under way).
-    {
-      auto w0 = engine.acquire(0);
-      linear(a.x, inputs, to_float(w0.parameter<T>(0)), to_float(w0.parameter<T>(1)), hidden, a.h);
-      for (float& v : a.h)
-        v = std::tanh(v);
-    }
-    {
-      auto w1 = engine.acquire(1);
-      linear(a.h, hidden, to_float(w1.parameter<T>(0)), to_float(w1.parameter<T>(1)), outputs, a.y);
-    }
-    std::vector<float> dy(rows * outputs);
-    loss = 0;
-    for (std::size_t i = 0; i < dy.size(); ++i) {
-      const float d = a.y[i] - target[i];
-      loss += d * d / double(dy.size());
-      dy[i] = 2 * d / float(dy.size()); // d(mean squared error)/dy
-    }
-
-    // Backward, last layer first: each layer's gradient is reduced across the ranks as soon as it
-    // is handed over, while the layers below are still computing.
-    std::vector<float> dh(rows * hidden, 0.0f);
-    {
-      auto w1 = engine.acquire(1);
-      const std::vector<float> weight = to_float(w1.parameter<T>(0));
-      zero::View<T> grad = engine.gradients<T>(1); // fc1.weight then fc1.bias
-      for (std::size_t o = 0; o < outputs; ++o) {
-        float bias_grad = 0;
-        for (std::size_t i = 0; i < hidden; ++i) {
-          float sum = 0;
-          for (std::size_t r = 0; r < rows; ++r)
-            sum += dy[r * outputs + o] * a.h[r * hidden + i];
-          grad[o * hidden + i] = T(sum);
-        }
-        for (std::size_t r = 0; r < rows; ++r)
-          bias_grad += dy[r * outputs + o];
-        grad[outputs * hidden + o] = T(bias_grad);
-        for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t i = 0; i < hidden; ++i)
-            dh[r * hidden + i] += dy[r * outputs + o] * weight[o * hidden + i];
-      }
-      engine.grads_ready(1);
-    }
-    {
-      zero::View<T> grad = engine.gradients<T>(0);
-      for (std::size_t i = 0; i < dh.size(); ++i)
-        dh[i] *= 1 - a.h[i] * a.h[i]; // tanh'
-      for (std::size_t o = 0; o < hidden; ++o) {
-        float bias_grad = 0;
-        for (std::size_t i = 0; i < inputs; ++i) {
-          float sum = 0;
-          for (std::size_t r = 0; r < rows; ++r)
-            sum += dh[r * hidden + o] * a.x[r * inputs + i];
-          grad[o * inputs + i] = T(sum);
-        }
-        for (std::size_t r = 0; r < rows; ++r)
-          bias_grad += dh[r * hidden + o];
-        grad[hidden * inputs + o] = T(bias_grad);
-      }
-      engine.grads_ready(0);
-    }
-
-    // Overflow check on every rank, clipping by the global norm, Adam on this rank's shard.
-    const zero::StepResult result = engine.step();
-    if (!result.applied && comm.rank() == 0) std::printf("step %d skipped (overflow)\n", step);
+    const zero::StepResult result = train_step<zero::half>(engine, batch, a, loss);
+    if (!result.applied && comm.rank() == 0)
+      std::printf("step %d skipped (overflow): the loss scale is now %g\n", step,
+                  engine.loss_scale());
     if (step == 0) first_loss = loss;
   }
   // example-end loop
