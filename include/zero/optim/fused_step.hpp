@@ -9,7 +9,8 @@
 // a mask with AVX-512, on float lanes otherwise), one contiguous range per OpenMP thread. Every
 // lane type rounds identically, so the result does not depend on the vector width, the thread
 // count or the alignment of the buffers. The same functor runs in the CUDA kernels
-// (optim/cuda_step.hpp).
+// (optim/cuda_step.hpp). The overloads for optimizers whose step needs whole-parameter norms
+// (LAMB) are in optim/trust_ratio_step.hpp, included here so that one call serves both kinds.
 
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
@@ -19,6 +20,7 @@
 #include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/trust_ratio_step.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <array>

@@ -12,6 +12,14 @@
 //   zero::fused_step(update, master, {m, v}, grads, grad_multiplier, compute_copy);  // per shard
 // A skipped step (overflow) calls neither, so the step counter only counts applied steps, as in
 // PyTorch and DeepSpeed.
+//
+// Some optimizers scale each parameter's update by a ratio of norms over the WHOLE parameter
+// (LAMB's trust ratio ||w|| / ||u||), which a rank holding a shard cannot know alone. Their update
+// is a TrustRatioUpdate instead, run in two passes: prepare() on every element (it updates the
+// state and gives the element's update direction u, whose squares and the weights' squares are
+// summed per parameter), then, once every rank's partial sums are combined (engine:
+// optimizer_store.hpp), apply the parameter's step, param += neg_step(sum w^2, sum u^2) * u.
+// The engine tells the two kinds apart at compile time: element-wise optimizers pay nothing.
 
 #include "zero/core/platform.hpp"
 
@@ -39,11 +47,28 @@ concept ElementwiseUpdate = std::is_trivially_copyable_v<U> && requires {
   { U::state_tensors } -> std::convertible_to<std::size_t>;
 } && detail::updates_lanes<U, float>(std::make_index_sequence<U::state_tensors>{});
 
+// prepare(param, grad, state...) updates the state in place and returns the update direction u;
+// direction(param, state...) gives the same u again from the updated state (the second pass);
+// neg_step(sum of param^2, sum of u^2) is the parameter's step, as a factor of u.
+template <class U>
+concept TrustRatioUpdate = std::is_trivially_copyable_v<U> && requires(const U& u, double sum) {
+  { U::state_tensors } -> std::convertible_to<std::size_t>;
+  requires U::state_tensors == 2;
+  {
+    u.prepare(std::declval<float>(), std::declval<float>(), std::declval<float&>(),
+              std::declval<float&>())
+    } -> std::same_as<float>;
+  {
+    u.direction(std::declval<float>(), std::declval<float>(), std::declval<float>())
+    } -> std::same_as<float>;
+  { u.neg_step(sum, sum) } -> std::same_as<float>;
+};
+
 template <class O>
 concept Optimizer = requires(O& optimizer, const O& const_optimizer, double lr, std::int64_t step) {
   typename O::options_type;
   typename O::update_type;
-  requires ElementwiseUpdate<typename O::update_type>;
+  requires ElementwiseUpdate<typename O::update_type> || TrustRatioUpdate<typename O::update_type>;
   requires O::state_tensors == O::update_type::state_tensors;
   { O::state_names } -> std::convertible_to<std::array<std::string_view, O::state_tensors>>;
   { const_optimizer.options() } -> std::convertible_to<const typename O::options_type&>;
