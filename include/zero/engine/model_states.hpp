@@ -118,17 +118,27 @@ class ModelStates {
 
   // Updates what this rank owns and shares the new weights: the optimizer's step counter moves
   // once nothing can refuse the update any more.
+  // An optimizer needing whole-parameter norms (LAMB) hands the store the shard group, over which
+  // it combines its partial sums.
   template <Optimizer O>
   void update(O& optimizer, float grad_multiplier) {
+    static_assert(!TrustRatioUpdate<typename O::update_type> ||
+                      !std::same_as<typename Where::optimizer_states, nvme>,
+                  "zero: an optimizer with a trust ratio (LAMB) keeps its states in memory; its "
+                  "step on the NVMe tier is not built");
     parameters_.begin_update();
     const auto update = optimizer.begin_step();
     gradients_.visit_reduced([&](auto& reduced) {
       using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
-      if constexpr (GradientElement<G>)
-        optimizer_.step(
-            update, grad_multiplier, [&](std::size_t l) { return View<const G>(reduced.block(l)); },
-            [&](std::size_t l) { return parameters_.update_target(l); },
-            [&](std::size_t l) { parameters_.layer_updated(l); });
+      if constexpr (GradientElement<G>) {
+        const auto grads = [&](std::size_t l) { return View<const G>(reduced.block(l)); };
+        const auto target = [&](std::size_t l) { return parameters_.update_target(l); };
+        const auto updated = [&](std::size_t l) { parameters_.layer_updated(l); };
+        if constexpr (TrustRatioUpdate<typename O::update_type>)
+          optimizer_.step(shard_, update, grad_multiplier, grads, target, updated);
+        else
+          optimizer_.step(update, grad_multiplier, grads, target, updated);
+      }
     });
     parameters_.end_update();
   }

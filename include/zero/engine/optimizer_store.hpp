@@ -5,11 +5,18 @@
 // update is one fused pass per layer over what this rank owns: it reads master, moments and the
 // reduced gradient, and writes master, moments and the new compute copy, which the parameter store
 // then shares (offload/ has the same store with the states on NVMe).
+//
+// An optimizer whose step scales each parameter by norms over the whole parameter (LAMB: a
+// TrustRatioUpdate) takes three passes instead: every layer's moments and partial sums of squares,
+// one all-gather of every rank's sums over the shard group (2 doubles per parameter from each
+// rank, added in rank order on every rank, so the order is fixed whatever the transport), then
+// every layer's weights. Element-wise optimizers never reach that code.
 
 #include "zero/core/execution_space.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
+#include "zero/engine/parameter_pieces.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
@@ -19,6 +26,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,7 +43,9 @@ class OptimizerStore {
   template <class Comm>
   OptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions&, Exec exec)
       : model_(model), exec_(exec), master_(make(shard)),
-        states_(make_states(shard, std::make_index_sequence<states>{})) {}
+        states_(make_states(shard, std::make_index_sequence<states>{})) {
+    if constexpr (TrustRatioUpdate<typename Opt::update_type>) pieces_.emplace(model, !K::sharded);
+  }
 
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
@@ -69,6 +79,56 @@ class OptimizerStore {
       for (std::size_t k = 0; k < states; ++k)
         moments[k] = states_[k].block(l);
       fused_step(exec_, update, master_.block(l), moments, grads(l), grad_multiplier, out(l));
+      done(l);
+    }
+  }
+
+  // The same for a TrustRatioUpdate (LAMB), in three passes; collective over `shard` when the
+  // states are sharded.
+  template <class Comm, TrustRatioUpdate U, class Grads, class Out, class Done>
+  void step(Comm& shard, const U& update, float grad_multiplier, Grads&& grads, Out&& out,
+            Done&& done) {
+    static_assert(states == 2, "zero: a trust-ratio update keeps two state tensors");
+    const ShardLayout& layout = *model_.sharded;
+    const std::size_t row = 2 * layout.parameter_count(); // one rank's sums: (w^2, u^2) each
+    std::vector<double> sums(static_cast<std::size_t>(layout.world_size()) * row, 0.0);
+    for (std::size_t l = 0; l < model_.layers(); ++l) {
+      const auto g = grads(l);
+      for (const ParameterPiece& piece : pieces_->layer(l)) {
+        const auto part = [&](auto view) { return view.subview(piece.position, piece.length); };
+        const ParameterSums s = trust_ratio_prepare(
+            update, View<const float>(part(master_.block(l))),
+            {part(states_[0].block(l)), part(states_[1].block(l))}, part(g), grad_multiplier);
+        double* into = sums.data() + static_cast<std::size_t>(piece.rank) * row;
+        into[2 * piece.parameter] += s.param;
+        into[2 * piece.parameter + 1] += s.direction;
+      }
+    }
+    if constexpr (K::sharded) shard.all_gather(sums).wait(); // this rank's row is in place
+    std::vector<float> neg_step(layout.parameter_count());
+    for (std::size_t p = 0; p < neg_step.size(); ++p) {
+      ParameterSums total;
+      for (std::size_t r = 0; r < static_cast<std::size_t>(layout.world_size()); ++r)
+        total += ParameterSums{sums[r * row + 2 * p], sums[r * row + 2 * p + 1]};
+      neg_step[p] = update.neg_step(total.param, total.direction);
+    }
+    for (std::size_t l = 0; l < model_.layers(); ++l) {
+      const View<float> master = master_.block(l);
+      const auto copy = out(l);
+      const View<const float> m = states_[0].block(l), v = states_[1].block(l);
+      std::size_t next = 0; // padding between pieces is zero: its compute copy is converted
+      const auto copy_gap = [&](std::size_t end) {
+        if (!copy.empty() && end > next)
+          convert_n(master.data() + next, copy.data() + next, end - next);
+      };
+      for (const ParameterPiece& piece : pieces_->by_position(l)) {
+        copy_gap(piece.position);
+        const auto part = [&](auto view) { return view.subview(piece.position, piece.length); };
+        trust_ratio_apply(update, neg_step[piece.parameter], part(master), {part(m), part(v)},
+                          copy.empty() ? copy : part(copy));
+        next = piece.position + piece.length;
+      }
+      copy_gap(master.size());
       done(l);
     }
   }
@@ -119,6 +179,7 @@ class OptimizerStore {
   Exec exec_;
   Tensor master_;
   std::array<Tensor, states> states_;
+  std::optional<ParameterPieces> pieces_; // for a TrustRatioUpdate only
 };
 
 } // namespace zero

@@ -7,6 +7,8 @@
 // What the concepts cannot spell out (member templates over the caller's lambdas):
 //   - OptimizerStateStore: `layer(shard, l)` (a layer's fp32 weights, gathered),
 //     `step(update, grad_multiplier, grads(l), out(l), done(l))` (the update, layer by layer),
+//     and for a TrustRatioUpdate (LAMB) `step(shard, update, ...)`, which combines the
+//     per-parameter sums over the shard group (the memory store has it; the NVMe store does not),
 //     `read_states(f)` / `write_states(f)` (checkpoints, f(tensor, layer, part, values)).
 //   - GradientStorage: `visit_reduced(f)` (f(reduced tensor) with its element type).
 
