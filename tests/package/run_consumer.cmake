@@ -74,7 +74,7 @@ lap("zero::zero consumer built and run without CUDA or MPI")
 string(REPLACE ";" "," components "config;${zero_built_components}")
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/components
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DZERO_COMPONENTS=${components})
-run(${CMAKE_COMMAND} --build ${WORK_DIR}/components)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/components --parallel 2)
 if(EXISTS ${WORK_DIR}/components/consumer_mpi)
   run(${WORK_DIR}/components/consumer_mpi)
 endif()
