@@ -138,18 +138,19 @@ TEST(ConfigJson, UnbuiltFeaturesAreRejectedByName) {
   const char* text = R"({"zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}},
     "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true},
-    "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}})";
+    "optimizer": {"type": "OneBitLamb", "params": {"lr": 1e-3}}})";
   expect_error(text, ErrorKind::unsupported,
                {"ds_config.json: not supported yet:",
                 "activation_checkpointing.partition_activations = true",
-                "activation_checkpointing.cpu_checkpointing = true", "optimizer.type = \"Lamb\""});
+                "activation_checkpointing.cpu_checkpointing = true",
+                "optimizer.type = \"OneBitLamb\"", "1-bit optimizers"});
   // Accepted on request (the estimator), with a warning rather than silence.
   const auto parsed = parse(text, config::UnbuiltFeatures::accept);
   EXPECT_EQ(parsed.config.zero_optimization.offload_param.device, config::OffloadDevice::nvme);
   EXPECT_FALSE(parsed.config.optimizer);
   ASSERT_EQ(parsed.warnings.size(), 1u);
   EXPECT_NE(parsed.warnings[0].find("not supported yet by the training engine"), std::string::npos);
-  EXPECT_NE(parsed.warnings[0].find("optimizer.type = \"Lamb\""), std::string::npos);
+  EXPECT_NE(parsed.warnings[0].find("optimizer.type = \"OneBitLamb\""), std::string::npos);
   // The same rule for a struct built in code.
   config::Config code;
   code.activation_checkpointing.cpu_checkpointing = true;
@@ -246,6 +247,44 @@ TEST(ConfigJson, OptimizerNamesAndAdamWMode) {
                ErrorKind::unsupported, {"optimizer.params.amsgrad = true"});
   expect_invalid(R"({"optimizer": {"params": {"lr": 1}}})",
                  {"optimizer.type: missing; the optimizer section needs it"});
+  // DeepSpeed's bias_correction false is built (FusedAdam, DeepSpeedCPUAdam, FusedLamb).
+  optimizer = *parse(R"({"optimizer": {"type": "Adam", "params": {"bias_correction": false}}})")
+                   .config.optimizer;
+  EXPECT_FALSE(optimizer.bias_correction);
+  EXPECT_TRUE(parse(R"({"optimizer": {"type": "AdamW"}})").config.optimizer->bias_correction);
+}
+
+TEST(ConfigJson, LambAndItsParameters) {
+  auto optimizer = *parse(R"({"optimizer": {"type": "LAMB", "params": {"lr": 0.011,
+      "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.01, "bias_correction": false,
+      "max_coeff": 0.5, "min_coeff": 0.08}}})")
+                        .config.optimizer;
+  EXPECT_EQ(optimizer.type, config::OptimizerType::lamb);
+  EXPECT_STREQ(config::to_string(optimizer.type), "Lamb");
+  EXPECT_EQ(optimizer.lr, 0.011);
+  EXPECT_EQ(optimizer.betas[1], 0.95);
+  EXPECT_EQ(optimizer.eps, 1e-6);
+  EXPECT_EQ(optimizer.weight_decay, 0.01);
+  EXPECT_FALSE(optimizer.bias_correction);
+  EXPECT_EQ(optimizer.max_coeff, 0.5);
+  EXPECT_EQ(optimizer.min_coeff, 0.08);
+  EXPECT_FALSE(optimizer.decoupled_weight_decay()); // decay goes into the update, as FusedLamb
+  const auto defaults = *parse(R"({"optimizer": {"type": "lamb"}})").config.optimizer;
+  EXPECT_EQ(defaults.max_coeff, 10.0); // FusedLamb's defaults
+  EXPECT_EQ(defaults.min_coeff, 0.01);
+  EXPECT_TRUE(defaults.bias_correction);
+  expect_invalid(R"({"optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}}})",
+                 {"optimizer.params.max_grad_norm", "gradient_clipping"});
+  expect_invalid(R"({"optimizer": {"type": "Lamb", "params": {"max_coeff": 0.1,
+                   "min_coeff": 0.2}}})",
+                 {"optimizer.params.min_coeff: min_coeff must not exceed max_coeff"});
+  expect_error(R"({"optimizer": {"type": "Lamb", "params": {"eps_inside_sqrt": true}}})",
+               ErrorKind::unsupported, {"optimizer.params.eps_inside_sqrt = true"});
+  // The 1-bit optimizers stay refused, by name and with the reason.
+  for (const char* type : {"OneBitAdam", "OneBitLamb", "ZeroOneAdam"})
+    expect_error(std::string(R"({"optimizer": {"type": ")") + type + R"("}})",
+                 ErrorKind::unsupported,
+                 {std::string("optimizer.type = \"") + type + "\"", "1-bit optimizers"});
 }
 
 TEST(ConfigJson, SchedulerTypes) {

@@ -21,6 +21,7 @@ std::string name_of(const O&) {
   if constexpr (std::is_same_v<O, zero::Adam>) return "Adam";
   if constexpr (std::is_same_v<O, zero::AdamW>) return "AdamW";
   if constexpr (std::is_same_v<O, zero::SGD>) return "SGD";
+  if constexpr (std::is_same_v<O, zero::Lamb>) return "Lamb";
   return "?";
 }
 
@@ -38,6 +39,43 @@ TEST(WithOptimizer, FollowsDeepSpeedsMeaningOfAdam) {
   EXPECT_EQ(chosen(o), "AdamW");
   o.type = OptimizerType::sgd;
   EXPECT_EQ(chosen(o), "SGD");
+  o.type = OptimizerType::lamb;
+  EXPECT_EQ(chosen(o), "Lamb");
+  o.adam_w_mode = true; // not a Lamb parameter: still Lamb
+  EXPECT_EQ(chosen(o), "Lamb");
+}
+
+TEST(WithOptimizer, CarriesLambsParametersAndBiasCorrection) {
+  const auto config = zero::config::from_json_string(R"({"train_batch_size": 8,
+      "optimizer": {"type": "LAMB", "params": {"lr": 0.01, "betas": [0.8, 0.95], "eps": 1e-6,
+                    "weight_decay": 0.1, "bias_correction": false, "max_coeff": 5.0,
+                    "min_coeff": 0.1}}})");
+  ASSERT_TRUE(config.optimizer);
+  zero::with_optimizer(*config.optimizer, [](auto optimizer) {
+    if constexpr (std::is_same_v<decltype(optimizer), zero::Lamb>) {
+      const zero::LambOptions& o = optimizer.options();
+      EXPECT_EQ(o.lr, 0.01);
+      EXPECT_EQ(o.betas[0], 0.8);
+      EXPECT_EQ(o.betas[1], 0.95);
+      EXPECT_EQ(o.eps, 1e-6);
+      EXPECT_EQ(o.weight_decay, 0.1);
+      EXPECT_FALSE(o.bias_correction);
+      EXPECT_EQ(o.max_coeff, 5.0);
+      EXPECT_EQ(o.min_coeff, 0.1);
+    } else {
+      ADD_FAILURE() << "expected zero::Lamb";
+    }
+    return 0;
+  });
+  const auto adam = zero::config::from_json_string(
+      R"({"optimizer": {"type": "AdamW", "params": {"bias_correction": false}}})");
+  zero::with_optimizer(*adam.optimizer, [](auto optimizer) {
+    if constexpr (std::is_same_v<decltype(optimizer), zero::AdamW>)
+      EXPECT_FALSE(optimizer.options().bias_correction);
+    else
+      ADD_FAILURE() << "expected zero::AdamW";
+    return 0;
+  });
 }
 
 TEST(WithOptimizer, CarriesEveryHyperParameter) {
@@ -87,6 +125,15 @@ TEST(WithOptimizer, ATypeTheProgramDidNotListIsRefusedByName) {
     EXPECT_EQ(e.kind(), zero::ErrorKind::unsupported);
     EXPECT_NE(std::string(e.what()).find("optimizer.type SGD: this program runs Adam "
                                          "(adam_w_mode false), AdamW (or Adam with adam_w_mode)"),
+              std::string::npos)
+        << e.what();
+  }
+  o.type = OptimizerType::lamb;
+  try {
+    zero::with_optimizer<zero::Adam, zero::AdamW>(o, [](auto) { return 0; });
+    ADD_FAILURE() << "Lamb was accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer.type Lamb: this program runs Adam"),
               std::string::npos)
         << e.what();
   }

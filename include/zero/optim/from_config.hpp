@@ -1,9 +1,10 @@
 #pragma once
 // An optimizer from a DeepSpeed config's "optimizer" section (config/optimizer.hpp), with
 // DeepSpeed's meaning: "Adam" decouples weight decay like AdamW unless adam_w_mode is false (it is
-// true by default), "AdamW" is AdamW, "SGD" is torch.optim.SGD. The engine takes the optimizer's
-// type as a template parameter, so the optimizer is handed to `use`, called once with a zero::Adam,
-// zero::AdamW or zero::SGD; its result is returned:
+// true by default), "AdamW" is AdamW, "SGD" is torch.optim.SGD, "Lamb" is FusedLamb (zero::Lamb).
+// The engine takes the optimizer's type as a template parameter, so the optimizer is handed to
+// `use`, called once with a zero::Adam, zero::AdamW, zero::SGD or zero::Lamb; its result is
+// returned:
 //
 //   return zero::with_optimizer(config, [&](auto optimizer) { return train(optimizer); });
 //   zero::with_optimizer<zero::Adam, zero::AdamW>(config, use); // only these: fewer to compile
@@ -13,6 +14,7 @@
 #include "zero/config/optimizer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/optim/adam.hpp"
+#include "zero/optim/lamb.hpp"
 #include "zero/optim/sgd.hpp"
 
 #include <optional>
@@ -35,6 +37,7 @@ Options adam_options(const config::OptimizerConfig& o) {
   a.betas = o.betas;
   a.eps = o.eps;
   a.weight_decay = o.weight_decay;
+  a.bias_correction = o.bias_correction;
   return a;
 }
 } // namespace detail
@@ -53,9 +56,7 @@ struct FromConfig<Adam> {
 template <>
 struct FromConfig<AdamW> {
   static constexpr const char* name = "AdamW (or Adam with adam_w_mode)";
-  static bool asked(const config::OptimizerConfig& o) {
-    return o.type != config::OptimizerType::sgd && o.decoupled_weight_decay();
-  }
+  static bool asked(const config::OptimizerConfig& o) { return o.decoupled_weight_decay(); }
   static AdamW make(const config::OptimizerConfig& o) {
     return AdamW(detail::adam_options<AdamWOptions>(o));
   }
@@ -78,6 +79,23 @@ struct FromConfig<SGD> {
   }
 };
 
+template <>
+struct FromConfig<Lamb> {
+  static constexpr const char* name = "Lamb";
+  static bool asked(const config::OptimizerConfig& o) {
+    return o.type == config::OptimizerType::lamb;
+  }
+  static Lamb make(const config::OptimizerConfig& o) {
+    return Lamb({.lr = o.lr,
+                 .betas = o.betas,
+                 .eps = o.eps,
+                 .weight_decay = o.weight_decay,
+                 .bias_correction = o.bias_correction,
+                 .max_coeff = o.max_coeff,
+                 .min_coeff = o.min_coeff});
+  }
+};
+
 template <class First, class... Rest, class Use>
 auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
   using Result = std::invoke_result_t<Use&, First>;
@@ -92,8 +110,9 @@ auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
   if (!result) {
     std::string supported = FromConfig<First>::name;
     ((supported += std::string(", ") + FromConfig<Rest>::name), ...);
+    const bool adam = o.type == config::OptimizerType::adam;
     fail(ErrorKind::unsupported, std::string("optimizer.type ") + config::to_string(o.type) +
-                                     (o.adam_w_mode ? "" : " with adam_w_mode false") +
+                                     (!adam || o.adam_w_mode ? "" : " with adam_w_mode false") +
                                      ": this program runs " + supported);
   }
   return std::move(*result);
@@ -102,7 +121,7 @@ auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
 // Any of zero's optimizers.
 template <class Use>
 auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
-  return with_optimizer<Adam, AdamW, SGD>(o, std::forward<Use>(use));
+  return with_optimizer<Adam, AdamW, SGD, Lamb>(o, std::forward<Use>(use));
 }
 
 } // namespace zero

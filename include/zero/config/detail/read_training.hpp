@@ -1,6 +1,7 @@
 #pragma once
 // Reading the "fp16", "bf16", "optimizer" and "scheduler" sections, with DeepSpeed's defaults and
-// its quirks (the fp16 loss-scale defaults, Adam's adam_w_mode, case-insensitive optimizer names).
+// its quirks (the fp16 loss-scale defaults, Adam's adam_w_mode, case-insensitive optimizer names;
+// 1-bit optimizers refused by name).
 
 #include "zero/config/config.hpp"
 #include "zero/config/detail/json_reader.hpp"
@@ -63,9 +64,25 @@ inline void read_adam_params(ObjectReader& reader, OptimizerConfig& optimizer) {
   reader.boolean("torch_adam", false);
   if (reader.boolean("amsgrad", false))
     context.unbuilt.push_back({reader.path_of("amsgrad") + " = true", "AMSGrad is not built"});
-  if (!reader.boolean("bias_correction", true))
-    context.unbuilt.push_back({reader.path_of("bias_correction") + " = false",
-                               "Adam without bias correction is not built"});
+  optimizer.bias_correction = reader.boolean("bias_correction", true);
+}
+
+// FusedLamb's own parameters (betas, eps and bias_correction are read as Adam's).
+inline void read_lamb_params(ObjectReader& reader, OptimizerConfig& optimizer) {
+  optimizer.max_coeff = reader.number("max_coeff", optimizer.max_coeff, non_negative_number);
+  optimizer.min_coeff = reader.number("min_coeff", optimizer.min_coeff, non_negative_number);
+  if (optimizer.min_coeff > optimizer.max_coeff)
+    reader.context().fail_at(reader.path_of("min_coeff"), "min_coeff must not exceed max_coeff (" +
+                                                              std::to_string(optimizer.max_coeff) +
+                                                              ")");
+  if (reader.boolean("eps_inside_sqrt", false))
+    reader.context().unbuilt.push_back({reader.path_of("eps_inside_sqrt") + " = true",
+                                        "Lamb with eps inside the square root is not built"});
+  // DeepSpeed's engine refuses this key for every optimizer, in favour of gradient_clipping.
+  if (reader.has("max_grad_norm"))
+    reader.context().fail_at(reader.path_of("max_grad_norm"),
+                             "DeepSpeed does not take it as an optimizer parameter; use "
+                             "\"gradient_clipping\" at the top level");
 }
 
 inline void read_sgd_params(ObjectReader& reader, OptimizerConfig& optimizer) {
@@ -91,9 +108,15 @@ inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
     optimizer.type = OptimizerType::adamw;
   else if (name == "sgd")
     optimizer.type = OptimizerType::sgd;
+  else if (name == "lamb")
+    optimizer.type = OptimizerType::lamb;
   else {
-    context.unbuilt.push_back({reader.path_of("type") + " = \"" + type + "\"",
-                               "zero has Adam, AdamW and SGD; other optimizers are not built yet"});
+    const bool one_bit = name == "onebitadam" || name == "onebitlamb" || name == "zerooneadam";
+    context.unbuilt.push_back(
+        {reader.path_of("type") + " = \"" + type + "\"",
+         one_bit ? "1-bit optimizers (compressed communication after a warm-up) are not built; "
+                   "use Adam, AdamW or Lamb"
+                 : "zero has Adam, AdamW, SGD and Lamb; other optimizers are not built yet"});
     reader.take("params"); // its keys belong to that optimizer, not to unknown-key warnings
     return std::nullopt;
   }
@@ -104,6 +127,7 @@ inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
       read_sgd_params(params, optimizer);
     else
       read_adam_params(params, optimizer);
+    if (optimizer.type == OptimizerType::lamb) read_lamb_params(params, optimizer);
   });
   return optimizer;
 }
