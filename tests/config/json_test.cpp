@@ -90,10 +90,10 @@ TEST(ConfigJson, ErrorsNameThePathAndTheValue) {
       R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})",
       {"scheduler.params.total_num_steps: missing; scheduler type WarmupDecayLR needs it"});
   expect_invalid(R"({"fp16": [1]})", {"fp16: expected an object, got [1]"});
-  // The Hugging Face Trainer fills in "auto"; DeepSpeed itself cannot read it.
+  // The Hugging Face Trainer fills in "auto"; without a value from the program it is named.
   expect_invalid(R"({"train_micro_batch_size_per_gpu": "auto"})",
-                 {"train_micro_batch_size_per_gpu: expected a positive integer, got \"auto\"",
-                  "Hugging Face"});
+                 {"\"auto\" needs a value from the program", "Hugging Face",
+                  "for 1 key:\n  train_micro_batch_size_per_gpu"});
 }
 
 TEST(ConfigJson, NumbersFollowDeepSpeed) {
@@ -329,3 +329,23 @@ TEST(ConfigJson, FilesAndTheirErrors) {
 }
 
 } // namespace
+
+// Keys whose behaviour is fixed here are accepted with either value and change nothing the engine
+// is given: gradients are always contiguous (each layer's gradient is written in place in its
+// bucket or shard), and zero's engine runs only its own optimizers, every one of them tested.
+TEST(ConfigJson, FixedKeysChangeNothing) {
+  for (const char* key : {"contiguous_gradients", "zero_allow_untested_optimizer"}) {
+    const bool in_zero = std::string(key) == "contiguous_gradients";
+    auto with = [&](bool value) {
+      const std::string v = value ? "true" : "false";
+      const std::string text =
+          in_zero
+              ? R"({"zero_optimization": {"stage": 2, ")" + std::string(key) + R"(": )" + v + "}}"
+              : R"({"zero_optimization": {"stage": 2}, ")" + std::string(key) + R"(": )" + v + "}";
+      const auto parsed = parse(text);
+      EXPECT_TRUE(parsed.warnings.empty()) << key;
+      return zero::EngineOptions::from_config(parsed.config).shared_settings();
+    };
+    EXPECT_EQ(with(true), with(false)) << key;
+  }
+}

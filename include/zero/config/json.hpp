@@ -7,8 +7,10 @@
 // expected 0..3, got 4"; malformed text gives line and column. Keys zero does not read produce
 // one warning listing them all. Options for features that are not built yet fail with
 // ErrorKind::unsupported naming each key, unless the caller accepts them (the estimator does).
+// "auto" values take the program's values (ParseOptions::auto_values, config/auto_values.hpp).
 // Needs nlohmann-json (target nlohmann_json::nlohmann_json).
 
+#include "zero/config/auto_values.hpp"
 #include "zero/config/config.hpp"
 #include "zero/config/detail/json_reader.hpp"
 #include "zero/config/detail/parse_text.hpp"
@@ -48,6 +50,8 @@ struct ParseOptions {
   UnbuiltFeatures unbuilt = UnbuiltFeatures::reject;
   WarningSink warn = warn_to_stderr;
   std::string source = "config"; // names the text in messages; from_json_file puts the path here
+  // What each "auto" becomes, by JSON path; an "auto" without a value here is an error.
+  AutoValues auto_values{};
 };
 
 namespace detail {
@@ -104,7 +108,8 @@ inline std::string join(const std::vector<std::string>& items) {
 // Reads an already parsed document.
 inline Config from_json(const nlohmann::json& document, const ParseOptions& options = {}) {
   detail::ParseContext context{options.source, {}, {}, {}};
-  detail::ObjectReader top(document, "", context);
+  const nlohmann::json filled = with_auto_values(document, options.auto_values, options.source);
+  detail::ObjectReader top(filled, "", context);
   Config config = detail::read_config(top);
   top.finish();
 

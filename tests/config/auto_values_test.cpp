@@ -1,0 +1,106 @@
+// "auto" (issue 26: 11 of 63 real configs were refused for it, one key per run): the program's
+// values fill each "auto" at its path, as Hugging Face's Trainer fills them, and every "auto" left
+// is named in one error.
+
+#include "config_test_support.hpp"
+
+#include <zero/config/auto_values.hpp>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using zero::testing::parse;
+
+template <class Call>
+void expect_error(Call&& call, const std::vector<std::string>& pieces) {
+  try {
+    call();
+    ADD_FAILURE() << "no error";
+  } catch (const zero::Error& e) {
+    EXPECT_EQ(e.kind(), zero::ErrorKind::invalid_argument) << e.what();
+    for (const std::string& piece : pieces)
+      EXPECT_NE(std::string(e.what()).find(piece), std::string::npos)
+          << "missing '" << piece << "' in: " << e.what();
+  }
+}
+
+// The shape of the Trainer's ZeRO-3 example config.
+constexpr const char* trainer_config = R"({
+  "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16},
+  "bf16": {"enabled": "auto"},
+  "optimizer": {"type": "AdamW",
+                "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                "warmup_num_steps": "auto"}},
+  "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                        "stage3_prefetch_bucket_size": "auto",
+                        "stage3_param_persistence_threshold": "auto"},
+  "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+  "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"
+})";
+
+zero::config::Config read(const char* text, const zero::config::AutoValues& values) {
+  zero::config::ParseOptions options{.source = "ds_config.json", .auto_values = values};
+  return zero::config::from_json_string(text, options);
+}
+
+TEST(AutoValues, TheProgramsValuesFillEveryAuto) {
+  const zero::config::TrainerValues mine{.micro_batch_per_rank = 4,
+                                         .gradient_accumulation_steps = 2,
+                                         .lr = 3e-4,
+                                         .betas = std::array<double, 2>{0.9, 0.95},
+                                         .eps = 1e-6,
+                                         .weight_decay = 0.1,
+                                         .max_grad_norm = 1.0,
+                                         .dtype = "bf16",
+                                         .warmup_steps = 100,
+                                         .hidden_size = 1024};
+  const zero::config::Config c = read(trainer_config, mine.auto_values(/*world_size=*/3));
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps, 2);
+  EXPECT_EQ(c.train_batch_size, 24);
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_TRUE(c.bf16.enabled);
+  ASSERT_TRUE(c.optimizer);
+  EXPECT_EQ(c.optimizer->lr, 3e-4);
+  EXPECT_EQ(c.optimizer->betas[1], 0.95);
+  EXPECT_EQ(c.optimizer->eps, 1e-6);
+  EXPECT_EQ(c.optimizer->weight_decay, 0.1);
+  ASSERT_TRUE(c.scheduler);
+  const auto& warmup = std::get<zero::WarmupLR>(c.scheduler->schedule);
+  EXPECT_EQ(warmup.warmup_min_lr, 0.0);
+  EXPECT_EQ(warmup.warmup_max_lr, 3e-4);
+  EXPECT_EQ(warmup.warmup_num_steps, 100);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 1024 * 1024);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 943'718); // 0.9 h^2
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 10'240);
+}
+
+TEST(AutoValues, EveryAutoLeftIsNamedInOneError) {
+  const zero::config::TrainerValues some{
+      .micro_batch_per_rank = 4, .gradient_accumulation_steps = 1, .lr = 1e-3, .dtype = "fp32"};
+  expect_error([&] { read(trainer_config, some.auto_values(2)); },
+               {"ds_config.json: \"auto\" needs a value from the program", "for 8 keys:",
+                "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
+                "scheduler.params.warmup_num_steps", "zero_optimization.reduce_bucket_size",
+                "zero_optimization.stage3_prefetch_bucket_size",
+                "zero_optimization.stage3_param_persistence_threshold", "gradient_clipping"});
+  // Without values, every one of them.
+  expect_error([&] { parse(trainer_config); },
+               {"for 16 keys:", "train_batch_size", "fp16.enabled"});
+}
+
+TEST(AutoValues, OnlyTheStringAutoIsReplaced) {
+  // A value given for a path whose config holds a number leaves the number.
+  const auto c = read(R"({"train_batch_size": 16, "gradient_clipping": 0.5})",
+                      {{"train_batch_size", 99}, {"gradient_clipping", 2.0}});
+  EXPECT_EQ(c.train_batch_size, 16);
+  EXPECT_EQ(c.gradient_clipping, 0.5);
+}
+
+} // namespace
