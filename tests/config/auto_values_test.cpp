@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,31 @@ TEST(AutoValues, EveryAutoLeftIsNamedInOneError) {
   // Without values, every one of them.
   expect_error([&] { parse(trainer_config); },
                {"for 16 keys:", "train_batch_size", "fp16.enabled"});
+}
+
+// example-begin trainer-values
+zero::Config read_with_my_values(const std::string& path, int world_size) {
+  zero::config::TrainerValues mine{.micro_batch_per_rank = 8,
+                                   .gradient_accumulation_steps = 2,
+                                   .lr = 3e-4,
+                                   .max_grad_norm = 1.0,
+                                   .dtype = "bf16",
+                                   .hidden_size = 1024};
+  zero::config::ParseOptions options;
+  options.auto_values = mine.auto_values(world_size);
+  return zero::config::from_json_file(path, options);
+}
+// example-end trainer-values
+
+TEST(AutoValues, TheGuidesExampleReadsAFile) {
+  const std::string path = ::testing::TempDir() + "auto_values_guide.json";
+  std::ofstream(path) << R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}, "gradient_clipping": "auto",
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})";
+  const zero::Config c = read_with_my_values(path, 2);
+  EXPECT_EQ(c.train_batch_size, 32);
+  EXPECT_TRUE(c.bf16.enabled);
+  EXPECT_EQ(c.optimizer->lr, 3e-4);
 }
 
 TEST(AutoValues, OnlyTheStringAutoIsReplaced) {
