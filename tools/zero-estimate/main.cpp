@@ -7,8 +7,13 @@
 #include "zero/config/json.hpp"
 #include "zero/estimate/from_config.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 
 namespace zero_estimate {
@@ -19,7 +24,24 @@ const char* precision_name(const zero::config::Config& config) {
   return config.fp16.enabled ? "fp16" : config.bf16.enabled ? "bf16" : "fp32";
 }
 
-std::string optimizer_name(const zero::config::Config& config) {
+// The optimizer section's type as written: the config keeps no optimizer it has not built (1-bit
+// ones, say), yet the file names one, and the estimate must not claim it has none.
+std::optional<std::string> written_optimizer_type(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  const nlohmann::json document = zero::config::detail::parse_config_text(text.str(), path);
+  const auto section = document.find("optimizer");
+  if (section == document.end() || !section->is_object()) return std::nullopt;
+  const auto type = section->find("type");
+  if (type == section->end() || !type->is_string()) return std::nullopt;
+  return type->get<std::string>();
+}
+
+std::string optimizer_name(const zero::config::Config& config,
+                           const std::optional<std::string>& written) {
+  if (!config.optimizer && written)
+    return *written + " (not built here; its states counted as Adam's)";
   if (!config.optimizer) return "no optimizer section, Adam assumed";
   std::string name = zero::config::to_string(config.optimizer->type);
   if (config.optimizer->type == zero::config::OptimizerType::sgd)
@@ -53,8 +75,8 @@ Plan make_plan(const Arguments& args) {
         zero::estimate::query_from_config(config, 0, 1);
     if (!stage) stage = from_config.stage;
     plan.bytes = from_config.bytes;
-    plan.bytes_origin =
-        *args.config_path + ": " + precision_name(config) + ", " + optimizer_name(config);
+    plan.bytes_origin = *args.config_path + ": " + precision_name(config) + ", " +
+                        optimizer_name(config, written_optimizer_type(*args.config_path));
     plan.optimizer_offload = from_config.optimizer_offload;
     plan.parameter_offload = from_config.parameter_offload;
     if (const auto world = implied_world_size(config)) {
