@@ -78,7 +78,7 @@ run(${CMAKE_COMMAND} --build ${WORK_DIR}/components --parallel 2)
 if(EXISTS ${WORK_DIR}/components/consumer_mpi)
   run(${WORK_DIR}/components/consumer_mpi)
 endif()
-lap("consumer of components ${zero_built_components} built and run")
+lap("consumer asking for ${components} built and run")
 
 execute_process(COMMAND ${no_cuda} -S ${SOURCE_DIR}/tests/package/probe -B ${WORK_DIR}/probe
                         -DCMAKE_PREFIX_PATH=${prefix} "-DZERO_BUILT_COMPONENTS=${zero_built_components}"
