@@ -1,7 +1,8 @@
 // The CUDA units against the host: the multi-tensor fused step (every optimizer, gradient and
 // copy type; tensors larger than a chunk, misaligned, empty, and more tensors and chunks than
 // one launch carries) must give the host's bits, and so must the overflow flags, the in-place
-// unscale and (to fp64 rounding) the sum of squares. Label `gpu`: skipped without a device.
+// unscale and (to fp64 rounding) the sum of squares; LAMB's two passes must give the host's
+// moments, sums of squares and weights bit for bit. Label `gpu`: skipped without a device.
 
 #include "step_reference.hpp"
 
@@ -9,7 +10,9 @@
 #include <zero/core/cuda_check.hpp>
 #include <zero/optim/adam.hpp>
 #include <zero/optim/cuda_step.hpp>
+#include <zero/optim/lamb.hpp>
 #include <zero/optim/sgd.hpp>
+#include <zero/optim/trust_ratio_step.hpp>
 #include <zero/precision/cuda_checks.hpp>
 #include <zero/precision/grad_norm.hpp>
 #include <zero/precision/overflow.hpp>
@@ -17,7 +20,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -152,6 +158,80 @@ TEST(CudaFusedStep, SingleViewOverload) {
   Problem<half, half> got = host;
   device.read_back(got);
   zero::testing::expect_same_bits(got, host, "single view");
+}
+
+// LAMB on tensors that are pieces of parameters: the device's chunk sums, added in order, and
+// its moments and weights are the host's bits (optim/trust_ratio_step.hpp).
+template <class Grad, class Copy>
+void expect_lamb_equals_host(const std::vector<std::size_t>& sizes, float multiplier) {
+  zero::Lamb lamb({.lr = 0.01, .weight_decay = 0.01});
+  std::vector<Problem<Grad, Copy>> host;
+  std::vector<DeviceProblem<Grad, Copy>> device;
+  std::vector<zero::cuda_kernels::StepTensor> tensors;
+  std::size_t chunks = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    host.emplace_back(sizes[t] + t % 3, 2, 300 + t); // misaligned, as above
+    device.emplace_back(host.back(), t % 3);
+    chunks += zero::cuda_kernels::lamb_chunks(sizes[t]);
+  }
+  for (auto& d : device)
+    tensors.push_back(d.tensor());
+  const zero::cuda_kernels::StepTypes types{zero::dtype_of<Grad>, Problem<Grad, Copy>::has_copy
+                                                                      ? zero::dtype_of<Copy>
+                                                                      : zero::DType::float16};
+  zero::Buffer<double, zero::cuda> chunk_sums(2 * chunks + 1);
+  for (int step = 0; step < 2; ++step) {
+    const auto update = lamb.begin_step();
+    zero::cuda_kernels::lamb_prepare(update, tensors, types, multiplier, chunk_sums.data(),
+                                     nullptr);
+    std::vector<double> sums(2 * chunks);
+    to_host(chunk_sums.data(), sums);
+    std::vector<float> neg_steps;
+    std::size_t chunk = 0;
+    for (std::size_t t = 0; t < host.size(); ++t) {
+      auto& p = host[t];
+      const std::size_t offset = device[t].offset, n = sizes[t];
+      const auto part = [&](std::vector<float>& v) {
+        return zero::View<float>(v.data() + offset, n);
+      };
+      const zero::ParameterSums want = zero::trust_ratio_prepare(
+          update, zero::View<const float>(part(p.master)), {part(p.state[0]), part(p.state[1])},
+          zero::View<const Grad>(p.grad.data() + offset, n), multiplier);
+      zero::ParameterSums got;
+      for (std::size_t c = 0; c < zero::cuda_kernels::lamb_chunks(n); ++c, ++chunk)
+        got += zero::ParameterSums{sums[2 * chunk], sums[2 * chunk + 1]};
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(got.param), std::bit_cast<std::uint64_t>(want.param))
+          << "tensor " << t;
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(got.direction),
+                std::bit_cast<std::uint64_t>(want.direction))
+          << "tensor " << t;
+      neg_steps.push_back(update.neg_step(want.param, want.direction));
+      const std::array<zero::View<const float>, 2> moments{
+          zero::View<const float>(part(p.state[0])), zero::View<const float>(part(p.state[1]))};
+      if constexpr (Problem<Grad, Copy>::has_copy)
+        zero::trust_ratio_apply(update, neg_steps.back(), part(p.master), moments,
+                                zero::View<Copy>(p.copy.data() + offset, n));
+      else
+        zero::trust_ratio_apply(update, neg_steps.back(), part(p.master), moments);
+    }
+    zero::cuda_kernels::lamb_apply(update, tensors, neg_steps, types, nullptr);
+  }
+  ZERO_CHECK_CUDA(cudaDeviceSynchronize());
+  for (std::size_t t = 0; t < host.size(); ++t) {
+    Problem<Grad, Copy> got = host[t];
+    device[t].read_back(got);
+    zero::testing::expect_same_bits(got, host[t], "lamb tensor " + std::to_string(t));
+  }
+}
+
+TEST(CudaLamb, MatchesTheHostForEveryType) {
+  const std::vector<std::size_t> sizes = {0, 1, 37, 2048, 2100, 65537, 200003};
+  expect_lamb_equals_host<float, float>(sizes, 0.5f);
+  expect_lamb_equals_host<half, half>(sizes, 1.0f / 1024);
+  expect_lamb_equals_host<bfloat16, bfloat16>(sizes, 1.0f);
+  std::vector<std::size_t> many(330, 7); // past 24 tensors and 320 blocks per launch
+  many.push_back(700 * zero::trust_ratio_chunk + 5);
+  expect_lamb_equals_host<half, half>(many, 1.0f / 256);
 }
 
 template <class G>

@@ -80,6 +80,9 @@ class ModelStates {
   static_assert(GradientStorage<Gradients, T, Comm>,
                 "zero: the gradient store of this placement does not provide the contract the "
                 "engine calls (zero::GradientStorage, engine/stores.hpp)");
+  // The NVMe tier's optimizer store steps element-wise updates only.
+  static constexpr bool lamb_on_nvme = TrustRatioUpdate<typename Opt::update_type> &&
+                                       std::same_as<typename Where::optimizer_states, nvme>;
   static_assert(OptimizerStateStore<OptimizerStates>,
                 "zero: the optimizer store of this placement does not provide the contract the "
                 "engine calls (zero::OptimizerStateStore, engine/stores.hpp)");
@@ -92,7 +95,13 @@ class ModelStates {
   ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options,
               Comm* hpz = nullptr)
       : shard_(shard), parameters_(shard, model, options, hpz),
-        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {}
+        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {
+    // Refused when the engine is built rather than at compile time: a program that takes its
+    // optimizer from a config (with_optimizer) compiles every optimizer with every placement.
+    if constexpr (lamb_on_nvme)
+      fail(ErrorKind::unsupported, "an optimizer with a trust ratio (LAMB) keeps its states in "
+                                   "memory: its step on the NVMe tier is not built");
+  }
 
   ModelStates(const ModelStates&) = delete;
   ModelStates& operator=(const ModelStates&) = delete;
@@ -122,10 +131,6 @@ class ModelStates {
   // it combines its partial sums.
   template <Optimizer O>
   void update(O& optimizer, float grad_multiplier) {
-    static_assert(!TrustRatioUpdate<typename O::update_type> ||
-                      !std::same_as<typename Where::optimizer_states, nvme>,
-                  "zero: an optimizer with a trust ratio (LAMB) keeps its states in memory; its "
-                  "step on the NVMe tier is not built");
     parameters_.begin_update();
     const auto update = optimizer.begin_step();
     gradients_.visit_reduced([&](auto& reduced) {
@@ -134,7 +139,9 @@ class ModelStates {
         const auto grads = [&](std::size_t l) { return View<const G>(reduced.block(l)); };
         const auto target = [&](std::size_t l) { return parameters_.update_target(l); };
         const auto updated = [&](std::size_t l) { parameters_.layer_updated(l); };
-        if constexpr (TrustRatioUpdate<typename O::update_type>)
+        if constexpr (lamb_on_nvme)
+          return; // refused at construction
+        else if constexpr (TrustRatioUpdate<typename O::update_type>)
           optimizer_.step(shard_, update, grad_multiplier, grads, target, updated);
         else
           optimizer_.step(update, grad_multiplier, grads, target, updated);

@@ -4,13 +4,21 @@
 // cuda_kernels::step_chunk_elements handled by one thread block with 16-byte vector loads. The
 // element-wise math is the optimizer's functor (optim/adam.hpp, optim/sgd.hpp), the same the host
 // loop runs, so host and device give the same bits. Available when zero::cuda is linked.
+//
+// LAMB's passes (src/cuda/lamb_step.cu) follow optim/trust_ratio_step.hpp: lamb_prepare updates
+// the moments and writes each chunk's fp64 sums of squares, summed in the host's fixed order, so
+// that the caller, adding a tensor's chunk sums in order, gets the host's bits; lamb_apply then
+// steps each tensor by its parameter's neg_step. They compile everywhere nvcc exists; they have not
+// run on a GPU yet (tests/optim/gpu_step_test.cpp compares them with the host when one is present).
 
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/adam.hpp"
+#include "zero/optim/lamb.hpp"
 #include "zero/optim/sgd.hpp"
+#include "zero/optim/trust_ratio_step.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #if ZERO_HAS_CUDA
@@ -47,6 +55,22 @@ void fused_step(const SgdUpdate<1>& update, std::span<const StepTensor> tensors,
                 float grad_multiplier, cudaStream_t stream);
 void fused_step(const SgdUpdate<0>& update, std::span<const StepTensor> tensors, StepTypes types,
                 float grad_multiplier, cudaStream_t stream);
+
+// How many chunks of trust_ratio_chunk elements lamb_prepare cuts a tensor of `size` into.
+constexpr std::size_t lamb_chunks(std::size_t size) noexcept {
+  return (size + trust_ratio_chunk - 1) / trust_ratio_chunk;
+}
+
+// LAMB's first pass over tensors that are pieces of parameters: their moments (state[0], state[1]),
+// and in `chunk_sums` (device memory, 2 doubles per chunk of every tensor, the tensors' chunks end
+// to end in order) each chunk's sums of squares of the weights and of the update direction.
+void lamb_prepare(const LambUpdate& update, std::span<const StepTensor> tensors, StepTypes types,
+                  float grad_multiplier, double* chunk_sums, cudaStream_t stream);
+
+// LAMB's last pass: tensor t's weights += neg_steps[t] * u, and their compute copy where the
+// tensors have one (StepTypes::low_precision). The gradients are not read.
+void lamb_apply(const LambUpdate& update, std::span<const StepTensor> tensors,
+                std::span<const float> neg_steps, StepTypes types, cudaStream_t stream);
 
 } // namespace zero::cuda_kernels
 
