@@ -1,7 +1,7 @@
 #pragma once
 // The common case in one include: what a training loop over zero::Engine needs and that zero::zero
 // (the headers' target) can give without another dependency. The engine with its checkpoints,
-// stages, plans and placements; the optimizers Adam, AdamW and SGD; the loss scalers; the
+// stages, plans and placements; the optimizers Adam, AdamW, SGD and LAMB; the loss scalers; the
 // partitioners and layouts (zero/shard.hpp); the communicators that need nothing more
 // (SelfCommunicator, CountingCommunicator); DeepSpeed configs (zero/config/config.hpp, which the
 // engine's options read anyway); learning-rate schedules; activation checkpointing; half and
@@ -23,6 +23,7 @@
 #include "zero/core/view.hpp"
 #include "zero/engine/engine.hpp"
 #include "zero/optim/adam.hpp"
+#include "zero/optim/lamb.hpp"
 #include "zero/optim/sgd.hpp"
 #include "zero/precision/loss_scaler.hpp"
 #include "zero/residual/checkpointed_layers.hpp"
