@@ -4,11 +4,16 @@
 
 #include "mlp.hpp"
 
+#include <zero/config/auto_values.hpp>
+#include <zero/config/batch.hpp>
 #include <zero/config/json.hpp>
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <set>
@@ -124,58 +129,10 @@ inline std::vector<std::size_t> parse_widths(std::string_view text) {
   return widths;
 }
 
-inline Flags parse(int argc, char** argv) {
-  Flags f;
-  std::set<std::string> given;
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      pairs.push_back({flag, ""});
-      continue;
-    }
-    if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
-        flag == "--no-reference-pass" || flag == "--async-checkpoint" ||
-        flag == "--quantized-weights" || flag == "--quantized-gradients") {
-      pairs.push_back({flag, "1"});
-      continue;
-    }
-    zero::require(i + 1 < argc, flag + " needs a value (see --help)");
-    pairs.push_back({flag, argv[++i]});
-  }
-  // The config first, so that explicit flags override it.
-  for (const auto& [flag, value] : pairs)
-    if (flag == "--config") f.config = value;
-  if (!f.config.empty()) {
-    f.ds = zero::config::from_json_file(f.config);
-    const auto& c = *f.ds;
-    f.stage = c.zero_optimization.stage;
-    f.quantized_weights = c.zero_optimization.zero_quantized_weights;
-    f.quantized_gradients = c.zero_optimization.zero_quantized_gradients;
-    f.hpz = static_cast<int>(c.zero_optimization.zero_hpz_partition_size);
-    f.dtype = c.fp16.enabled   ? zero::DType::float16
-              : c.bf16.enabled ? zero::DType::bfloat16
-                               : zero::DType::float32;
-    f.clip = c.gradient_clipping;
-    f.bucket = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
-    if (c.train_batch_size) f.batch = static_cast<std::size_t>(*c.train_batch_size);
-    if (c.gradient_accumulation_steps)
-      f.grad_accum = static_cast<int>(*c.gradient_accumulation_steps);
-    if (c.optimizer) {
-      const auto& o = *c.optimizer;
-      // DeepSpeed's "Adam" decouples weight decay (adam_w_mode) unless told not to.
-      f.optimizer = o.type == zero::config::OptimizerType::sgd ? "sgd"
-                    : o.decoupled_weight_decay()               ? "adamw"
-                                                               : "adam";
-      f.lr = o.lr;
-      f.weight_decay = o.weight_decay;
-      f.momentum = o.momentum;
-    }
-    using zero::config::OffloadDevice;
-    const auto& z = c.zero_optimization;
-    f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
-    f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
-  }
+using FlagPairs = std::vector<std::pair<std::string, std::string>>;
+
+// Sets what each flag of `pairs` says (--config excepted: parse reads it).
+inline void apply_flags(Flags& f, const FlagPairs& pairs) {
   constexpr double int_max = std::numeric_limits<int>::max();
   constexpr double unsigned_max = std::numeric_limits<unsigned>::max();
   constexpr double size_max =
@@ -289,10 +246,120 @@ inline Flags parse(int argc, char** argv) {
     else
       zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
   }
-  zero::require(!f.parameters_on_nvme || (f.optimizer_on_nvme && f.stage == 3),
-                "parameters on NVMe need --stage 3 and the optimizer states on NVMe too (--nvme)");
+}
+
+// The program's own values, where a config leaves them to it with "auto" (as Hugging Face's Trainer
+// fills them): the flags given, over train_mlp's defaults.
+inline zero::config::TrainerValues trainer_values(const Flags& program, int world_size) {
+  zero::config::TrainerValues v;
+  const std::size_t share = std::size_t(program.grad_accum) * std::size_t(world_size);
+  if (program.batch % share == 0) v.micro_batch_per_rank = std::int64_t(program.batch / share);
+  v.gradient_accumulation_steps = program.grad_accum;
+  v.lr = program.lr;
+  v.betas = std::array<double, 2>{0.9, 0.999}; // zero::Adam's defaults, which train_mlp keeps
+  v.eps = 1e-8;
+  v.weight_decay = program.weight_decay;
+  v.max_grad_norm = program.clip;
+  v.dtype = program.dtype == zero::DType::float16    ? "fp16"
+            : program.dtype == zero::DType::bfloat16 ? "bf16"
+                                                     : "fp32";
+  v.total_steps = program.steps;
+  v.hidden_size =
+      std::int64_t(*std::max_element(program.shape.widths.begin(), program.shape.widths.end()));
+  return v;
+}
+
+// `world_size` derives the batch sizes a --config leaves out (DeepSpeed's batch triple).
+inline Flags parse(int argc, char** argv, int world_size = 1) {
+  Flags f;
+  std::set<std::string> given;
+  FlagPairs pairs;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      pairs.push_back({flag, ""});
+      continue;
+    }
+    if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
+        flag == "--no-reference-pass" || flag == "--async-checkpoint" ||
+        flag == "--quantized-weights" || flag == "--quantized-gradients") {
+      pairs.push_back({flag, "1"});
+      continue;
+    }
+    zero::require(i + 1 < argc, flag + " needs a value (see --help)");
+    pairs.push_back({flag, argv[++i]});
+  }
+  // The config first, so that explicit flags override it.
+  for (const auto& [flag, value] : pairs)
+    if (flag == "--config") f.config = value;
+  if (!f.config.empty()) {
+    Flags program;
+    apply_flags(program, pairs);
+    zero::config::ParseOptions options;
+    options.auto_values = trainer_values(program, world_size).auto_values(world_size);
+    f.ds = zero::config::from_json_file(f.config, options);
+    const auto& c = *f.ds;
+    f.stage = c.zero_optimization.stage;
+    f.quantized_weights = c.zero_optimization.zero_quantized_weights;
+    f.quantized_gradients = c.zero_optimization.zero_quantized_gradients;
+    f.hpz = static_cast<int>(c.zero_optimization.zero_hpz_partition_size);
+    f.dtype = c.fp16.enabled   ? zero::DType::float16
+              : c.bf16.enabled ? zero::DType::bfloat16
+                               : zero::DType::float32;
+    f.clip = c.gradient_clipping;
+    f.bucket = static_cast<std::size_t>(c.zero_optimization.reduce_bucket_size);
+    // DeepSpeed's batch triple: train_batch_size = micro batch x accumulation x ranks, the sizes
+    // not given derived from those that are, and refused (showing the arithmetic) if they
+    // disagree. --batch or --grad-accum replace the config's sizes altogether.
+    const bool batch_flags = std::any_of(pairs.begin(), pairs.end(), [](const auto& pair) {
+      return pair.first == "--batch" || pair.first == "--grad-accum";
+    });
+    if (batch_flags) {
+      // The flags decide (checked against the ranks in main).
+    } else if (c.train_batch_size || c.train_micro_batch_size_per_gpu) {
+      const zero::config::BatchSizes sizes = zero::config::resolve_batch_sizes(c, world_size);
+      f.batch = static_cast<std::size_t>(sizes.train_batch_size);
+      f.grad_accum = static_cast<int>(std::min<std::int64_t>(sizes.gradient_accumulation_steps,
+                                                             std::numeric_limits<int>::max()));
+    } else if (c.gradient_accumulation_steps) {
+      f.grad_accum = static_cast<int>(*c.gradient_accumulation_steps);
+    }
+    if (c.optimizer) {
+      const auto& o = *c.optimizer;
+      // DeepSpeed's "Adam" decouples weight decay (adam_w_mode) unless told not to.
+      f.optimizer = o.type == zero::config::OptimizerType::sgd ? "sgd"
+                    : o.decoupled_weight_decay()               ? "adamw"
+                                                               : "adam";
+      f.lr = o.lr;
+      f.weight_decay = o.weight_decay;
+      f.momentum = o.momentum;
+    }
+    using zero::config::OffloadDevice;
+    const auto& z = c.zero_optimization;
+    f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
+    f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
+  }
+  apply_flags(f, pairs);
+  // Errors name what set the value: the flag when it was given, else the config's key.
+  auto named = [&](const char* flag, const char* key) -> std::string {
+    const bool flagged = std::any_of(pairs.begin(), pairs.end(),
+                                     [&](const auto& pair) { return pair.first == flag; });
+    return flagged || !f.ds ? std::string(flag) : f.config + ": " + key;
+  };
+  const std::string stage =
+      " (" + named("--stage", "zero_optimization.stage") + " is " + std::to_string(f.stage) + ")";
+  const std::string parameters_on_nvme =
+      "parameters on NVMe (" +
+      named("--nvme-params", "zero_optimization.offload_param.device \"nvme\"") + ")";
+  zero::require(!f.parameters_on_nvme || f.stage == 3,
+                parameters_on_nvme + " need ZeRO stage 3" + stage);
+  zero::require(!f.parameters_on_nvme || f.optimizer_on_nvme,
+                parameters_on_nvme + " need the optimizer states on NVMe too (" +
+                    named("--nvme", "zero_optimization.offload_optimizer.device \"nvme\"") + ")");
   zero::require(!f.optimizer_on_nvme || f.stage >= 1,
-                "optimizer states on NVMe need --stage 1, 2 or 3 (stage 0 shards nothing)");
+                "optimizer states on NVMe (" +
+                    named("--nvme", "zero_optimization.offload_optimizer.device \"nvme\"") +
+                    ") need ZeRO stage 1, 2 or 3 (stage 0 shards nothing)" + stage);
   // The reference pass would hold in memory the very states the tier keeps on disk.
   if (f.optimizer_on_nvme) f.reference_pass = false;
   zero::require(!f.save_checkpoint.empty() || (f.save_every == 0 && !f.async_checkpoint),

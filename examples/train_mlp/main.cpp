@@ -12,9 +12,14 @@
 #include "report.hpp"
 #include "run.hpp"
 
+#include <zero/engine/step_log.hpp>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -73,7 +78,7 @@ std::string links(const zero::MpiCommunicator& world) {
 
 int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const int rank = world.rank(), ranks = world.size();
-  const train::Flags f = train::parse(argc, argv);
+  const train::Flags f = train::parse(argc, argv, ranks);
   if (f.steps < 0) {
     if (rank == 0) std::printf("%s", train::usage);
     return 0;
@@ -109,11 +114,31 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
         f.grad_accum > 1 ? "s" : "", data.rows, nvme_summary(f).c_str());
 
   const train::History h = train::run_stage(world, f, data, init);
-  const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
-  if (rank == 0)
-    for (int s = h.first_step; s < f.steps; ++s)
-      if (s % every == 0 || s + 1 == f.steps || !h.applied[std::size_t(s - h.first_step)])
+  // --print-every, else the config's steps_per_print (at steps N, 2N, ... as DeepSpeed), else
+  // about ten lines. The last step and skipped ones are always shown.
+  const zero::StepLogOptions log =
+      f.ds ? zero::StepLogOptions::from_config(*f.ds) : zero::StepLogOptions{};
+  const bool config_interval = f.print_every == 0 && log.steps_per_print > 0;
+  const int every =
+      f.print_every > 0 ? f.print_every
+      : config_interval
+          ? int(std::min<std::int64_t>(log.steps_per_print, std::numeric_limits<int>::max()))
+          : std::max(1, f.steps / 10);
+  if (rank == 0) {
+    zero::StepTotals interval; // wall_clock_breakdown: the means since the last line
+    for (int s = h.first_step; s < f.steps; ++s) {
+      const auto i = std::size_t(s - h.first_step);
+      interval.add({s + 1, h.loss[i], h.lr[i], h.steps[i], h.forward_step[i], h.backward_step[i],
+                    h.step_seconds[i]});
+      const bool due = config_interval ? (s + 1) % every == 0 : s % every == 0;
+      if (due || s + 1 == f.steps || !h.applied[i]) {
         train::print_step(s, h);
+        if (log.wall_clock_breakdown)
+          std::fputs(zero::breakdown_line(s + 1, interval).c_str(), stdout);
+        interval = {};
+      }
+    }
+  }
   const auto memory = train::gather_memory(world, h);
   if (rank == 0) {
     if (h.steps.empty())

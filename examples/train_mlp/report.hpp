@@ -69,12 +69,19 @@ inline std::vector<RankMemory> gather_memory(zero::MpiCommunicator& world, const
 // gradients, so it reduce-scatters at every micro-step and gathers the weights once
 // ((micro-steps + 1) Psi); stage 3 gathers the weights for forward and backward and
 // reduce-scatters the gradients at every micro-step (3 Psi each).
+// A config's reduce_scatter: false all-reduces each reduction instead, which counts 2 Psi.
+inline bool all_reduces_instead(const Flags& f) {
+  return f.stage >= 1 && f.ds && !f.ds->zero_optimization.reduce_scatter;
+}
 inline int expected_psi(const Flags& f) {
+  const int reduction = all_reduces_instead(f) ? 2 : 1;
   switch (f.stage) {
   case 2:
-    return f.grad_accum + 1;
+    return reduction * f.grad_accum + 1;
   case 3:
-    return 3 * f.grad_accum;
+    return (2 + reduction) * f.grad_accum;
+  case 1:
+    return reduction + 1;
   default:
     return 2;
   }
@@ -136,10 +143,11 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   quantizes_on_wire ? "" : "; on one node they are reduced exactly");
     std::printf(
         "  volume (all-reduce counted twice): %llu elements = %.4f Psi; expected %d Psi = %.0f "
-        "elements%s\n",
+        "elements%s%s\n",
         (unsigned long long)c.volume_elements(), double(c.volume_elements()) / psi, expected_psi(f),
         expected_psi(f) * psi,
-        f.grad_accum > 1 && f.stage >= 2 ? " (this stage reduces at every micro-step)" : "");
+        f.grad_accum > 1 && f.stage >= 2 ? " (this stage reduces at every micro-step)" : "",
+        all_reduces_instead(f) ? " (reduce_scatter false: gradients all-reduced)" : "");
     double total = 0, hidden = 0, reduce = 0;
     for (const auto& s : h.steps) {
       reduce += s.reduction.communication_seconds;

@@ -30,6 +30,7 @@ struct History {
   std::vector<double> loss;         // global mean over the step's rows
   std::vector<double> step_seconds; // slowest rank
   double forward_seconds = 0, backward_seconds = 0, update_seconds = 0; // this rank, all steps
+  std::vector<double> forward_step, backward_step; // this rank, each step (wall_clock_breakdown)
   zero::StepTimes step_times;      // this rank's step() broken down, summed over the steps
   double fused_kernel_seconds = 0; // the optimizer pass alone on this rank's share (see below);
                                    // 0: not timed (--no-reference-pass, or states on NVMe)
@@ -246,6 +247,7 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
   for (int step = h.first_step; step < f.steps; ++step) {
     if (scheduler) engine.optimizer().set_lr(scheduler->lr());
     const auto start = std::chrono::steady_clock::now();
+    const double forward_before = h.forward_seconds, backward_before = h.backward_seconds;
     double loss = 0;
     for (int micro = 0; micro < f.grad_accum; ++micro) {
       // The step's global batch is the next `batch` rows; micro-step k takes its k-th part, and
@@ -271,6 +273,8 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
                                 : zero::StepOutcome::skipped_for_overflow);
     h.loss.push_back(both[0]);
     h.step_seconds.push_back(both[1]);
+    h.forward_step.push_back(h.forward_seconds - forward_before);
+    h.backward_step.push_back(h.backward_seconds - backward_before);
     h.applied.push_back(r.applied);
     h.loss_scale.push_back(r.loss_scale);
     h.grad_norm.push_back(r.grad_norm);
