@@ -317,7 +317,8 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
     if (batch_flags) {
       // The flags decide (checked against the ranks in main).
     } else if (c.train_batch_size || c.train_micro_batch_size_per_gpu) {
-      const zero::config::BatchSizes sizes = zero::config::resolve_batch_sizes(c, world_size);
+      const zero::config::BatchSizes sizes =
+          zero::config::resolve_batch_sizes(c, world_size, f.config);
       f.batch = static_cast<std::size_t>(sizes.train_batch_size);
       f.grad_accum = static_cast<int>(std::min<std::int64_t>(sizes.gradient_accumulation_steps,
                                                              std::numeric_limits<int>::max()));

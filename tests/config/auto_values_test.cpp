@@ -121,6 +121,17 @@ TEST(AutoValues, TheGuidesExampleReadsAFile) {
   EXPECT_EQ(c.optimizer->lr, 3e-4);
 }
 
+TEST(AutoValues, AnAutoInAKeyZeroDoesNotReadGoesWithThatKey) {
+  // DeepSpeed-ZenFlow's section is not read: its "auto"s join the warning, not an error.
+  const auto parsed = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+    "zenflow": {"select_interval": "auto", "topk_ratio": 0.1}}})");
+  ASSERT_EQ(parsed.warnings.size(), 1u);
+  EXPECT_NE(parsed.warnings[0].find("zero_optimization.zenflow"), std::string::npos);
+  // A required key left "auto" is named as such, not as missing.
+  expect_error([] { parse(R"({"optimizer": {"type": "auto"}, "fp16": {"enabled": "auto"}})"); },
+               {"for 2 keys:\n  fp16.enabled\n  optimizer.type"});
+}
+
 TEST(AutoValues, OnlyTheStringAutoIsReplaced) {
   // A value given for a path whose config holds a number leaves the number.
   const auto c = read(R"({"train_batch_size": 16, "gradient_clipping": 0.5})",

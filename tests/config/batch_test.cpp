@@ -74,4 +74,18 @@ TEST(BatchSizes, ViolationsShowTheArithmetic) {
   EXPECT_NE(error_of(batch(16, 4, 1), 0).find("world size must be at least 1"), std::string::npos);
 }
 
+// A program that read the sizes from a file says which (real configs written for one GPU fail at
+// two ranks, and the user must know where to look).
+TEST(BatchSizes, ErrorsNameTheirSource) {
+  try {
+    config::resolve_batch_sizes(batch(32, 32, std::nullopt), 2, "ds_config.json");
+    ADD_FAILURE() << "no error";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero: ds_config.json: batch sizes: "
+                                         "gradient_accumulation_steps must be positive, got 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 } // namespace

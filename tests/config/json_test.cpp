@@ -332,9 +332,11 @@ TEST(ConfigJson, FilesAndTheirErrors) {
 
 // Keys whose behaviour is fixed here are accepted with either value and change nothing the engine
 // is given: gradients are always contiguous (each layer's gradient is written in place in its
-// bucket or shard), and zero's engine runs only its own optimizers, every one of them tested.
+// bucket or shard), zero's engine runs only its own optimizers, every one of them tested, and the
+// average is one sum and one division wherever DeepSpeed would divide.
 TEST(ConfigJson, FixedKeysChangeNothing) {
-  for (const char* key : {"contiguous_gradients", "zero_allow_untested_optimizer"}) {
+  for (const char* key :
+       {"contiguous_gradients", "zero_allow_untested_optimizer", "prescale_gradients"}) {
     const bool in_zero = std::string(key) == "contiguous_gradients";
     auto with = [&](bool value) {
       const std::string v = value ? "true" : "false";
@@ -348,4 +350,9 @@ TEST(ConfigJson, FixedKeysChangeNothing) {
     };
     EXPECT_EQ(with(true), with(false)) << key;
   }
+  EXPECT_TRUE(parse(R"({"gradient_predivide_factor": 8})").warnings.empty());
+  // The optimizer's max_grad_norm is refused as DeepSpeed refuses it, for every optimizer.
+  expect_invalid(
+      R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})",
+      {"optimizer.params.max_grad_norm: DeepSpeed does not take it", "\"gradient_clipping\""});
 }

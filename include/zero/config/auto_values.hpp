@@ -9,7 +9,8 @@
 //   const auto config = zero::config::from_json_file("ds_config.json", options);
 //
 // Every "auto" whose path has a value takes it; those left are refused in one error that lists
-// them all, so a user fixes a config in one round, not one key per run.
+// them all, so a user fixes a config in one round, not one key per run. An "auto" inside a key
+// zero does not read goes with that key (into the warning that lists them).
 
 #include "zero/core/error.hpp"
 
@@ -84,14 +85,17 @@ inline bool is_auto(const nlohmann::json& value) {
   return value.is_string() && value.get_ref<const std::string&>() == "auto";
 }
 
-// Replaces every "auto" in `node` (at `path`) that `values` has; records the others in `left`.
+// Replaces every "auto" in `node` (at `path`) that `values` has; the others become null (an
+// absent key, so that reading goes on) and their paths are recorded in `left`.
 inline void fill_auto(nlohmann::json& node, const std::string& path, const AutoValues& values,
                       std::vector<std::string>& left) {
   if (is_auto(node)) {
-    if (const auto found = values.find(path); found != values.end())
+    if (const auto found = values.find(path); found != values.end()) {
       node = found->second;
-    else
+    } else {
       left.push_back(path);
+      node = nullptr;
+    }
   } else if (node.is_object()) {
     for (auto& [key, child] : node.items())
       fill_auto(child, path.empty() ? key : path + "." + key, values, left);
@@ -100,25 +104,25 @@ inline void fill_auto(nlohmann::json& node, const std::string& path, const AutoV
       fill_auto(node[i], path + "[" + std::to_string(i) + "]", values, left);
   }
 }
-} // namespace detail
 
-// `document` with every "auto" replaced from `values`; Error(invalid_argument) listing every
-// "auto" that has no value, named from `source`.
-inline nlohmann::json with_auto_values(nlohmann::json document, const AutoValues& values,
-                                       const std::string& source) {
-  std::vector<std::string> left;
-  detail::fill_auto(document, "", values, left);
-  if (!left.empty()) {
-    std::string list;
-    for (const std::string& path : left)
-      list += "\n  " + path;
-    fail(ErrorKind::invalid_argument,
-         source +
-             ": \"auto\" needs a value from the program (Hugging Face's Trainer fills these; "
-             "give them through ParseOptions::auto_values, or write numbers) for " +
-             std::to_string(left.size()) + (left.size() == 1 ? " key:" : " keys:") + list);
-  }
-  return document;
+// Error(invalid_argument) naming every "auto" in `left`.
+[[noreturn]] inline void refuse_auto(const std::vector<std::string>& left,
+                                     const std::string& source) {
+  std::string list;
+  for (const std::string& path : left)
+    list += "\n  " + path;
+  fail(ErrorKind::invalid_argument,
+       source +
+           ": \"auto\" needs a value from the program (Hugging Face's Trainer fills these; "
+           "give them through ParseOptions::auto_values, or write numbers) for " +
+           std::to_string(left.size()) + (left.size() == 1 ? " key:" : " keys:") + list);
 }
+
+// Whether `path` is `key` or lies inside it.
+inline bool within(const std::string& path, const std::string& key) {
+  return path.starts_with(key) &&
+         (path.size() == key.size() || path[key.size()] == '.' || path[key.size()] == '[');
+}
+} // namespace detail
 
 } // namespace zero::config

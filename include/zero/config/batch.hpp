@@ -18,9 +18,14 @@ struct BatchSizes {
   std::int64_t gradient_accumulation_steps;
 };
 
-inline BatchSizes resolve_batch_sizes(const Config& config, std::int64_t world_size) {
+// `source` (the config file's name, say) starts every message when given.
+inline BatchSizes resolve_batch_sizes(const Config& config, std::int64_t world_size,
+                                      const std::string& source = {}) {
+  auto named = [&](const std::string& message) {
+    return source.empty() ? message : source + ": " + message;
+  };
   require(world_size >= 1,
-          "batch sizes: world size must be at least 1, got " + std::to_string(world_size));
+          named("batch sizes: world size must be at least 1, got " + std::to_string(world_size)));
   const auto& train = config.train_batch_size;
   const auto& micro = config.train_micro_batch_size_per_gpu;
   const auto& accumulation = config.gradient_accumulation_steps;
@@ -32,14 +37,14 @@ inline BatchSizes resolve_batch_sizes(const Config& config, std::int64_t world_s
   if (train && micro && accumulation) {
     sizes = {*train, *micro, *accumulation};
   } else if (train && micro) {
-    require(*micro > 0, "train_micro_batch_size_per_gpu must be positive");
+    require(*micro > 0, named("train_micro_batch_size_per_gpu must be positive"));
     sizes = {*train, *micro, *train / *micro / world_size};
     derivation = "gradient_accumulation_steps = train_batch_size // "
                  "train_micro_batch_size_per_gpu // world size = " +
                  str(*train) + " // " + str(*micro) + " // " + world + " = " +
                  str(sizes.gradient_accumulation_steps);
   } else if (train && accumulation) {
-    require(*accumulation > 0, "gradient_accumulation_steps must be positive");
+    require(*accumulation > 0, named("gradient_accumulation_steps must be positive"));
     sizes = {*train, *train / world_size / *accumulation, *accumulation};
     derivation = "train_micro_batch_size_per_gpu = train_batch_size // world size // "
                  "gradient_accumulation_steps = " +
@@ -57,14 +62,14 @@ inline BatchSizes resolve_batch_sizes(const Config& config, std::int64_t world_s
     sizes = {*micro * world_size, *micro, 1};
   } else {
     fail(ErrorKind::invalid_argument,
-         "batch sizes: give train_batch_size or train_micro_batch_size_per_gpu (or both)");
+         named("batch sizes: give train_batch_size or train_micro_batch_size_per_gpu (or both)"));
   }
 
   auto positive = [&](const char* name, std::int64_t value) {
     if (value <= 0)
-      fail(ErrorKind::invalid_argument, std::string("batch sizes: ") + name +
-                                            " must be positive, got " + str(value) +
-                                            (derivation.empty() ? "" : " (" + derivation + ")"));
+      fail(ErrorKind::invalid_argument,
+           named(std::string("batch sizes: ") + name + " must be positive, got " + str(value) +
+                 (derivation.empty() ? "" : " (" + derivation + ")")));
   };
   positive("train_batch_size", sizes.train_batch_size);
   positive("train_micro_batch_size_per_gpu", sizes.train_micro_batch_size_per_gpu);
@@ -74,11 +79,11 @@ inline BatchSizes resolve_batch_sizes(const Config& config, std::int64_t world_s
       sizes.train_micro_batch_size_per_gpu * sizes.gradient_accumulation_steps * world_size;
   if (product != sizes.train_batch_size)
     fail(ErrorKind::invalid_argument,
-         "batch sizes do not fit world size " + world + ": train_batch_size " +
-             str(sizes.train_batch_size) + " != train_micro_batch_size_per_gpu " +
-             str(sizes.train_micro_batch_size_per_gpu) + " * gradient_accumulation_steps " +
-             str(sizes.gradient_accumulation_steps) + " * world size " + world + " = " +
-             str(product) + (derivation.empty() ? "" : " (" + derivation + ")"));
+         named("batch sizes do not fit world size " + world + ": train_batch_size " +
+               str(sizes.train_batch_size) + " != train_micro_batch_size_per_gpu " +
+               str(sizes.train_micro_batch_size_per_gpu) + " * gradient_accumulation_steps " +
+               str(sizes.gradient_accumulation_steps) + " * world size " + world + " = " +
+               str(product) + (derivation.empty() ? "" : " (" + derivation + ")")));
   return sizes;
 }
 

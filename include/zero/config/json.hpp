@@ -67,6 +67,12 @@ inline Config read_config(ObjectReader& top) {
   config.steps_per_print = top.optional_integer("steps_per_print", positive);
   config.wall_clock_breakdown = top.boolean("wall_clock_breakdown", false);
   config.zero_allow_untested_optimizer = top.boolean("zero_allow_untested_optimizer", false);
+  // Fixed here: where DeepSpeed divides by the ranks (before the sum, after it, or by a factor
+  // before and the rest after) changes the rounding, and how close an fp16 sum comes to overflow;
+  // zero's communicators average as one sum and one division (host reductions sum half and
+  // bfloat16 in float). Both accepted; neither changes anything.
+  top.boolean("prescale_gradients", false);
+  top.number("gradient_predivide_factor", 1.0, positive_number);
 
   if (const nlohmann::json* zero_opt = top.take("zero_optimization");
       zero_opt && zero_opt->is_boolean()) {
@@ -108,10 +114,20 @@ inline std::string join(const std::vector<std::string>& items) {
 // Reads an already parsed document.
 inline Config from_json(const nlohmann::json& document, const ParseOptions& options = {}) {
   detail::ParseContext context{options.source, {}, {}, {}};
-  const nlohmann::json filled = with_auto_values(document, options.auto_values, options.source);
+  nlohmann::json filled = document;
+  std::vector<std::string> autos_left; // read as absent keys, refused below
+  detail::fill_auto(filled, "", options.auto_values, autos_left);
   detail::ObjectReader top(filled, "", context);
-  Config config = detail::read_config(top);
-  top.finish();
+  Config config;
+  try {
+    config = detail::read_config(top);
+    top.finish();
+  } catch (const Error&) {
+    // A key left "auto" may be what the reader tripped on (a required one now absent): name the
+    // placeholders, the cause.
+    if (!autos_left.empty()) detail::refuse_auto(autos_left, options.source);
+    throw;
+  }
 
   auto warn = [&](const std::string& message) {
     if (options.warn) options.warn(options.source + ": " + message);
@@ -122,6 +138,12 @@ inline Config from_json(const nlohmann::json& document, const ParseOptions& opti
     std::sort(context.unknown_keys.begin(), context.unknown_keys.end());
     warn("ignoring keys zero does not read: " + detail::join(context.unknown_keys));
   }
+
+  std::erase_if(autos_left, [&](const std::string& path) {
+    return std::any_of(context.unknown_keys.begin(), context.unknown_keys.end(),
+                       [&](const std::string& key) { return detail::within(path, key); });
+  });
+  if (!autos_left.empty()) detail::refuse_auto(autos_left, options.source);
 
   std::vector<UnbuiltFeature> unbuilt = unbuilt_features(config);
   unbuilt.insert(unbuilt.end(), context.unbuilt.begin(), context.unbuilt.end());

@@ -78,11 +78,6 @@ inline void read_lamb_params(ObjectReader& reader, OptimizerConfig& optimizer) {
   if (reader.boolean("eps_inside_sqrt", false))
     reader.context().unbuilt.push_back({reader.path_of("eps_inside_sqrt") + " = true",
                                         "Lamb with eps inside the square root is not built"});
-  // DeepSpeed's engine refuses this key for every optimizer, in favour of gradient_clipping.
-  if (reader.has("max_grad_norm"))
-    reader.context().fail_at(reader.path_of("max_grad_norm"),
-                             "DeepSpeed does not take it as an optimizer parameter; use "
-                             "\"gradient_clipping\" at the top level");
 }
 
 inline void read_sgd_params(ObjectReader& reader, OptimizerConfig& optimizer) {
@@ -121,6 +116,11 @@ inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
     return std::nullopt;
   }
   reader.object("params", [&](ObjectReader& params) {
+    // DeepSpeed's engine refuses this key for every optimizer, in favour of gradient_clipping.
+    if (params.has("max_grad_norm"))
+      context.fail_at(params.path_of("max_grad_norm"),
+                      "DeepSpeed does not take it as an optimizer parameter; use "
+                      "\"gradient_clipping\" at the top level");
     optimizer.lr = params.number("lr", optimizer.lr, non_negative_number);
     optimizer.weight_decay = params.number("weight_decay", 0.0, non_negative_number);
     if (optimizer.type == OptimizerType::sgd)
