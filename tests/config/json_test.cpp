@@ -356,3 +356,27 @@ TEST(ConfigJson, FixedKeysChangeNothing) {
       R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})",
       {"optimizer.params.max_grad_norm: DeepSpeed does not take it", "\"gradient_clipping\""});
 }
+
+// Keys of the real configs that would train something else than asked: refused by name.
+TEST(ConfigJson, ModelParallelismAnd16BitMastersAreRefusedByName) {
+  for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"tensor_parallel": {"autotp_size": 4}})", "tensor_parallel.autotp_size = 4"},
+           {R"({"sequence_parallel_size": 2})", "sequence_parallel_size = 2"},
+           {R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true}})",
+            "bf16.bf16_master_weights_and_grads = true"},
+           {R"({"bf16": {"enabled": true, "bf16_optimizer_states": true}})",
+            "bf16.bf16_optimizer_states = true"},
+           {R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})",
+            "fp16.fp16_master_weights_and_grads = true"}}) {
+    try {
+      parse(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const zero::Error& e) {
+      EXPECT_EQ(e.kind(), zero::ErrorKind::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  // One way is no model parallelism: accepted.
+  EXPECT_TRUE(parse(R"({"tensor_parallel": {"autotp_size": 1}, "sequence_parallel_size": 1})")
+                  .warnings.empty());
+}

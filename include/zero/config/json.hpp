@@ -93,13 +93,18 @@ inline Config read_config(ObjectReader& top) {
   if (top.has("bf16") && top.has("bfloat16"))
     context.fail_at("bf16", "given twice, also under its old name bfloat16; keep one");
   for (const char* key : {"bf16", "bfloat16"})
-    top.object(key, [&](ObjectReader& r) { config.bf16.enabled = r.boolean("enabled", false); });
+    top.object(key, [&](ObjectReader& r) {
+      config.bf16.enabled = r.boolean("enabled", false);
+      detail::refuse_16bit_master(r, "bf16_master_weights_and_grads");
+      detail::refuse_16bit_master(r, "bf16_optimizer_states");
+    });
   if (config.fp16.enabled && config.bf16.enabled)
     context.fail_at("fp16.enabled", "fp16 and bf16 cannot both be enabled");
   top.object("optimizer", [&](ObjectReader& r) { config.optimizer = read_optimizer(r); });
   top.object("scheduler",
              [&](ObjectReader& r) { config.scheduler = read_scheduler(r, config.optimizer); });
   top.object("aio", [&](ObjectReader& r) { config.aio = read_aio(r); });
+  read_model_parallelism(top);
   return config;
 }
 

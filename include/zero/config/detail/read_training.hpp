@@ -14,6 +14,16 @@
 
 namespace zero::config::detail {
 
+// DeepSpeed can keep master weights, gradients or optimizer states in 16 bits; zero always keeps
+// fp32 master weights and moments, so such a config would train with other numbers than asked.
+inline void refuse_16bit_master(ObjectReader& reader, std::string_view key) {
+  if (reader.boolean(key, false))
+    reader.context().unbuilt.push_back(
+        {reader.path_of(key) + " = true",
+         "zero keeps fp32 master weights, gradients' reduction results and optimizer states; "
+         "16-bit ones are not built"});
+}
+
 inline Fp16Config read_fp16(ObjectReader& reader, int zero_stage) {
   Fp16Config fp16;
   fp16.enabled = reader.boolean("enabled", false);
@@ -30,6 +40,7 @@ inline Fp16Config read_fp16(ObjectReader& reader, int zero_stage) {
   fp16.hysteresis = static_cast<int>(reader.integer("hysteresis", 2, IntegerRange{1, 1 << 20}));
   fp16.consecutive_hysteresis = reader.boolean("consecutive_hysteresis", false);
   fp16.min_loss_scale = reader.number("min_loss_scale", 1.0, positive_number);
+  refuse_16bit_master(reader, "fp16_master_weights_and_grads");
   if (fp16.enabled && !dynamic_keys_given) {
     // DeepSpeed's quirk, reproduced: without any of those keys its ZeRO optimizers construct the
     // loss scaler with the scaler's own defaults, and its stage-0 optimizer starts at 2^16.
@@ -37,6 +48,22 @@ inline Fp16Config read_fp16(ObjectReader& reader, int zero_stage) {
     fp16.hysteresis = 1;
   }
   return fp16;
+}
+
+// Model parallelism (automatic tensor parallelism, sequence parallelism) splits what every rank
+// computes; zero is data parallel only, so a config asking for more than one way is refused
+// rather than trained as something else.
+inline void read_model_parallelism(ObjectReader& top) {
+  ParseContext& context = top.context();
+  if (const auto ways = top.optional_integer("sequence_parallel_size", positive); ways && *ways > 1)
+    context.unbuilt.push_back(
+        {top.path_of("sequence_parallel_size") + " = " + std::to_string(*ways),
+         "sequence parallelism is not built (zero is data parallel)"});
+  top.object("tensor_parallel", [&](ObjectReader& r) {
+    if (const auto ways = r.optional_integer("autotp_size", positive); ways && *ways > 1)
+      context.unbuilt.push_back({r.path_of("autotp_size") + " = " + std::to_string(*ways),
+                                 "tensor parallelism is not built (zero is data parallel)"});
+  });
 }
 
 inline std::string lowercase(std::string text) {
