@@ -8,11 +8,15 @@
 // 28 (fp32 master, exp_avg, exp_avg_sq and a half gradient read; fp32 master, exp_avg,
 // exp_avg_sq and the half compute copy written); for the triad a[i] = b[i] + s * c[i] 32 per
 // fp64 element (two reads, one write and the read the write-allocate costs).
+// LAMB's step makes two passes (optim/trust_ratio_step.hpp), 40 bytes: the first reads master,
+// moments and gradient and writes the moments (22), the second reads master and moments and writes
+// master and copy (18); the buffer is one parameter, so one trust ratio.
 // items_per_second counts parameters (elements). Threads: OpenMP's default (OMP_NUM_THREADS).
 // adam_step_vs_triad alternates the two within each iteration and reports their ratio.
 
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
+#include <zero/optim/lamb.hpp>
 #include <zero/optim/sgd.hpp>
 #include <zero/precision/grad_norm.hpp>
 #include <zero/precision/overflow.hpp>
@@ -130,6 +134,9 @@ void adam_fp32(benchmark::State& s) {
 void adamw_fp16(benchmark::State& s) {
   optimizer_step<zero::AdamW, zero::half, zero::half>(s, {}, 28);
 }
+void lamb_fp16(benchmark::State& s) {
+  optimizer_step<zero::Lamb, zero::half, zero::half>(s, {.weight_decay = 0.01}, 40);
+}
 void sgd_momentum_fp16(benchmark::State& s) {
   optimizer_step<zero::SGD, zero::half, zero::half>(s, {.lr = 0.01, .momentum = 0.9}, 20);
 }
@@ -213,6 +220,7 @@ void register_all() {
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
   add("adam_step/bf16_grad/bf16_copy", adam_bf16);
+  add("lamb_step/fp16_grad/fp16_copy", lamb_fp16);
   add("adam_step/fp32_grad/no_copy", adam_fp32);
   add("adamw_step/fp16_grad/fp16_copy", adamw_fp16);
   add("sgd_momentum_step/fp16_grad/fp16_copy", sgd_momentum_fp16);

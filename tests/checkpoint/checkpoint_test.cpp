@@ -1,12 +1,13 @@
 // Checkpoints through the engine: resuming equals not stopping (bitwise, every stage and
-// precision), loading at another world size, stage or partitioner gives back exactly the saved
-// states, asynchronous saves, and every kind of bad checkpoint named.
+// precision, Adam and LAMB), loading at another world size, stage or partitioner gives back exactly
+// the saved states, asynchronous saves, and every kind of bad checkpoint named.
 
 #include "checkpoint_scenario.hpp"
 
 #include <zero/checkpoint/reshard.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>
+#include <zero/optim/lamb.hpp>
 #include <zero/optim/sgd.hpp>
 #include <zero/shard/per_parameter.hpp>
 
@@ -28,12 +29,12 @@ namespace {
 using namespace zero::testing::checkpoints;
 
 // 2K steps in one go, and K + save + load into a new engine + K, agree bitwise.
-template <class Plan, class Scaler = zero::StaticLossScaler>
+template <class Plan, class Scaler = zero::StaticLossScaler, class Opt = zero::Adam>
 void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {}) {
   auto& world = zero::testing::world();
   SharedDir dir(world);
   constexpr int k = 3;
-  using E = Engine<Plan, zero::Adam, Scaler>;
+  using E = Engine<Plan, Opt, Scaler>;
   std::vector<std::vector<float>> straight, resumed;
   zero::LossScalerState straight_scaler, resumed_scaler;
   {
@@ -57,6 +58,12 @@ void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {
   EXPECT_EQ(straight_scaler.scale, resumed_scaler.scale);
   EXPECT_EQ(straight_scaler.iteration, resumed_scaler.iteration);
   EXPECT_EQ(straight_scaler.hysteresis_left, resumed_scaler.hysteresis_left);
+}
+
+// LAMB keeps Adam's two moments; its step count (the bias correction) comes back too.
+TEST(Checkpoint, LambResumesBitwise) {
+  expect_resume_is_bitwise<zero::Stage<0>, zero::StaticLossScaler, zero::Lamb>(DType::float32);
+  expect_resume_is_bitwise<zero::Stage<3>, zero::StaticLossScaler, zero::Lamb>(DType::bfloat16);
 }
 
 TEST(Checkpoint, ResumeIsBitwiseAtEveryStageInFp32) {
