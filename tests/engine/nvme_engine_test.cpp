@@ -12,6 +12,7 @@
 #include "training_scenario.hpp"
 
 #include <zero/offload/nvme_stores.hpp>
+#include <zero/optim/lamb.hpp>
 
 #include <gtest/gtest.h>
 
@@ -215,6 +216,20 @@ TEST(NvmeEngine, AConfigAskingForNvmeNeedsThePlacement) {
             engine(zero::testing::world(), model(), zero::Adam{}, zero::StaticLossScaler{}, {});
       },
       "optimizer states on NVMe need a directory: set EngineOptions::nvme.optimizer.nvme_path");
+}
+
+// LAMB's step needs whole-parameter sums the NVMe store's sub-group pipeline does not make: the
+// engine is refused when it is built (a program taking its optimizer from a config compiles it).
+TEST(NvmeEngine, LambIsRefusedWhenTheEngineIsBuilt) {
+  SwapRoot root;
+  expect_error_contains(
+      [&] {
+        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, NvmeOptimizer, zero::Lamb,
+                     zero::StaticLossScaler>
+            engine(zero::testing::world(), model(), zero::Lamb{}, zero::StaticLossScaler{},
+                   on_nvme(root, {}));
+      },
+      "an optimizer with a trust ratio (LAMB) keeps its states in memory");
 }
 
 } // namespace
