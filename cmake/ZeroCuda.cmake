@@ -1,6 +1,6 @@
 # Decides whether zero::cuda is built. ZERO_ENABLE_CUDA=AUTO turns CUDA on when nvcc is found,
-# ON insists (and fails loudly without it), OFF never looks. Sets ZERO_CUDA_FOUND, and for
-# src/cuda ZERO_NCCL_LIBRARY and ZERO_NCCL_INCLUDE_DIR.
+# ON insists (and fails loudly without it), OFF never looks. Sets ZERO_CUDA_FOUND, and defines
+# the imported target zero::nccl_library that src/cuda links.
 include(CheckLanguage)
 set(ZERO_CUDA_FOUND OFF)
 string(TOUPPER "${ZERO_ENABLE_CUDA}" zero_cuda_mode)
@@ -25,11 +25,7 @@ if(NOT zero_cuda_mode MATCHES "^(OFF|FALSE|NO|0)$")
     set(zero_nccl_scope GLOBAL)
     include(${CMAKE_CURRENT_LIST_DIR}/zeroFindNccl.cmake)
     if(zero_NCCL_FOUND)
-      set(ZERO_CUDA_FOUND ON)
-      # src/cuda links ${ZERO_NCCL_LIBRARY} and adds ${ZERO_NCCL_INCLUDE_DIR}: the imported target
-      # carries both, and keeps this machine's NCCL paths out of the installed zero::cuda.
-      set(ZERO_NCCL_LIBRARY zero::nccl_library)
-      set(ZERO_NCCL_INCLUDE_DIR "")
+      set(ZERO_CUDA_FOUND ON) # src/cuda links the imported target zero::nccl_library
     elseif(zero_cuda_mode MATCHES "^(ON|TRUE|YES|1)$")
       message(FATAL_ERROR "ZERO_ENABLE_CUDA=ON but NCCL (nccl.h, libnccl) was not found")
     else()

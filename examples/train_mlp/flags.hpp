@@ -36,7 +36,7 @@ inline const char* usage =
     "  --grad-accum N          micro-steps per step (default 1)\n"
     "  --clip X                clip gradients to global L2 norm X (default off)\n"
     "  --deterministic         bitwise reproducible across stages and bucket sizes\n"
-    "  --optimizer adam|adamw|sgd, --lr X, --weight-decay X, --momentum X (sgd)\n"
+    "  --optimizer adam|adamw|sgd|lamb, --lr X, --weight-decay X, --momentum X (sgd)\n"
     "  --bucket N              reduction bucket, elements (default 65536; DeepSpeed's is 5e8)\n"
     "  --config FILE           DeepSpeed ds_config.json (flags given explicitly win); its\n"
     "                          offload_optimizer/offload_param \"nvme\" put states on NVMe\n"
@@ -189,8 +189,8 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
     else if (flag == "--deterministic")
       f.deterministic = true;
     else if (flag == "--optimizer") {
-      zero::require(value == "adam" || value == "adamw" || value == "sgd",
-                    "--optimizer: expected adam, adamw or sgd, got " + value);
+      zero::require(value == "adam" || value == "adamw" || value == "sgd" || value == "lamb",
+                    "--optimizer: expected adam, adamw, sgd or lamb, got " + value);
       f.optimizer = value;
     } else if (flag == "--lr")
       f.lr = number();
@@ -328,9 +328,10 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
     if (c.optimizer) {
       const auto& o = *c.optimizer;
       // DeepSpeed's "Adam" decouples weight decay (adam_w_mode) unless told not to.
-      f.optimizer = o.type == zero::config::OptimizerType::sgd ? "sgd"
-                    : o.decoupled_weight_decay()               ? "adamw"
-                                                               : "adam";
+      f.optimizer = o.type == zero::config::OptimizerType::sgd    ? "sgd"
+                    : o.type == zero::config::OptimizerType::lamb ? "lamb"
+                    : o.decoupled_weight_decay()                  ? "adamw"
+                                                                  : "adam";
       f.lr = o.lr;
       f.weight_decay = o.weight_decay;
       f.momentum = o.momentum;

@@ -33,6 +33,7 @@ inline zero::config::OptimizerConfig optimizer_config(const Flags& f) {
   auto o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
   o.type = f.optimizer == "sgd"     ? OptimizerType::sgd
            : f.optimizer == "adamw" ? OptimizerType::adamw
+           : f.optimizer == "lamb"  ? OptimizerType::lamb
                                     : OptimizerType::adam;
   o.adam_w_mode = false; // "adam" here is torch.optim.Adam; "adamw" names the decoupled one
   o.lr = f.lr;

@@ -106,4 +106,20 @@ TEST(EngineConfigKeys, ReuseDistanceKeepsStage3LayersForBackward) {
             2 * layers - 2);
 }
 
+// Not a config key, but the same promise: an engine compiled for fewer compute types (to compile
+// less) trains its types to the same bits, and refuses the others by name.
+TEST(EngineComputeTypes, AnFp32OnlyEngineGivesTheSameBitsAndRefusesHalf) {
+  using Fp32Only = zero::ComputeTypes<float>;
+  expect_same_weights(
+      train<zero::Stage<2>>(run),
+      train<zero::Stage<2>, zero::host, zero::Adam, zero::StaticLossScaler, Fp32Only>(run),
+      /*bitwise=*/true, "stage 2, fp32-only engine");
+  expect_error_contains(
+      [] {
+        train<zero::Stage<2>, zero::host, zero::Adam, zero::StaticLossScaler, Fp32Only>(
+            {.dtype = zero::DType::float16});
+      },
+      "engine: compute_dtype half: this engine was compiled for float only");
+}
+
 } // namespace

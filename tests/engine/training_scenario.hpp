@@ -92,7 +92,7 @@ void write_gradients(zero::View<T> out, zero::View<const T> weights, const Scena
 // Options the scenario does not set (the NVMe tier, say) come from `base`; the ranks talk over
 // `comm` (the world when null).
 template <class Plan, class Where = zero::host, class Optimizer = zero::Adam,
-          class Scaler = zero::StaticLossScaler>
+          class Scaler = zero::StaticLossScaler, class Compute = zero::AllComputeTypes>
 Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions base = {},
               zero::MpiCommunicator* comm = nullptr) {
   auto& world = comm ? *comm : zero::testing::world();
@@ -104,7 +104,7 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions
   options.reduce_bucket_elements = run.bucket;
   options.persistence_threshold = run.persistence;
   Optimizer optimizer(typename Optimizer::options_type{.lr = 0.01, .weight_decay = 0.01});
-  zero::Engine<Plan, zero::MpiCommunicator, Where, Optimizer, Scaler> engine(
+  zero::Engine<Plan, zero::MpiCommunicator, Where, Optimizer, Scaler, Compute> engine(
       world, model(run.wide_layer), optimizer, scaler, options);
   for (std::size_t l = 0; l < engine.layers(); ++l) {
     std::vector<float> init(engine.layout().layer(l).numel);

@@ -15,7 +15,9 @@
 // sharded (stage/plan.hpp), the placement where each kind of state lives (stage/placement.hpp:
 // zero::host for all in host memory, or e.g. optimizer states on NVMe). The engine only
 // orchestrates: the model states live in three stores (engine/model_states.hpp) typed by the
-// compute type, which is chosen at run time (EngineOptions::compute_dtype) once, here.
+// compute type, which is chosen at run time (EngineOptions::compute_dtype) once, here, among the
+// types the engine is compiled for (the sixth argument, zero::ComputeTypes<float, half, bfloat16>
+// by default; one type compiles the stores once instead of three times).
 // All ranks must call the same methods in the same order (they are collectives).
 
 #include "zero/checkpoint/saver.hpp"
@@ -47,7 +49,8 @@
 
 namespace zero {
 
-template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler>
+template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
+          class Compute = AllComputeTypes>
 class Engine {
   using Placement = placement_of<Where>;
   static_assert(detail::engine_arguments_fit<Plan, Comm, Placement>());
@@ -62,6 +65,7 @@ class Engine {
   using placement_type = Placement;
   using optimizer_type = Opt;
   using scaler_type = Scaler;
+  using compute_types = Compute;
 
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {})
@@ -289,8 +293,8 @@ class Engine {
   Groups groups_;
   ModelLayout model_;
   MicroSteps micro_;
-  TypedStates<States> states_; // the three stores, of the compute type
-  StepBaseline baseline_;      // the totals the next step's report subtracts
+  TypedStates<States, Compute> states_; // the three stores, of the compute type
+  StepBaseline baseline_;               // the totals the next step's report subtracts
   checkpoint::Saver saver_;
 };
 
