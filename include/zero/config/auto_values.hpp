@@ -97,8 +97,12 @@ inline void fill_auto(nlohmann::json& node, const std::string& path, const AutoV
       node = nullptr;
     }
   } else if (node.is_object()) {
-    for (auto& [key, child] : node.items())
-      fill_auto(child, path.empty() ? key : path + "." + key, values, left);
+    for (auto& [key, child] : node.items()) {
+      std::string child_path = path;
+      if (!child_path.empty()) child_path += '.';
+      child_path += key;
+      fill_auto(child, child_path, values, left);
+    }
   } else if (node.is_array()) {
     for (std::size_t i = 0; i < node.size(); ++i)
       fill_auto(node[i], path + "[" + std::to_string(i) + "]", values, left);
