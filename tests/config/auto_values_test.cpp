@@ -132,6 +132,20 @@ TEST(AutoValues, AnAutoInAKeyZeroDoesNotReadGoesWithThatKey) {
                {"for 2 keys:\n  fp16.enabled\n  optimizer.type"});
 }
 
+// Found by the fuzzer: train_mlp's widest layer is the hidden size, and 3333333333 squared
+// overflowed int64.
+TEST(AutoValues, HugeSizesSaturateInsteadOfOverflowing) {
+  const zero::config::TrainerValues huge{.micro_batch_per_rank = std::int64_t(1) << 40,
+                                         .gradient_accumulation_steps = std::int64_t(1) << 40,
+                                         .hidden_size = 3'333'333'333};
+  const zero::config::AutoValues v = huge.auto_values(1 << 20);
+  EXPECT_EQ(v.at("zero_optimization.reduce_bucket_size").get<std::int64_t>(), std::int64_t(1)
+                                                                                  << 62);
+  EXPECT_EQ(v.at("train_batch_size").get<std::int64_t>(), std::int64_t(1) << 62);
+  EXPECT_EQ(v.at("zero_optimization.stage3_param_persistence_threshold").get<std::int64_t>(),
+            33'333'333'330);
+}
+
 TEST(AutoValues, OnlyTheStringAutoIsReplaced) {
   // A value given for a path whose config holds a number leaves the number.
   const auto c = read(R"({"train_batch_size": 16, "gradient_clipping": 0.5})",

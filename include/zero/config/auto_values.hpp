@@ -53,7 +53,8 @@ struct TrainerValues {
     if (gradient_accumulation_steps)
       v["gradient_accumulation_steps"] = *gradient_accumulation_steps;
     if (micro_batch_per_rank && gradient_accumulation_steps)
-      v["train_batch_size"] = *micro_batch_per_rank * *gradient_accumulation_steps * world_size;
+      v["train_batch_size"] = saturated(double(*micro_batch_per_rank) *
+                                        double(*gradient_accumulation_steps) * double(world_size));
     if (lr) {
       v["optimizer.params.lr"] = *lr;
       v["scheduler.params.warmup_max_lr"] = *lr;
@@ -70,13 +71,20 @@ struct TrainerValues {
     if (warmup_steps) v["scheduler.params.warmup_num_steps"] = *warmup_steps;
     if (total_steps) v["scheduler.params.total_num_steps"] = *total_steps;
     if (hidden_size) {
-      const std::int64_t h = *hidden_size;
-      v["zero_optimization.reduce_bucket_size"] = h * h;
-      v["zero_optimization.stage3_prefetch_bucket_size"] =
-          static_cast<std::int64_t>(std::llround(0.9 * double(h) * double(h)));
-      v["zero_optimization.stage3_param_persistence_threshold"] = 10 * h;
+      const double h = double(*hidden_size);
+      v["zero_optimization.reduce_bucket_size"] = saturated(h * h);
+      v["zero_optimization.stage3_prefetch_bucket_size"] = saturated(0.9 * h * h);
+      v["zero_optimization.stage3_param_persistence_threshold"] = saturated(10 * h);
     }
     return v;
+  }
+
+ private:
+  // Products of a program's sizes, rounded, and held at 2^62 rather than overflowing (a width
+  // of 3e9 squares past any int64); the config reader then judges the value like any other.
+  static std::int64_t saturated(double value) {
+    constexpr double limit = 0x1p62;
+    return value >= limit ? std::int64_t(limit) : static_cast<std::int64_t>(std::llround(value));
   }
 };
 
