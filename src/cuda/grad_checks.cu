@@ -1,6 +1,7 @@
 // Overflow checks, in-place unscaling and fp64 sums of squares of gradient buffers on the device.
 // Grid-stride loops; the flag is set once per block (__syncthreads_or); the sum of squares adds
-// per-block partial sums in a second, single-block pass, so that its bits depend on n only.
+// per-block partial sums in a second, single-block pass, so that its bits depend on n only. The
+// in-place unscale stores the host's bits, NaNs included (docs/optimizers.md).
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/precision/cuda_checks.hpp"
@@ -8,7 +9,9 @@
 #include <cub/block/block_reduce.cuh>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace zero::cuda_kernels {
 namespace {
@@ -39,12 +42,32 @@ __global__ void flag_kernel(const G* data, std::size_t n, int* found) {
   if (__syncthreads_or(any) && threadIdx.x == 0) *found = 1;
 }
 
+// value * factor, rounded to G. A NaN keeps its sign and payload and is made quiet, which is what
+// the host's multiply gives (x86 and Arm return the NaN operand, quietened, and the host's half and
+// bfloat16 conversions keep the payload's top bits); the device's multiply would return its
+// canonical NaN (0x7fffffff, stored as half 0x7fff) instead. A NaN the multiply makes itself (a NaN
+// factor, or 0 times an infinity) has unspecified bits; factors are 1 / loss scale, finite.
+template <class G>
+__device__ G unscaled(G value, float factor) {
+  if constexpr (std::is_same_v<G, float>) {
+    const unsigned bits = __float_as_uint(value);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(bits | 0x00400000u);
+    return __fmul_rn(value, factor);
+  } else {
+    constexpr unsigned infinity = std::is_same_v<G, half> ? 0x7c00u : 0x7f80u;
+    constexpr unsigned quiet = std::is_same_v<G, half> ? 0x0200u : 0x0040u;
+    if ((value.bits & 0x7fffu) > infinity)
+      return G::from_bits(static_cast<std::uint16_t>(value.bits | quiet));
+    return ::zero::convert<G>(__fmul_rn(static_cast<float>(value), factor));
+  }
+}
+
 template <class G>
 __global__ void unscale_kernel(G* data, std::size_t n, float factor, int* found) {
   bool any = false;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const G scaled = ::zero::convert<G>(__fmul_rn(static_cast<float>(data[i]), factor));
+    const G scaled = unscaled(data[i], factor);
     data[i] = scaled;
     any = any || nonfinite(scaled);
   }

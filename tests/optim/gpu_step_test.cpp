@@ -285,7 +285,34 @@ TEST(CudaGradChecks, MatchTheHost) {
     expect_checks_match(f);
     expect_checks_match(h);
     expect_checks_match(b);
+    if (n < 1000) continue;
+    // NaNs keep sign and payload through the unscale, made quiet (docs/optimizers.md): quiet and
+    // signalling, positive and negative, on both sides bit for bit.
+    f[1] = std::bit_cast<float>(0x7fc00000u);
+    f[2] = std::bit_cast<float>(0xffa00001u);
+    f[3] = std::bit_cast<float>(0x7f800123u);
+    h[1] = half::from_bits(0xfe00);
+    h[2] = half::from_bits(0x7d01);
+    h[3] = half::from_bits(0xfc3f);
+    b[1] = bfloat16::from_bits(0x7fc0);
+    b[2] = bfloat16::from_bits(0xffa1);
+    b[3] = bfloat16::from_bits(0x7f81);
+    expect_checks_match(f);
+    expect_checks_match(h);
+    expect_checks_match(b);
   }
+}
+
+TEST(CudaGradChecks, UnscaledNanKeepsItsPayload) {
+  std::vector<half> h{half::from_bits(0x7e00), half::from_bits(0x7d01), half::from_bits(0xfc3f)};
+  auto device = to_device(h);
+  zero::Buffer<int, zero::cuda> flag(1);
+  zero::cuda_kernels::unscale_and_flag_nonfinite(device.data(), zero::DType::float16, h.size(),
+                                                 0.5f, flag.data(), nullptr);
+  to_host(device.data(), h);
+  EXPECT_EQ(h[0].bits, 0x7e00); // the canonical quiet NaN stays 0x7e00 (not the device's 0x7fff)
+  EXPECT_EQ(h[1].bits, 0x7f01);
+  EXPECT_EQ(h[2].bits, 0xfe3f);
 }
 
 } // namespace
