@@ -1,0 +1,131 @@
+#pragma once
+// CudaStreamSpace: the execution space of a CUDA stream, and CudaEvent, an owned cudaEvent_t. Work
+// is queued on the stream and returns at once; record and wait are cudaEventRecord and
+// cudaStreamWaitEvent, copy is cudaMemcpyAsync, fence() is cudaStreamSynchronize. The space does
+// not own its stream (the caller creates and destroys it), and the buffers behind queued work must
+// outlive it, as with any asynchronous CUDA call. convert() uses the kernels of
+// zero/core/device_convert.hpp (half and bfloat16 to and from float; a copy when the types are
+// equal). There is no accumulate() yet: no CUDA kernel adds a gradient into float sums, so code
+// over StreamSpace that accumulates does not compile for this space. HostStreamSpace
+// (zero/core/host_stream_space.hpp) is its CPU twin, with the same ordering rules. Compiled in CI,
+// not yet run on a GPU.
+
+#include "zero/core/cuda_check.hpp"
+#include "zero/core/device_convert.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
+#include "zero/core/view.hpp"
+
+#if !ZERO_HAS_CUDA
+#error "zero/core/cuda_stream_space.hpp needs the CUDA backend: link zero::cuda"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace zero {
+
+// An owned CUDA event without timing (the cheaper kind: only ordering is asked of it).
+class CudaEvent {
+ public:
+  CudaEvent() { ZERO_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  CudaEvent& operator=(CudaEvent&& other) noexcept {
+    if (this != &other) {
+      destroy();
+      event_ = std::exchange(other.event_, nullptr);
+    }
+    return *this;
+  }
+  ~CudaEvent() { destroy(); }
+
+  cudaEvent_t native() const noexcept { return event_; }
+
+  // Whether the recorded work has completed (true if never recorded); throws on a CUDA error.
+  bool query() const {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) return false;
+    ZERO_CHECK_CUDA(status);
+    return true;
+  }
+  // Blocks the host until the recorded work has completed.
+  void synchronize() const { ZERO_CHECK_CUDA(cudaEventSynchronize(event_)); }
+
+ private:
+  void destroy() noexcept {
+    if (event_ != nullptr) ZERO_LOG_CUDA(cudaEventDestroy(std::exchange(event_, nullptr)));
+  }
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaStreamSpace {
+ public:
+  using execution_space = CudaStreamSpace;
+  using memory_space = cuda;
+  using event_type = CudaEvent;
+  static constexpr const char* name = "cuda_stream";
+
+  // The default stream unless one is given; the space never destroys it.
+  explicit CudaStreamSpace(cudaStream_t stream = nullptr) noexcept : stream_(stream) {}
+
+  cudaStream_t stream() const noexcept { return stream_; }
+  void fence() const { ZERO_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_;
+};
+
+inline void record(const CudaStreamSpace& space, CudaEvent& event) {
+  ZERO_CHECK_CUDA(cudaEventRecord(event.native(), space.stream()));
+}
+
+// Waiting on a never-recorded event does nothing (CUDA's rule, kept by HostStreamSpace).
+inline void wait(const CudaStreamSpace& space, const CudaEvent& event) {
+  ZERO_CHECK_CUDA(cudaStreamWaitEvent(space.stream(), event.native(), 0));
+}
+
+// An asynchronous copy between any two spaces (unified addressing tells the direction). From or
+// to pageable host memory CUDA may complete it before returning; pinned_host keeps it async.
+template <class T, class FromSpace, class ToSpace>
+requires std::is_trivially_copyable_v<T>
+void copy(const CudaStreamSpace& space, View<const T, FromSpace> from, View<T, ToSpace> to) {
+  if (from.size() != to.size())
+    fail(ErrorKind::invalid_argument, "copy: " + std::to_string(from.size()) +
+                                          " elements into a buffer of " +
+                                          std::to_string(to.size()));
+  if (from.empty()) return;
+  ZERO_CHECK_CUDA(cudaMemcpyAsync(to.data(), from.data(), from.size_bytes(), cudaMemcpyDefault,
+                                  space.stream()));
+}
+
+// Queues to[i] = From-to-To conversion of from[i] on device memory: a kernel of
+// zero::cuda_kernels where one exists for the pair, a copy when the types are equal.
+template <Element From, Element To>
+requires(std::is_same_v<From, To> || requires(const From* source, To* destination,
+                                              cudaStream_t stream) {
+  cuda_kernels::convert(source, destination, std::size_t{}, stream);
+}) void convert(const CudaStreamSpace& space, View<const From, cuda> from, View<To, cuda> to) {
+  if (from.size() != to.size())
+    fail(ErrorKind::invalid_argument, "convert: " + std::to_string(from.size()) +
+                                          " elements into a buffer of " +
+                                          std::to_string(to.size()));
+  if constexpr (std::is_same_v<From, To>) {
+    copy(space, from, to);
+  } else if (!from.empty()) {
+    cuda_kernels::convert(from.data(), to.data(), from.size(), space.stream());
+    ZERO_CHECK_CUDA(cudaGetLastError()); // a failed launch
+  }
+}
+
+static_assert(StreamSpace<CudaStreamSpace>);
+
+} // namespace zero

@@ -1,0 +1,98 @@
+#pragma once
+// HostStreamSpace: the execution space of a HostStream (zero/core/host_stream.hpp), the CPU twin of
+// CudaStreamSpace. Its kernels (convert, accumulate, copy) check their arguments at the call, as a
+// CUDA launch does, and then only queue the work on the stream and return; record and wait order
+// the stream against others, fence() waits for it. The space is a handle: copies refer to the same
+// stream, which must outlive them. Views are captured by value, so the buffers behind them must
+// outlive the queued work (until fence() or an event recorded after it), exactly as with CUDA.
+// Code written over StreamSpace (zero/core/stream_space.hpp) runs over this space in CI, where a
+// missing event wait reads stale data deterministically (docs/execution-spaces.md).
+
+#include "zero/core/convert.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/host_stream.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
+#include "zero/core/view.hpp"
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace zero {
+
+class HostStreamSpace {
+ public:
+  using execution_space = HostStreamSpace;
+  using memory_space = host;
+  using event_type = HostEvent;
+  static constexpr const char* name = "host_stream";
+
+  explicit HostStreamSpace(HostStream& stream) noexcept : stream_(&stream) {}
+
+  HostStream& stream() const noexcept { return *stream_; }
+  // Waits for everything queued on the stream; rethrows a failure of its work.
+  void fence() const { stream_->synchronize(); }
+
+ private:
+  HostStream* stream_;
+};
+
+namespace detail {
+// Fails at the call, before anything is queued, when `from` does not fill `to` exactly.
+inline void require_same_size(const char* operation, std::size_t from, std::size_t to) {
+  if (from != to)
+    fail(ErrorKind::invalid_argument, std::string(operation) + ": " + std::to_string(from) +
+                                          " elements into a buffer of " + std::to_string(to));
+}
+} // namespace detail
+
+// Queues to[i] = From-to-To conversion of from[i].
+template <Element From, Element To, class Space>
+requires Space::host_accessible void convert(const HostStreamSpace& space,
+                                             View<const From, Space> from, View<To, Space> to) {
+  detail::require_same_size("convert", from.size(), to.size());
+  space.stream().enqueue("convert " + std::to_string(from.size()) + " " +
+                             to_string(dtype_of<From>) + " to " + to_string(dtype_of<To>),
+                         [from, to] { convert_n(from.data(), to.data(), from.size()); });
+}
+
+// Queues to[i] += float(from[i]).
+template <Element From, class Space>
+requires Space::host_accessible void
+accumulate(const HostStreamSpace& space, View<const From, Space> from, View<float, Space> to) {
+  detail::require_same_size("accumulate", from.size(), to.size());
+  space.stream().enqueue("accumulate " + std::to_string(from.size()) + " " +
+                             to_string(dtype_of<From>) + " into float",
+                         [from, to] { accumulate_n(from.data(), to.data(), from.size()); });
+}
+
+// Queues a copy of `from` into `to` (host-accessible memory on both sides).
+template <class T, class FromSpace, class ToSpace>
+requires(std::is_trivially_copyable_v<T>&& FromSpace::host_accessible&&
+             ToSpace::host_accessible) void copy(const HostStreamSpace& space,
+                                                 View<const T, FromSpace> from,
+                                                 View<T, ToSpace> to) {
+  detail::require_same_size("copy", from.size(), to.size());
+  space.stream().enqueue("copy " + std::to_string(from.size_bytes()) + " bytes", [from, to] {
+    if (!from.empty()) std::memcpy(to.data(), from.data(), from.size_bytes());
+  });
+}
+
+// `event` marks the point after the work queued on the space's stream so far.
+inline void record(const HostStreamSpace& space, HostEvent& event) {
+  event.record(space.stream());
+}
+
+// Work queued on the space's stream after this waits until `event`'s point has passed (nothing, if
+// the event was never recorded).
+inline void wait(const HostStreamSpace& space, const HostEvent& event) {
+  space.stream().wait(event);
+}
+
+static_assert(StreamSpace<HostStreamSpace>);
+
+} // namespace zero

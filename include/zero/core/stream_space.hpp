@@ -1,0 +1,37 @@
+#pragma once
+// StreamSpace: an execution space whose work is queued on a stream and returns at once, ordered
+// within the stream and across streams only through its events (CUDA's model). Code that moves
+// data between streams (the stores, the bucketed reducer, stage 3's gather) is written once over
+// it and runs on the GPU over CudaStreamSpace (zero/core/cuda_stream_space.hpp) and on the CPU over
+// HostStreamSpace (zero/core/host_stream_space.hpp), where a missing event wait reads stale data
+// deterministically. A space S provides, found by argument-dependent lookup:
+//
+//   typename S::event_type            an event of S's streams
+//   record(space, event)              the event marks the point after the work queued so far
+//   wait(space, event)                later work on `space` waits until the event's point passed
+//   copy(space, from, to)             an asynchronous copy between Views, sizes checked at the call
+//   space.fence()                     the host waits for everything queued on `space`
+//   event.synchronize(), query()      the host waits for, or polls, the event's point
+//
+// The buffers behind queued work must outlive it: until fence() or an event recorded after it.
+
+#include "zero/core/execution_space.hpp"
+#include "zero/core/view.hpp"
+
+#include <concepts>
+
+namespace zero {
+
+template <class S>
+concept StreamSpace = ExecutionSpace<S> &&
+    requires(const S& space, typename S::event_type& event, const typename S::event_type& done,
+             View<const float, typename S::memory_space> from,
+             View<float, typename S::memory_space> to) {
+  record(space, event);
+  wait(space, done);
+  copy(space, from, to);
+  done.synchronize();
+  { done.query() } -> std::convertible_to<bool>;
+};
+
+} // namespace zero

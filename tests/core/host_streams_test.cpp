@@ -1,0 +1,309 @@
+// HostStream, HostEvent and HostStreamSpace: order within a stream, concurrency across streams,
+// events as the only order between them, failures that stop dependent work, and the point of the
+// space: a pipeline that drops an event wait reads stale data, every run. StreamHold makes a
+// producer "slow" without sleeps, so every test here is deterministic.
+
+#include <zero/core/bfloat16.hpp>
+#include <zero/core/error.hpp>
+#include <zero/core/execution_space.hpp>
+#include <zero/core/host_stream.hpp>
+#include <zero/core/host_stream_space.hpp>
+#include <zero/core/stream_space.hpp>
+#include <zero/core/view.hpp>
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Whether `text` contains `part`, showing both when it does not.
+testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+static_assert(zero::ExecutionSpace<zero::HostStreamSpace>);
+static_assert(zero::StreamSpace<zero::HostStreamSpace>);
+static_assert(!zero::StreamSpace<zero::HostThreads>); // no streams, no events
+
+// example-begin pipeline
+// Written once over StreamSpace: the producer widens bfloat16 gradients into `widened` on its
+// stream, and the consumer copies them on from its own. The event is the only thing that orders
+// the consumer's copy after the producer's conversion.
+template <zero::StreamSpace Space>
+void widen_then_copy(const Space& producer, const Space& consumer,
+                     typename Space::event_type& widened_ready,
+                     zero::View<const zero::bfloat16, typename Space::memory_space> gradients,
+                     zero::View<float, typename Space::memory_space> widened,
+                     zero::View<float, typename Space::memory_space> out) {
+  convert(producer, gradients, widened);
+  record(producer, widened_ready);
+  wait(consumer, widened_ready);
+  copy(consumer, zero::View<const float, typename Space::memory_space>(widened), out);
+}
+// example-end pipeline
+
+// The same pipeline with the bug a review can miss: the consumer's wait is dropped.
+template <zero::StreamSpace Space>
+void widen_then_copy_without_wait(
+    const Space& producer, const Space& consumer, typename Space::event_type& widened_ready,
+    zero::View<const zero::bfloat16, typename Space::memory_space> gradients,
+    zero::View<float, typename Space::memory_space> widened,
+    zero::View<float, typename Space::memory_space> out) {
+  convert(producer, gradients, widened);
+  record(producer, widened_ready);
+  copy(consumer, zero::View<const float, typename Space::memory_space>(widened), out);
+}
+
+std::vector<zero::bfloat16> gradients_of(const std::vector<float>& values) {
+  std::vector<zero::bfloat16> gradients;
+  for (float v : values)
+    gradients.emplace_back(v);
+  return gradients;
+}
+
+TEST(HostStream, RunsTasksInSubmissionOrder) {
+  zero::HostStream stream("in order");
+  std::vector<int> ran; // touched by the worker only until synchronize()
+  {
+    const zero::StreamHold hold = stream.hold(); // everything is queued before anything runs
+    for (int i = 0; i < 1000; ++i)
+      stream.enqueue("append " + std::to_string(i), [&ran, i] { ran.push_back(i); });
+  }
+  stream.synchronize();
+  ASSERT_EQ(ran.size(), 1000u);
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_EQ(ran[static_cast<std::size_t>(i)], i);
+}
+
+TEST(HostStream, RunsOtherStreamsWhileOneIsHeld) {
+  zero::HostStream held("held");
+  zero::HostStream free("free");
+  bool held_ran = false;
+  bool free_ran = false;
+  zero::HostEvent held_done;
+  zero::StreamHold hold = held.hold();
+  held.enqueue("held task", [&] { held_ran = true; });
+  held_done.record(held);
+  free.enqueue("free task", [&] { free_ran = true; });
+  free.synchronize(); // returns although `held` has not started: the streams are independent
+  EXPECT_TRUE(free_ran);
+  EXPECT_FALSE(held_done.query());
+  hold.release();
+  held.synchronize();
+  EXPECT_TRUE(held_ran);
+  EXPECT_TRUE(held_done.query());
+}
+
+TEST(HostStreamSpace, EventOrdersConsumerAfterHeldProducer) {
+  // example-begin host-spaces
+  zero::HostStream producer_stream("producer"); // a worker thread each
+  zero::HostStream consumer_stream("consumer");
+  const zero::HostStreamSpace producer(producer_stream); // handles on the streams
+  const zero::HostStreamSpace consumer(consumer_stream);
+  // example-end host-spaces
+  const std::vector<zero::bfloat16> gradients = gradients_of({1.5f, -2.0f, 3.25f, 0.5f});
+  std::vector<float> widened(4, 0.0f);
+  std::vector<float> out(4, 0.0f);
+  zero::HostEvent widened_ready;
+  zero::HostEvent consumed;
+  zero::StreamHold slow_producer = producer_stream.hold();
+  widen_then_copy(producer, consumer, widened_ready, zero::View<const zero::bfloat16>(gradients),
+                  zero::View<float>(widened), zero::View<float>(out));
+  record(consumer, consumed);
+  EXPECT_FALSE(consumed.query()); // the consumer waits for the held producer
+  slow_producer.release();
+  consumer.fence();
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -2.0f, 3.25f, 0.5f}));
+  producer.fence();
+}
+
+// The check CI relies on: over HostStreamSpace, a dropped event wait is a wrong result, every run.
+// The producer is held, so the consumer copies `widened` before the conversion has written it.
+TEST(HostStreamSpace, DroppedEventWaitReadsStaleData) {
+  zero::HostStream producer_stream("producer");
+  zero::HostStream consumer_stream("consumer");
+  const zero::HostStreamSpace producer(producer_stream);
+  const zero::HostStreamSpace consumer(consumer_stream);
+  const std::vector<zero::bfloat16> gradients = gradients_of({1.5f, -2.0f, 3.25f, 0.5f});
+  std::vector<float> widened(4, 0.0f);
+  std::vector<float> out(4, 0.0f);
+  zero::HostEvent widened_ready;
+  zero::StreamHold slow_producer = producer_stream.hold();
+  widen_then_copy_without_wait(producer, consumer, widened_ready,
+                               zero::View<const zero::bfloat16>(gradients),
+                               zero::View<float>(widened), zero::View<float>(out));
+  consumer.fence(); // the consumer does not wait: it has run, on stale data
+  slow_producer.release();
+  producer.fence();
+  EXPECT_EQ(widened, (std::vector<float>{1.5f, -2.0f, 3.25f, 0.5f}));
+  EXPECT_EQ(out, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}))
+      << "without the event wait the consumer must read the stale buffer";
+}
+
+TEST(HostStream, TaskFailureSurfacesAtSynchronizeAndStopsDependentWork) {
+  zero::HostStream producer("producer");
+  zero::HostStream consumer("consumer");
+  bool later_ran = false;
+  bool dependent_ran = false;
+  zero::HostEvent after_failure;
+  {
+    const zero::StreamHold hold = producer.hold(); // the failure happens after all is queued
+    producer.enqueue("explode", [] { throw std::runtime_error("boom"); });
+    producer.enqueue("later task", [&] { later_ran = true; });
+    after_failure.record(producer);
+    consumer.wait(after_failure);
+    consumer.enqueue("dependent task", [&] { dependent_ran = true; });
+  }
+  try {
+    producer.synchronize();
+    FAIL() << "synchronize() must rethrow the task's exception";
+  } catch (const zero::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "stream 'producer': task 'explode' failed: boom"));
+  }
+  EXPECT_THROW(producer.synchronize(), zero::Error); // every time, not once
+  EXPECT_FALSE(later_ran);
+  EXPECT_THROW((void)after_failure.query(), zero::Error);
+  EXPECT_THROW(after_failure.synchronize(), zero::Error);
+  try {
+    producer.enqueue("refused task", [] {});
+    FAIL() << "a failed stream must refuse new work";
+  } catch (const zero::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "refuses 'refused task'"));
+    EXPECT_TRUE(contains(e.what(), "'explode' failed: boom"));
+  }
+  try {
+    consumer.synchronize();
+    FAIL() << "a stream waiting on a failed stream's event must fail too";
+  } catch (const zero::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "stream 'consumer': task 'wait for an event' failed"));
+    EXPECT_TRUE(contains(e.what(), "'explode' failed: boom"));
+  }
+  EXPECT_FALSE(dependent_ran);
+}
+
+TEST(HostStream, ZeroErrorsKeepTheirKind) {
+  zero::HostStream stream("kinds");
+  stream.enqueue("read", [] { zero::fail(zero::ErrorKind::io, "disk gone"); });
+  try {
+    stream.synchronize();
+    FAIL();
+  } catch (const zero::Error& e) {
+    EXPECT_EQ(e.kind(), zero::ErrorKind::io);
+    EXPECT_STREQ(e.what(), "zero: stream 'kinds': task 'read' failed: disk gone");
+  }
+}
+
+TEST(HostStreamSpace, SizeMismatchFailsAtTheCall) {
+  zero::HostStream stream("sizes");
+  const zero::HostStreamSpace space(stream);
+  const std::vector<float> three(3, 1.0f);
+  std::vector<float> four(4, 0.0f);
+  const zero::StreamHold hold = stream.hold(); // nothing runs: the check is at the call
+  EXPECT_THROW(zero::convert(space, zero::View<const float>(three), zero::View<float>(four)),
+               zero::Error);
+  EXPECT_THROW(zero::accumulate(space, zero::View<const float>(three), zero::View<float>(four)),
+               zero::Error);
+  try {
+    zero::copy(space, zero::View<const float>(three), zero::View<float>(four));
+    FAIL();
+  } catch (const zero::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "copy: 3 elements into a buffer of 4"));
+  }
+  zero::HostEvent nothing_queued;
+  nothing_queued.record(stream);
+  EXPECT_FALSE(nothing_queued.query()); // held: only the record is queued
+}
+
+TEST(HostStreamSpace, FenceWaitsForQueuedConvertsAndAccumulates) {
+  zero::HostStream stream("fence");
+  const zero::HostStreamSpace space(stream);
+  const std::vector<zero::bfloat16> gradients = gradients_of(std::vector<float>(4096, 0.25f));
+  std::vector<float> sums(4096, 1.0f);
+  std::vector<zero::bfloat16> narrowed(4096);
+  {
+    const zero::StreamHold hold = stream.hold();
+    for (int micro_batch = 0; micro_batch < 4; ++micro_batch)
+      zero::accumulate(space, zero::View<const zero::bfloat16>(gradients), zero::View<float>(sums));
+    zero::convert(space, zero::View<const float>(sums), zero::View<zero::bfloat16>(narrowed));
+  } // calls returned before any work ran
+  space.fence();
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    EXPECT_EQ(sums[i], 2.0f);
+    EXPECT_EQ(static_cast<float>(narrowed[i]), 2.0f);
+  }
+}
+
+TEST(HostStreamSpace, FenceRethrowsAFailure) {
+  zero::HostStream stream("fence failure");
+  const zero::HostStreamSpace space(stream);
+  stream.enqueue("bad kernel", [] { zero::fail(zero::ErrorKind::numerical, "nan"); });
+  EXPECT_THROW(space.fence(), zero::Error);
+}
+
+TEST(HostStream, DestructionRunsQueuedWork) {
+  std::vector<int> ran;
+  {
+    zero::HostStream stream("drained");
+    zero::StreamHold hold = stream.hold();
+    for (int i = 0; i < 10; ++i)
+      stream.enqueue("append", [&ran, i] { ran.push_back(i); });
+    hold.release();
+  } // no synchronize(): the destructor runs what is queued, then joins the worker
+  EXPECT_EQ(ran.size(), 10u);
+}
+
+TEST(HostStream, DestructionLogsAFailureNobodySynchronizedFor) {
+  testing::internal::CaptureStderr();
+  {
+    zero::HostStream stream("forgotten");
+    stream.enqueue("explode", [] { throw std::runtime_error("boom"); });
+  }
+  EXPECT_TRUE(contains(testing::internal::GetCapturedStderr(),
+                       "stream 'forgotten': task 'explode' failed: boom (never reported)"));
+}
+
+TEST(HostStream, SynchronizeOnAHeldStreamThrowsInsteadOfHanging) {
+  zero::HostStream stream("held");
+  zero::StreamHold hold = stream.hold();
+  stream.synchronize(); // nothing queued: returns
+  stream.enqueue("pending", [] {});
+  EXPECT_THROW(stream.synchronize(), zero::Error);
+  hold.release();
+  stream.synchronize();
+}
+
+TEST(HostEvent, WaitingOnAnUnrecordedEventDoesNothing) {
+  zero::HostStream stream("waiter");
+  const zero::HostEvent never_recorded;
+  EXPECT_TRUE(never_recorded.query());
+  never_recorded.synchronize();
+  bool ran = false;
+  stream.wait(never_recorded); // CUDA's rule: no dependency
+  stream.enqueue("after the wait", [&] { ran = true; });
+  stream.synchronize();
+  EXPECT_TRUE(ran);
+}
+
+TEST(HostEvent, AWaitKeepsThePointRecordedWhenItWasQueued) {
+  zero::HostStream producer("producer");
+  zero::HostStream other("other");
+  zero::HostStream consumer("consumer");
+  zero::HostEvent event;
+  zero::HostEvent consumer_done;
+  zero::StreamHold hold = producer.hold();
+  event.record(producer);
+  consumer.wait(event); // the producer's point
+  consumer_done.record(consumer);
+  event.record(other); // moves the event, not the wait already queued
+  event.synchronize(); // the new point: `other` is not held
+  EXPECT_FALSE(consumer_done.query());
+  hold.release();
+  consumer_done.synchronize();
+  EXPECT_TRUE(consumer_done.query());
+}
+
+} // namespace
