@@ -1,5 +1,5 @@
-// Element conversions and scaling on the device: grid-stride loops over zero::half/bfloat16, whose
-// conversions use the hardware instructions in device code.
+// Element conversions, scaling and division on the device: grid-stride loops over
+// zero::half/bfloat16, whose conversions use the hardware instructions in device code.
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/core/device_convert.hpp"
@@ -20,6 +20,18 @@ __global__ void scale_kernel(float* data, std::size_t n, float factor) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
     data[i] *= factor;
+}
+
+__global__ void divide_kernel(float* data, std::size_t n, float divisor) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    data[i] = __fdiv_rn(data[i], divisor);
+}
+
+__global__ void divide_kernel(double* data, std::size_t n, double divisor) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    data[i] = __ddiv_rn(data[i], divisor);
 }
 
 constexpr int threads = 256;
@@ -52,6 +64,18 @@ void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t s) {
 void scale(float* data, std::size_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), threads, 0, stream>>>(data, n, factor);
+  ZERO_CHECK_CUDA(cudaGetLastError());
+}
+
+void divide(float* data, std::size_t n, float divisor, cudaStream_t stream) {
+  if (n == 0) return;
+  divide_kernel<<<blocks_for(n), threads, 0, stream>>>(data, n, divisor);
+  ZERO_CHECK_CUDA(cudaGetLastError());
+}
+
+void divide(double* data, std::size_t n, double divisor, cudaStream_t stream) {
+  if (n == 0) return;
+  divide_kernel<<<blocks_for(n), threads, 0, stream>>>(data, n, divisor);
   ZERO_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -1,5 +1,8 @@
 // NcclCommunicator on the GPU: every collective, element type and reduction against the same
-// reference values as the host communicators (one rank per GPU; run under mpirun for more).
+// reference values as the host communicators (one rank per GPU; run under mpirun for more), with
+// inputs written the way a caller writes them and no device-wide synchronisation: the ordering
+// contract (nccl_communicator.hpp) is what makes them visible to the collective, and what makes its
+// results visible to the caller's stream.
 
 #include "reference.hpp"
 
@@ -7,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstdint>
 #include <vector>
 
 namespace {
@@ -51,6 +56,8 @@ long long run_and_count_wrong(Collective kind, DType dtype, ReduceOp op, std::si
   std::vector<std::byte> host(send_n * bytes);
   const std::size_t first = kind == Collective::all_gather ? std::size_t(rank) * count : 0;
   bench::fill_pattern(dtype, host.data(), send_n, rank, first);
+  // A pageable copy on the default stream may still be in flight when it returns (and so may the
+  // buffers' cudaMemset): the collective is ordered after the default stream, no sync needed.
   ZERO_CHECK_CUDA(
       cudaMemcpy(const_cast<void*>(a.send), host.data(), host.size(), cudaMemcpyHostToDevice));
   comm.submit(a).wait();
@@ -77,6 +84,100 @@ TEST(Nccl, EveryCollectiveTypeAndReduction) {
       }
 }
 
+// A stream of the caller's, made with cudaStreamNonBlocking so that nothing orders it implicitly.
+struct UserStream {
+  cudaStream_t s = nullptr;
+  UserStream() { ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~UserStream() { ZERO_LOG_CUDA(cudaStreamDestroy(s)); }
+  UserStream(const UserStream&) = delete;
+  UserStream& operator=(const UserStream&) = delete;
+};
+
+// Inputs written on the caller's stream by an asynchronous copy and a kernel, the collective
+// ordered after that stream (set_caller_stream), and the results copied back on the same stream
+// after make_stream_wait: no Work::wait(), no cudaDeviceSynchronize. Large enough (64 MiB) that
+// a missing order shows as wrong elements.
+TEST(Nccl, CallerStreamOrdersBothWays) {
+  auto& comm = nccl();
+  const int rank = comm.rank(), ranks = comm.size();
+  UserStream user;
+  comm.set_caller_stream(user.s);
+  EXPECT_EQ(comm.caller_stream(), user.s);
+  constexpr std::size_t n = std::size_t{1} << 24;
+  zero::Buffer<float, zero::pinned_host> host(n, zero::uninitialized);
+  for (std::size_t i = 0; i < n; ++i)
+    host.data()[i] = static_cast<float>(i % 1000 + std::size_t(rank));
+  // Device buffers without the zero fill: a cudaMemset on the default stream would not be ordered
+  // before the collective any more, now that the caller stream is `user`.
+  zero::Buffer<float, zero::cuda> send(n, zero::uninitialized), recv(n, zero::uninitialized);
+  ZERO_CHECK_CUDA(
+      cudaMemcpyAsync(send.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice, user.s));
+  zero::cuda_kernels::scale(send.data(), n, 2.0f, user.s); // a kernel writes the input last
+  auto work = comm.all_reduce(send, recv, ReduceOp::sum);
+  comm.make_stream_wait(user.s);
+  ZERO_CHECK_CUDA(
+      cudaMemcpyAsync(host.data(), recv.data(), n * sizeof(float), cudaMemcpyDeviceToHost, user.s));
+  ZERO_CHECK_CUDA(cudaStreamSynchronize(user.s));
+  EXPECT_TRUE(work.test()); // the user stream waited for it
+  long long wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double want = 2.0 * (double(i % 1000) * ranks + double(ranks) * (ranks - 1) / 2);
+    if (host.data()[i] != static_cast<float>(want)) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0);
+
+  // Half through the float path (widen, average, round), the input written by a conversion kernel.
+  zero::Buffer<zero::half, zero::cuda> send_half(n, zero::uninitialized);
+  zero::Buffer<zero::half, zero::cuda> recv_half(n, zero::uninitialized);
+  zero::Buffer<zero::half, zero::pinned_host> host_half(n, zero::uninitialized);
+  for (std::size_t i = 0; i < n; ++i)
+    host.data()[i] = static_cast<float>(i % 64 + std::size_t(rank));
+  ZERO_CHECK_CUDA(
+      cudaMemcpyAsync(send.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice, user.s));
+  zero::cuda_kernels::convert(send.data(), send_half.data(), n, user.s);
+  auto avg = comm.all_reduce(send_half, recv_half, ReduceOp::avg);
+  comm.make_stream_wait(user.s);
+  ZERO_CHECK_CUDA(cudaMemcpyAsync(host_half.data(), recv_half.data(), n * sizeof(zero::half),
+                                  cudaMemcpyDeviceToHost, user.s));
+  ZERO_CHECK_CUDA(cudaStreamSynchronize(user.s));
+  EXPECT_TRUE(avg.test());
+  wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float want = static_cast<float>(i % 64) + static_cast<float>(ranks - 1) / 2;
+    if (host_half.data()[i].bits != zero::half(want).bits) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0);
+  comm.set_caller_stream(nullptr);
+  work.wait();
+  avg.wait();
+}
+
+// Floating averages are the host's sum / ranks, bit for bit where the sum is (here exact): at one
+// rank, every element of a count that is not a multiple of NCCL's 16-byte packs (NCCL before 2.29.7
+// leaves the last ones of a one-rank ncclAvg unwritten, 3 of 100003 floats).
+TEST(Nccl, AverageWritesEveryElement) {
+  auto& comm = nccl();
+  const int ranks = comm.size();
+  for (std::size_t n : {std::size_t{100003}, std::size_t{1000001}}) {
+    std::vector<float> in(n), out(n, -1.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      in[i] = static_cast<float>(i % 7) + 0.25f;
+    zero::Buffer<float, zero::cuda> send(n), recv(n);
+    ZERO_CHECK_CUDA(cudaMemcpy(send.data(), in.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    ZERO_CHECK_CUDA(cudaMemset(recv.data(), 0xff, n * sizeof(float))); // NaN where not written
+    comm.all_reduce(send, recv, ReduceOp::avg).wait();
+    ZERO_CHECK_CUDA(cudaMemcpy(out.data(), recv.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    long long wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float sum = in[i] * static_cast<float>(ranks); // exact: small multiples of 1/4
+      if (std::bit_cast<std::uint32_t>(out[i]) !=
+          std::bit_cast<std::uint32_t>(sum / static_cast<float>(ranks)))
+        ++wrong;
+    }
+    EXPECT_EQ(wrong, 0) << n;
+  }
+}
+
 TEST(Nccl, TypedApiOnDeviceBuffers) {
   auto& comm = nccl();
   zero::Buffer<float, zero::cuda> grads(1000);
@@ -88,6 +189,7 @@ TEST(Nccl, TypedApiOnDeviceBuffers) {
   comm.barrier();
   auto part = comm.split(0, comm.rank());
   EXPECT_EQ(part.size(), comm.size());
+  EXPECT_EQ(part.caller_stream(), comm.caller_stream());
 }
 
 TEST(Nccl, BadArgumentsThrow) {

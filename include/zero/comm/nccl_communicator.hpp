@@ -1,12 +1,30 @@
 #pragma once
 // NcclCommunicator: collectives among GPUs through NCCL, bootstrapped over MPI (rank 0 creates the
-// ncclUniqueId and broadcasts it). Operations are ordered on the communicator's CUDA stream; the
-// Work handle records an event after the operation, and wait() blocks the host until it has passed
-// (polling NCCL's asynchronous error state, so a stuck collective is aborted after the timeout with
-// a message naming the op, instead of hanging). Half and bfloat16 reductions accumulate in float:
-// the operands are widened on the stream, reduced as float, and rounded once. Blocks of different
-// sizes are a group of one rooted call per rank (NCCL has no reduce-scatter-v or all-gather-v).
-// Needs zero::cuda and zero::mpi.
+// ncclUniqueId and broadcasts it). Needs zero::cuda and zero::mpi.
+//
+// Ordering. Operations run on the communicator's own non-blocking CUDA stream, stream(), which by
+// itself is ordered after nothing else. The contract:
+//  - before: every operation starts after all the work queued on the caller stream before its
+//    submit (an event recorded there, which stream() waits on; no host or device-wide sync). The
+//    caller stream is the default stream (0: the legacy stream, or the per-thread one where the
+//    calling code is compiled with per-thread default streams), where a plain cudaMemcpy or
+//    cudaMemset is ordered, unless the constructor's `caller_stream` or set_caller_stream() names
+//    another. Work on any other stream must be finished or made visible to that stream by the
+//    caller before submitting (a pageable cudaMemcpy can return before its copy has landed).
+//  - after: the Work handle records an event after the operation; wait() blocks the host until it
+//    has passed (polling NCCL's asynchronous error state, so a stuck collective is aborted after
+//    the timeout with a message naming the op, instead of hanging). A caller that wants stream
+//    ordering instead calls make_stream_wait(s): s waits on the device for every operation
+//    submitted so far. The Work must still be waited or tested before it is dropped; test() is then
+//    true once s has passed that point.
+//
+// Arithmetic. Half and bfloat16 reductions accumulate in float: the operands are widened on the
+// stream, reduced as float, and rounded once. `avg` of floating types is NCCL's sum divided by the
+// rank count on the stream (correctly rounded), the host communicators' formula, not ncclAvg
+// (which pre-multiplies every input by 1/n, and before NCCL 2.29.7 skips the last elements of a
+// one-rank average); integer `avg` is ncclAvg, which divides the wrapped sum truncating, like the
+// host. Blocks of different sizes are a group of one rooted call per rank (NCCL has no
+// reduce-scatter-v or all-gather-v).
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
@@ -88,6 +106,9 @@ inline ncclRedOp_t nccl_op(ReduceOp op) {
 struct NcclShared {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  cudaStream_t caller = nullptr;     // operations start after the work queued here before submit
+  cudaEvent_t caller_mark = nullptr; // recorded on `caller` at each submit (one event, reused)
+  cudaEvent_t done_mark = nullptr;   // recorded on `stream` by make_stream_wait
   int rank = 0;
   int size = 1;
   double timeout_seconds = 300;
@@ -97,7 +118,25 @@ struct NcclShared {
     if (stream != nullptr) ZERO_LOG_CUDA(cudaStreamSynchronize(stream));
     if (comm != nullptr) ZERO_LOG_NCCL(ncclCommDestroy(comm));
     scratch = {};
+    if (caller_mark != nullptr) ZERO_LOG_CUDA(cudaEventDestroy(caller_mark));
+    if (done_mark != nullptr) ZERO_LOG_CUDA(cudaEventDestroy(done_mark));
     if (stream != nullptr) ZERO_LOG_CUDA(cudaStreamDestroy(stream));
+  }
+
+  // The stream and the two events, on the current device.
+  void create_stream(cudaStream_t caller_stream) {
+    caller = caller_stream;
+    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ZERO_CHECK_CUDA(cudaEventCreateWithFlags(&caller_mark, cudaEventDisableTiming));
+    ZERO_CHECK_CUDA(cudaEventCreateWithFlags(&done_mark, cudaEventDisableTiming));
+  }
+
+  // `stream` waits for what the caller stream holds now. cudaStreamWaitEvent waits for the record
+  // made before it, so the next submit may record the same event again.
+  void order_after_caller() {
+    if (caller == stream) return;
+    ZERO_CHECK_CUDA(cudaEventRecord(caller_mark, caller));
+    ZERO_CHECK_CUDA(cudaStreamWaitEvent(stream, caller_mark, 0));
   }
 
   float* scratch_for(std::size_t elements) {
@@ -160,9 +199,11 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
   static constexpr bool supports_variable_counts = true;
 
   // One GPU per rank: rank r of `bootstrap` uses device `device` (default: r modulo the device
-  // count).
+  // count). Operations start after the work queued on `caller_stream` before their submit (the
+  // default stream unless named; a stream of that device).
   explicit NcclCommunicator(MpiCommunicator& bootstrap, int device = -1,
-                            CommOptions options = CommOptions::from_environment())
+                            CommOptions options = CommOptions::from_environment(),
+                            cudaStream_t caller_stream = nullptr)
       : shared_(std::make_shared<detail::NcclShared>()) {
     int devices = 0;
     ZERO_CHECK_CUDA(cudaGetDeviceCount(&devices));
@@ -175,14 +216,29 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
     shared_->rank = bootstrap.rank();
     shared_->size = bootstrap.size();
     shared_->timeout_seconds = options.timeout_seconds;
-    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&shared_->stream, cudaStreamNonBlocking));
+    shared_->create_stream(caller_stream);
     ZERO_CHECK_NCCL(ncclCommInitRank(&shared_->comm, shared_->size, id, shared_->rank));
   }
 
   int rank() const noexcept { return shared_->rank; }
   int size() const noexcept { return shared_->size; }
+  // The stream the operations run on (non-blocking, owned by the communicator).
   cudaStream_t stream() const noexcept { return shared_->stream; }
   ncclComm_t native_handle() const noexcept { return shared_->comm; }
+
+  // The stream that later submits are ordered after (see the top of this file); nullptr is the
+  // default stream, stream() turns the ordering off. A split() communicator starts with its
+  // parent's.
+  cudaStream_t caller_stream() const noexcept { return shared_->caller; }
+  void set_caller_stream(cudaStream_t caller) noexcept { shared_->caller = caller; }
+
+  // `s` waits, on the device, for every operation submitted so far (an event on stream(); the
+  // host does not block). For stream-ordered use of the results without Work::wait(); the Work
+  // handles must still be waited or tested before they are dropped.
+  void make_stream_wait(cudaStream_t s) {
+    ZERO_CHECK_CUDA(cudaEventRecord(shared_->done_mark, shared_->stream));
+    ZERO_CHECK_CUDA(cudaStreamWaitEvent(s, shared_->done_mark, 0));
+  }
 
   NcclCommunicator split(int color, int key) {
     require(color >= 0, "split: color must be non-negative (every rank joins one group)");
@@ -191,11 +247,12 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
     ZERO_CHECK_NCCL(ncclCommUserRank(shared->comm, &shared->rank));
     ZERO_CHECK_NCCL(ncclCommCount(shared->comm, &shared->size));
     shared->timeout_seconds = shared_->timeout_seconds;
-    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking));
+    shared->create_stream(shared_->caller);
     return NcclCommunicator(std::move(shared));
   }
 
   Work submit(const CollectiveArgs& a) {
+    shared_->order_after_caller();
     if (a.kind == Collective::barrier) {
       int* flag = reinterpret_cast<int*>(shared_->scratch_for(1));
       ZERO_CHECK_NCCL(
@@ -212,17 +269,47 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
   explicit NcclCommunicator(std::shared_ptr<detail::NcclShared> shared)
       : shared_(std::move(shared)) {}
 
+  static bool is_floating(ncclDataType_t type) noexcept {
+    return type == ncclFloat32 || type == ncclFloat64;
+  }
+
+  // NCCL's reduction for `a` on `type`: a floating average is a sum here, divided by
+  // finish_average.
+  static ncclRedOp_t nccl_op_for(const CollectiveArgs& a, ncclDataType_t type) noexcept {
+    if (a.op == ReduceOp::avg && is_floating(type)) return ncclSum;
+    return detail::nccl_op(a.op);
+  }
+
+  // A floating average's sum divided by the rank count where it was received, on the stream: the
+  // host's acc / ranks, correctly rounded. One rank divides by 1, which changes nothing.
+  void finish_average(const CollectiveArgs& a, void* recv, ncclDataType_t type) {
+    if (!uses_reduce_op(a.kind) || a.op != ReduceOp::avg || !is_floating(type)) return;
+    if (shared_->size == 1 || (a.kind == Collective::reduce && a.root != shared_->rank)) return;
+    const std::size_t n =
+        a.kind == Collective::reduce_scatter ? a.block_count(shared_->rank) : a.count;
+    if (type == ncclFloat32)
+      cuda_kernels::divide(static_cast<float*>(recv), n, static_cast<float>(shared_->size),
+                           shared_->stream);
+    else
+      cuda_kernels::divide(static_cast<double*>(recv), n, static_cast<double>(shared_->size),
+                           shared_->stream);
+  }
+
   void launch(const CollectiveArgs& a, const void* send, void* recv, ncclDataType_t type,
               std::size_t element_bytes) {
-    if (a.variable_counts()) return launch_blocks(a, send, recv, type, element_bytes);
+    if (a.variable_counts()) {
+      launch_blocks(a, send, recv, type, element_bytes);
+      return finish_average(a, recv, type);
+    }
     ncclComm_t c = shared_->comm;
     cudaStream_t s = shared_->stream;
+    const ncclRedOp_t op = nccl_op_for(a, type);
     switch (a.kind) {
     case Collective::all_reduce:
-      ZERO_CHECK_NCCL(ncclAllReduce(send, recv, a.count, type, detail::nccl_op(a.op), c, s));
+      ZERO_CHECK_NCCL(ncclAllReduce(send, recv, a.count, type, op, c, s));
       break;
     case Collective::reduce_scatter:
-      ZERO_CHECK_NCCL(ncclReduceScatter(send, recv, a.count, type, detail::nccl_op(a.op), c, s));
+      ZERO_CHECK_NCCL(ncclReduceScatter(send, recv, a.count, type, op, c, s));
       break;
     case Collective::all_gather:
       ZERO_CHECK_NCCL(ncclAllGather(send, recv, a.count, type, c, s));
@@ -231,11 +318,12 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
       ZERO_CHECK_NCCL(ncclBroadcast(send, recv, a.count, type, a.root, c, s));
       break;
     case Collective::reduce:
-      ZERO_CHECK_NCCL(ncclReduce(send, recv, a.count, type, detail::nccl_op(a.op), a.root, c, s));
+      ZERO_CHECK_NCCL(ncclReduce(send, recv, a.count, type, op, a.root, c, s));
       break;
     case Collective::barrier:
       break;
     }
+    finish_average(a, recv, type);
   }
 
   // Blocks of different sizes: a reduce to each rank of its block, or a broadcast from each rank of
@@ -255,7 +343,7 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
       if (a.kind == Collective::reduce_scatter) {
         // Only the root writes `recv`; the others pass theirs, which NCCL ignores.
         ZERO_CHECK_NCCL(ncclReduce(static_cast<const std::byte*>(send) + start, recv, n, type,
-                                   detail::nccl_op(a.op), root, c, s));
+                                   nccl_op_for(a, type), root, c, s));
       } else {
         ZERO_CHECK_NCCL(
             ncclBroadcast(send, static_cast<std::byte*>(recv) + start, n, type, root, c, s));

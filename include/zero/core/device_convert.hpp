@@ -17,5 +17,9 @@ void convert(const bfloat16* src, float* dst, std::size_t n, cudaStream_t stream
 void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t stream);
 // data[i] *= factor
 void scale(float* data, std::size_t n, float factor, cudaStream_t stream);
+// data[i] /= divisor, correctly rounded (the host's division): NcclCommunicator's average, a sum
+// divided by the rank count like the host communicators', not NCCL's pre-multiplied ncclAvg.
+void divide(float* data, std::size_t n, float divisor, cudaStream_t stream);
+void divide(double* data, std::size_t n, double divisor, cudaStream_t stream);
 } // namespace zero::cuda_kernels
 #endif
