@@ -7,31 +7,21 @@
 // different numbers of ranks. A reduce_scatter given a BlockQuantization (ZeRO++'s qgZ) is
 // quantized on the hierarchical transport only, where it crosses the network.
 
+//
+// Compiled once, in zero::mpi's library (src/comm/mpi_communicator.cpp): the transports, the
+// progress thread and the watchdog are code that every program with an engine would otherwise
+// optimise again in each of its translation units (27% of an engine unit's machine code,
+// docs/compile-time.md). This header declares the communicator; what it runs is behind `State`.
+
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
-#include "zero/comm/detail/mpi_check.hpp"
-#include "zero/comm/detail/validation.hpp"
 #include "zero/comm/mpi_environment.hpp"
 #include "zero/comm/options.hpp"
-#include "zero/comm/progress/peer_liveness.hpp"
-#include "zero/comm/progress/progress_worker.hpp"
-#include "zero/comm/transport/hierarchical_transport.hpp"
-#include "zero/comm/transport/mpi_transport.hpp"
-#include "zero/comm/transport/shm_transport.hpp"
 
 #include <boost/mpi/communicator.hpp>
 #include <mpi.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <exception>
-#include <map>
 #include <memory>
-#include <numeric>
-#include <optional>
-#include <string>
-#include <utility>
-#include <variant>
 #include <vector>
 
 namespace zero {
@@ -42,234 +32,57 @@ class MpiCommunicator : public detail::CollectiveApi<MpiCommunicator, host> {
   static constexpr bool supports_wire_quantization = true;
 
   // The world communicator; initialises MPI if needed.
-  MpiCommunicator() : MpiCommunicator(nullptr, nullptr) {}
-  MpiCommunicator(int& argc, char**& argv) : MpiCommunicator(&argc, &argv) {}
+  MpiCommunicator();
+  MpiCommunicator(int& argc, char**& argv);
   // A communicator over the ranks of `comm` (duplicated: zero's traffic never mixes with yours).
   explicit MpiCommunicator(const boost::mpi::communicator& comm,
-                           CommOptions options = CommOptions::from_environment())
-      : state_(std::make_unique<State>(static_cast<MPI_Comm>(comm), options)) {}
+                           CommOptions options = CommOptions::from_environment());
 
-  MpiCommunicator(MpiCommunicator&&) noexcept = default;
-  MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
-  ~MpiCommunicator() = default;
+  MpiCommunicator(MpiCommunicator&&) noexcept;
+  MpiCommunicator& operator=(MpiCommunicator&&) noexcept;
+  ~MpiCommunicator();
 
-  int rank() const noexcept { return state_->rank; }
-  int size() const noexcept { return state_->size; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
   // The settings in force: a chunk of 0 (the default) reads as the chosen transport's chunk.
-  const CommOptions& options() const noexcept { return state_->options; }
+  const CommOptions& options() const noexcept;
   // "shm" when the ranks talk through shared memory, "hierarchical" across nodes in two levels,
   // "mpi" for flat chunked MPI.
-  const char* transport() const noexcept {
-    constexpr const char* names[] = {"shm", "mpi", "hierarchical"};
-    return names[state_->transport.index()];
-  }
+  const char* transport() const noexcept;
   // How many nodes the ranks span, and how many ranks each holds (1 and size() on one node; with
   // ZERO_NODE_SIZE, the simulated nodes). 0 ranks per node when nodes hold different numbers.
-  int nodes() const noexcept { return state_->nodes; }
+  int nodes() const noexcept;
   // Whether a quantized reduce_scatter (ZeRO++'s qgZ) quantizes here: on the hierarchical
   // transport, across nodes; on one node (or over flat MPI) it reduces exactly.
-  bool quantizes_on_wire() const noexcept { return state_->transport.index() == 2; }
-  int ranks_per_node() const noexcept { return state_->ranks_per_node; }
+  bool quantizes_on_wire() const noexcept;
+  int ranks_per_node() const noexcept;
   // The fixed order in which reductions add the ranks' contributions, for reproducing results: the
   // ranks of each group in order (rounded to the element type once per group on the hierarchical
   // transport), then the groups' sums in order. One group of all ranks in rank order on shared
   // memory and flat MPI; one group per node on the hierarchical transport.
-  const std::vector<std::vector<int>>& summation_order() const noexcept {
-    return state_->summation_order;
-  }
+  const std::vector<std::vector<int>>& summation_order() const noexcept;
   // The duplicated communicator zero uses, for interoperating with other MPI code.
   boost::mpi::communicator boost_communicator() const {
-    return boost::mpi::communicator(state_->comm, boost::mpi::comm_attach);
+    return boost::mpi::communicator(native_handle(), boost::mpi::comm_attach);
   }
-  MPI_Comm native_handle() const noexcept { return state_->comm; }
+  MPI_Comm native_handle() const noexcept;
 
   // Ranks with the same color form a group, ordered by key (then by rank). Collective.
-  MpiCommunicator split(int color, int key) {
-    require(color >= 0, "split: color must be non-negative (every rank joins one group)");
-    MPI_Comm part = MPI_COMM_NULL;
-    // Ordered with this communicator's queued collectives: run it on the progress thread.
-    state_->worker->run_and_wait(
-        "split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
-        [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
-    // As this one was asked for: the part picks its own transport and that transport's defaults.
-    MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach),
-                           state_->requested);
-    MPI_Comm_free(&part);
-    return result;
-  }
+  MpiCommunicator split(int color, int key);
 
   // The backend entry point: runs a described collective asynchronously.
   // Below options().inline_below_bytes, a call that finds nothing queued runs on the calling
   // thread: for small messages the hand-off to the progress thread costs more than the transfer.
-  Work submit(const CollectiveArgs& args) {
-    detail::ProgressWorker& worker = *state_->worker;
-    if (args.payload_bytes(state_->size) < state_->options.inline_below_bytes && worker.idle())
-      return Work(worker.run_here(args));
-    return Work(worker.enqueue(args));
-  }
+  Work submit(const CollectiveArgs& args);
 
  private:
-  MpiCommunicator(int* argc, char*** argv) {
-    initialize_mpi(argc, argv);
-    state_ = std::make_unique<State>(MPI_COMM_WORLD, CommOptions::from_environment());
-  }
-
-  struct State {
-    MPI_Comm comm = MPI_COMM_NULL;
-    int rank = 0;
-    int size = 1;
-    CommOptions options;   // in force (a chunk of 0 resolved to the transport's default)
-    CommOptions requested; // as given
-    std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>,
-                 std::unique_ptr<detail::HierarchicalTransport>>
-        transport;
-    int nodes = 1;
-    int ranks_per_node = 1;
-    std::vector<std::vector<int>> summation_order;
-    std::uint64_t sequence = 0;
-    std::unique_ptr<detail::PeerLiveness> peers;
-    std::unique_ptr<detail::ProgressWorker> worker;
-    int exceptions_at_start = std::uncaught_exceptions();
-
-    State(MPI_Comm parent, const CommOptions& opts) : options(opts), requested(opts) {
-      initialize_mpi();
-      ZERO_CHECK_MPI(MPI_Comm_dup(parent, &comm));
-      ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-      ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-      ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
-      choose_transport();
-      peers = std::make_unique<detail::PeerLiveness>(comm, rank);
-      detail::Watchdog watchdog{
-          .timeout_seconds = options.timeout_seconds,
-          .on_timeout = [this](const std::string& what,
-                               double seconds) { abort_on_timeout(what, seconds); },
-          .on_slow = [this](const std::string& what, double) { abort_if_peer_lost(what); },
-          .rank = rank,
-          .size = size};
-      worker = std::make_unique<detail::ProgressWorker>(
-          [this](const CollectiveArgs& args) { execute(args); }, std::move(watchdog));
-    }
-    // std::visit and the variant's assignment throw only for a valueless variant, which a variant
-    // of unique_ptrs never is. NOLINTNEXTLINE(bugprone-exception-escape)
-    ~State() {
-      worker.reset(); // finishes queued collectives first (their peers have queued them too)
-      // Freeing the window and the communicator are collective calls. A rank that unwinds from an
-      // error (an exception seen on this rank only) must not wait in them for peers that are
-      // still waiting for its next collective: it leaves them to the process's end (MPI_Abort).
-      const bool unwinding = std::uncaught_exceptions() > exceptions_at_start;
-      if (unwinding) std::visit([](auto& t) { t->abandon(); }, transport);
-      transport = std::unique_ptr<detail::MpiTransport>();
-      if (comm != MPI_COMM_NULL && !unwinding) ZERO_LOG_MPI(MPI_Comm_free(&comm));
-    }
-
-    void choose_transport() {
-      std::vector<int> keys = node_keys();
-      const std::optional<detail::NodeGrid> grid = detail::NodeGrid::from_keys(keys, rank);
-      std::sort(keys.begin(), keys.end());
-      nodes = static_cast<int>(std::unique(keys.begin(), keys.end()) - keys.begin());
-      ranks_per_node = grid ? grid->local_size : 0;
-      const bool one_node = nodes == 1;
-      const std::string where = std::to_string(size) + " ranks on " + std::to_string(nodes) +
-                                " nodes" + (options.node_size > 0 ? " (ZERO_NODE_SIZE)" : "");
-      if (options.transport == Transport::shared_memory && !one_node)
-        fail(ErrorKind::unsupported,
-             "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
-      // Two levels need as many ranks on every node; where they differ (a split communicator may
-      // take some ranks of a node), the collectives are flat.
-      Transport chosen = options.transport;
-      if (chosen == Transport::automatic)
-        chosen = one_node ? Transport::shared_memory : Transport::hierarchical;
-      if (chosen == Transport::hierarchical && !grid) chosen = Transport::mpi;
-      if (chosen == Transport::hierarchical) {
-        for (int m = 0; m < grid->nodes; ++m) {
-          summation_order.emplace_back();
-          for (int l = 0; l < grid->local_size; ++l)
-            summation_order.back().push_back(grid->rank(m, l));
-        }
-      } else {
-        summation_order.emplace_back(static_cast<std::size_t>(size));
-        std::iota(summation_order.back().begin(), summation_order.back().end(), 0);
-      }
-      if (options.chunk_bytes == 0)
-        options.chunk_bytes =
-            chosen == Transport::shared_memory ? shm_chunk_bytes : network_chunk_bytes;
-      if (chosen == Transport::shared_memory)
-        transport = std::make_unique<detail::ShmTransport>(
-            comm, options.chunk_bytes, options.gathers_to_mpi_from_bytes(),
-            options.native_below_bytes, options.native_when_oversubscribed);
-      else if (chosen == Transport::hierarchical)
-        transport =
-            std::make_unique<detail::HierarchicalTransport>(comm, *grid, options.chunk_bytes);
-      else
-        transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
-    }
-
-    // Every rank's node key, equal on the ranks of one node: the lowest rank of its node in MPI's
-    // shared-memory split; with ZERO_NODE_SIZE=k, each such node is cut further into groups of k
-    // consecutive ranks of MPI_COMM_WORLD (so that a split communicator sees the same simulated
-    // nodes, and a simulated node never spans two real ones). Collective.
-    std::vector<int> node_keys() const {
-      int lowest = rank;
-      MPI_Comm node = MPI_COMM_NULL;
-      ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-      ZERO_CHECK_MPI(MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, node));
-      MPI_Comm_free(&node);
-      int group = 0;
-      if (options.node_size > 0) {
-        int world_rank = 0;
-        ZERO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-        group = world_rank / options.node_size;
-      }
-      const int mine[2] = {lowest, group};
-      std::vector<int> pairs(2 * static_cast<std::size_t>(size));
-      ZERO_CHECK_MPI(MPI_Allgather(mine, 2, MPI_INT, pairs.data(), 2, MPI_INT, comm));
-      // The key of a (node, group) pair: the first rank that has it.
-      std::map<std::pair<int, int>, int> first;
-      std::vector<int> keys(static_cast<std::size_t>(size));
-      for (int r = 0; r < size; ++r) {
-        const std::pair<int, int> at{pairs[2 * std::size_t(r)], pairs[2 * std::size_t(r) + 1]};
-        keys[std::size_t(r)] = first.try_emplace(at, r).first->second;
-      }
-      return keys;
-    }
-
-    void execute(const CollectiveArgs& args) {
-      ++sequence;
-      // Validation mode compares every call before it runs. Without it, the shared-memory
-      // transport still compares signatures at each of its phases; the MPI transport has no
-      // phases of its own, and a mismatched MPI call hangs, fails or quietly mixes unlike data, so
-      // the MPI transports always compare them first: one allgather of 40 bytes per collective.
-      const bool on_mpi_transport = transport.index() != 0;
-      if (options.validate || on_mpi_transport) detail::validate_call(comm, args, sequence);
-      std::visit([&](auto& t) { t->run(args); }, transport);
-    }
-
-    [[noreturn]] void abort_on_timeout(const std::string& what, double seconds) const {
-      std::fprintf(stderr,
-                   "zero: %s on rank %d of %d did not complete within %.0f s (ZERO_TIMEOUT_S=%g); "
-                   "another rank probably skipped this collective or called a different one. "
-                   "Aborting the job.\n",
-                   what.c_str(), rank, size, seconds, options.timeout_seconds);
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-      std::abort();
-    }
-
-    // A peer that is gone will never take part: end the job now instead of at the timeout.
-    void abort_if_peer_lost(const std::string& what) const {
-      const std::optional<std::string> lost = peers->lost_peers();
-      if (!lost) return;
-      std::fprintf(stderr,
-                   "zero: %s on rank %d of %d cannot complete: %s gone (killed or exited while "
-                   "this rank waited). Aborting the job.\n",
-                   what.c_str(), rank, size, lost->c_str());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 4);
-      std::abort();
-    }
-  };
+  struct State;
+  explicit MpiCommunicator(std::unique_ptr<State> state);
 
   std::unique_ptr<State> state_;
+  // Copies of the state's, read on every typed call without a call into the library.
+  int rank_ = 0;
+  int size_ = 1;
 };
 
 static_assert(Communicator<MpiCommunicator>);

@@ -1,0 +1,240 @@
+// MpiCommunicator's compiled part (zero::mpi's library): the communicator's state, its choice of
+// transport and everything those transports run. See zero/comm/mpi_communicator.hpp.
+
+#include "zero/comm/mpi_communicator.hpp"
+
+#include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/validation.hpp"
+#include "zero/comm/progress/peer_liveness.hpp"
+#include "zero/comm/progress/progress_worker.hpp"
+#include "zero/comm/transport/hierarchical_transport.hpp"
+#include "zero/comm/transport/mpi_transport.hpp"
+#include "zero/comm/transport/shm_transport.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace zero {
+
+struct MpiCommunicator::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  CommOptions options;   // in force (a chunk of 0 resolved to the transport's default)
+  CommOptions requested; // as given
+  std::variant<std::unique_ptr<detail::ShmTransport>, std::unique_ptr<detail::MpiTransport>,
+               std::unique_ptr<detail::HierarchicalTransport>>
+      transport;
+  int nodes = 1;
+  int ranks_per_node = 1;
+  std::vector<std::vector<int>> summation_order;
+  std::uint64_t sequence = 0;
+  std::unique_ptr<detail::PeerLiveness> peers;
+  std::unique_ptr<detail::ProgressWorker> worker;
+  int exceptions_at_start = std::uncaught_exceptions();
+
+  State(MPI_Comm parent, const CommOptions& opts) : options(opts), requested(opts) {
+    initialize_mpi();
+    ZERO_CHECK_MPI(MPI_Comm_dup(parent, &comm));
+    ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
+    choose_transport();
+    peers = std::make_unique<detail::PeerLiveness>(comm, rank);
+    detail::Watchdog watchdog{
+        .timeout_seconds = options.timeout_seconds,
+        .on_timeout = [this](const std::string& what,
+                             double seconds) { abort_on_timeout(what, seconds); },
+        .on_slow = [this](const std::string& what, double) { abort_if_peer_lost(what); },
+        .rank = rank,
+        .size = size};
+    worker = std::make_unique<detail::ProgressWorker>(
+        [this](const CollectiveArgs& args) { execute(args); }, std::move(watchdog));
+  }
+  // std::visit and the variant's assignment throw only for a valueless variant, which a variant
+  // of unique_ptrs never is. NOLINTNEXTLINE(bugprone-exception-escape)
+  ~State() {
+    worker.reset(); // finishes queued collectives first (their peers have queued them too)
+    // Freeing the window and the communicator are collective calls. A rank that unwinds from an
+    // error (an exception seen on this rank only) must not wait in them for peers that are
+    // still waiting for its next collective: it leaves them to the process's end (MPI_Abort).
+    const bool unwinding = std::uncaught_exceptions() > exceptions_at_start;
+    if (unwinding) std::visit([](auto& t) { t->abandon(); }, transport);
+    transport = std::unique_ptr<detail::MpiTransport>();
+    if (comm != MPI_COMM_NULL && !unwinding) ZERO_LOG_MPI(MPI_Comm_free(&comm));
+  }
+
+  void choose_transport() {
+    std::vector<int> keys = node_keys();
+    const std::optional<detail::NodeGrid> grid = detail::NodeGrid::from_keys(keys, rank);
+    std::sort(keys.begin(), keys.end());
+    nodes = static_cast<int>(std::unique(keys.begin(), keys.end()) - keys.begin());
+    ranks_per_node = grid ? grid->local_size : 0;
+    const bool one_node = nodes == 1;
+    const std::string where = std::to_string(size) + " ranks on " + std::to_string(nodes) +
+                              " nodes" + (options.node_size > 0 ? " (ZERO_NODE_SIZE)" : "");
+    if (options.transport == Transport::shared_memory && !one_node)
+      fail(ErrorKind::unsupported,
+           "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
+    // Two levels need as many ranks on every node; where they differ (a split communicator may
+    // take some ranks of a node), the collectives are flat.
+    Transport chosen = options.transport;
+    if (chosen == Transport::automatic)
+      chosen = one_node ? Transport::shared_memory : Transport::hierarchical;
+    if (chosen == Transport::hierarchical && !grid) chosen = Transport::mpi;
+    if (chosen == Transport::hierarchical) {
+      for (int m = 0; m < grid->nodes; ++m) {
+        summation_order.emplace_back();
+        for (int l = 0; l < grid->local_size; ++l)
+          summation_order.back().push_back(grid->rank(m, l));
+      }
+    } else {
+      summation_order.emplace_back(static_cast<std::size_t>(size));
+      std::iota(summation_order.back().begin(), summation_order.back().end(), 0);
+    }
+    if (options.chunk_bytes == 0)
+      options.chunk_bytes =
+          chosen == Transport::shared_memory ? shm_chunk_bytes : network_chunk_bytes;
+    if (chosen == Transport::shared_memory)
+      transport = std::make_unique<detail::ShmTransport>(
+          comm, options.chunk_bytes, options.gathers_to_mpi_from_bytes(),
+          options.native_below_bytes, options.native_when_oversubscribed);
+    else if (chosen == Transport::hierarchical)
+      transport =
+          std::make_unique<detail::HierarchicalTransport>(comm, *grid, options.chunk_bytes);
+    else
+      transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
+  }
+
+  // Every rank's node key, equal on the ranks of one node: the lowest rank of its node in MPI's
+  // shared-memory split; with ZERO_NODE_SIZE=k, each such node is cut further into groups of k
+  // consecutive ranks of MPI_COMM_WORLD (so that a split communicator sees the same simulated
+  // nodes, and a simulated node never spans two real ones). Collective.
+  std::vector<int> node_keys() const {
+    int lowest = rank;
+    MPI_Comm node = MPI_COMM_NULL;
+    ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    ZERO_CHECK_MPI(MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, node));
+    MPI_Comm_free(&node);
+    int group = 0;
+    if (options.node_size > 0) {
+      int world_rank = 0;
+      ZERO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+      group = world_rank / options.node_size;
+    }
+    const int mine[2] = {lowest, group};
+    std::vector<int> pairs(2 * static_cast<std::size_t>(size));
+    ZERO_CHECK_MPI(MPI_Allgather(mine, 2, MPI_INT, pairs.data(), 2, MPI_INT, comm));
+    // The key of a (node, group) pair: the first rank that has it.
+    std::map<std::pair<int, int>, int> first;
+    std::vector<int> keys(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      const std::pair<int, int> at{pairs[2 * std::size_t(r)], pairs[2 * std::size_t(r) + 1]};
+      keys[std::size_t(r)] = first.try_emplace(at, r).first->second;
+    }
+    return keys;
+  }
+
+  void execute(const CollectiveArgs& args) {
+    ++sequence;
+    // Validation mode compares every call before it runs. Without it, the shared-memory
+    // transport still compares signatures at each of its phases; the MPI transport has no
+    // phases of its own, and a mismatched MPI call hangs, fails or quietly mixes unlike data, so
+    // the MPI transports always compare them first: one allgather of 40 bytes per collective.
+    const bool on_mpi_transport = transport.index() != 0;
+    if (options.validate || on_mpi_transport) detail::validate_call(comm, args, sequence);
+    std::visit([&](auto& t) { t->run(args); }, transport);
+  }
+
+  [[noreturn]] void abort_on_timeout(const std::string& what, double seconds) const {
+    std::fprintf(stderr,
+                 "zero: %s on rank %d of %d did not complete within %.0f s (ZERO_TIMEOUT_S=%g); "
+                 "another rank probably skipped this collective or called a different one. "
+                 "Aborting the job.\n",
+                 what.c_str(), rank, size, seconds, options.timeout_seconds);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    std::abort();
+  }
+
+  // A peer that is gone will never take part: end the job now instead of at the timeout.
+  void abort_if_peer_lost(const std::string& what) const {
+    const std::optional<std::string> lost = peers->lost_peers();
+    if (!lost) return;
+    std::fprintf(stderr,
+                 "zero: %s on rank %d of %d cannot complete: %s gone (killed or exited while "
+                 "this rank waited). Aborting the job.\n",
+                 what.c_str(), rank, size, lost->c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 4);
+    std::abort();
+  }
+};
+
+
+namespace {
+// The world's state, for the two constructors that may have to initialise MPI first.
+template <class State>
+std::unique_ptr<State> world_state(int* argc, char*** argv) {
+  initialize_mpi(argc, argv);
+  return std::make_unique<State>(MPI_COMM_WORLD, CommOptions::from_environment());
+}
+} // namespace
+
+MpiCommunicator::MpiCommunicator() : MpiCommunicator(world_state<State>(nullptr, nullptr)) {}
+MpiCommunicator::MpiCommunicator(int& argc, char**& argv)
+    : MpiCommunicator(world_state<State>(&argc, &argv)) {}
+MpiCommunicator::MpiCommunicator(const boost::mpi::communicator& comm, CommOptions options)
+    : MpiCommunicator(std::make_unique<State>(static_cast<MPI_Comm>(comm), options)) {}
+MpiCommunicator::MpiCommunicator(std::unique_ptr<State> state)
+    : state_(std::move(state)), rank_(state_->rank), size_(state_->size) {}
+
+MpiCommunicator::MpiCommunicator(MpiCommunicator&&) noexcept = default;
+MpiCommunicator& MpiCommunicator::operator=(MpiCommunicator&&) noexcept = default;
+MpiCommunicator::~MpiCommunicator() = default;
+
+const CommOptions& MpiCommunicator::options() const noexcept { return state_->options; }
+const char* MpiCommunicator::transport() const noexcept {
+  constexpr const char* names[] = {"shm", "mpi", "hierarchical"};
+  return names[state_->transport.index()];
+}
+int MpiCommunicator::nodes() const noexcept { return state_->nodes; }
+bool MpiCommunicator::quantizes_on_wire() const noexcept { return state_->transport.index() == 2; }
+int MpiCommunicator::ranks_per_node() const noexcept { return state_->ranks_per_node; }
+const std::vector<std::vector<int>>& MpiCommunicator::summation_order() const noexcept {
+  return state_->summation_order;
+}
+MPI_Comm MpiCommunicator::native_handle() const noexcept { return state_->comm; }
+
+MpiCommunicator MpiCommunicator::split(int color, int key) {
+  require(color >= 0, "split: color must be non-negative (every rank joins one group)");
+  MPI_Comm part = MPI_COMM_NULL;
+  // Ordered with this communicator's queued collectives: run it on the progress thread.
+  state_->worker->run_and_wait(
+      "split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
+      [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
+  // As this one was asked for: the part picks its own transport and that transport's defaults.
+  MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach),
+                         state_->requested);
+  MPI_Comm_free(&part);
+  return result;
+}
+
+Work MpiCommunicator::submit(const CollectiveArgs& args) {
+  detail::ProgressWorker& worker = *state_->worker;
+  if (args.payload_bytes(state_->size) < state_->options.inline_below_bytes && worker.idle())
+    return Work(worker.run_here(args));
+  return Work(worker.enqueue(args));
+}
+
+} // namespace zero
