@@ -84,8 +84,7 @@ struct MpiCommunicator::State {
     const std::string where = std::to_string(size) + " ranks on " + std::to_string(nodes) +
                               " nodes" + (options.node_size > 0 ? " (ZERO_NODE_SIZE)" : "");
     if (options.transport == Transport::shared_memory && !one_node)
-      fail(ErrorKind::unsupported,
-           "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
+      fail(ErrorKind::unsupported, "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
     // Two levels need as many ranks on every node; where they differ (a split communicator may
     // take some ranks of a node), the collectives are flat.
     Transport chosen = options.transport;
@@ -110,8 +109,7 @@ struct MpiCommunicator::State {
           comm, options.chunk_bytes, options.gathers_to_mpi_from_bytes(),
           options.native_below_bytes, options.native_when_oversubscribed);
     else if (chosen == Transport::hierarchical)
-      transport =
-          std::make_unique<detail::HierarchicalTransport>(comm, *grid, options.chunk_bytes);
+      transport = std::make_unique<detail::HierarchicalTransport>(comm, *grid, options.chunk_bytes);
     else
       transport = std::make_unique<detail::MpiTransport>(comm, options.chunk_bytes);
   }
@@ -181,7 +179,6 @@ struct MpiCommunicator::State {
   }
 };
 
-
 namespace {
 // The world's state, for the two constructors that may have to initialise MPI first.
 template <class State>
@@ -203,18 +200,28 @@ MpiCommunicator::MpiCommunicator(MpiCommunicator&&) noexcept = default;
 MpiCommunicator& MpiCommunicator::operator=(MpiCommunicator&&) noexcept = default;
 MpiCommunicator::~MpiCommunicator() = default;
 
-const CommOptions& MpiCommunicator::options() const noexcept { return state_->options; }
+const CommOptions& MpiCommunicator::options() const noexcept {
+  return state_->options;
+}
 const char* MpiCommunicator::transport() const noexcept {
   constexpr const char* names[] = {"shm", "mpi", "hierarchical"};
   return names[state_->transport.index()];
 }
-int MpiCommunicator::nodes() const noexcept { return state_->nodes; }
-bool MpiCommunicator::quantizes_on_wire() const noexcept { return state_->transport.index() == 2; }
-int MpiCommunicator::ranks_per_node() const noexcept { return state_->ranks_per_node; }
+int MpiCommunicator::nodes() const noexcept {
+  return state_->nodes;
+}
+bool MpiCommunicator::quantizes_on_wire() const noexcept {
+  return state_->transport.index() == 2;
+}
+int MpiCommunicator::ranks_per_node() const noexcept {
+  return state_->ranks_per_node;
+}
 const std::vector<std::vector<int>>& MpiCommunicator::summation_order() const noexcept {
   return state_->summation_order;
 }
-MPI_Comm MpiCommunicator::native_handle() const noexcept { return state_->comm; }
+MPI_Comm MpiCommunicator::native_handle() const noexcept {
+  return state_->comm;
+}
 
 MpiCommunicator MpiCommunicator::split(int color, int key) {
   require(color >= 0, "split: color must be non-negative (every rank joins one group)");

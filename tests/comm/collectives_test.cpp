@@ -8,13 +8,17 @@
 #include "reference.hpp"
 
 #include <zero/comm/communicator.hpp>
+#include <zero/comm/staged_communicator.hpp>
 #include <zero/core/buffer.hpp>
 #include <zero/core/dtype.hpp>
+#include <zero/core/host_stream_space.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -81,6 +85,44 @@ void expect_elements(const std::vector<T>& got, std::size_t n, Expected expected
   EXPECT_EQ(wrong, 0u) << what;
 }
 
+} // namespace
+
+// The staged communicator over the host stream space (device buffers carried through pinned host
+// memory on a GPU): a caller and a transfer stream of its own, a duplicate of the MPI world behind.
+namespace zero::testing {
+using Staged = StagedCommunicator<HostStreamSpace, MpiCommunicator>;
+struct StagedWorld {
+  HostStream caller{"caller"};
+  HostStream transfer{"transfer"};
+  Staged comm{MpiCommunicator(boost::mpi::communicator()), HostStreamSpace(caller),
+              HostStreamSpace(transfer)};
+};
+template <>
+Staged& communicator<Staged>() {
+  static std::unique_ptr<StagedWorld> world;
+  if (!world) {
+    world = std::make_unique<StagedWorld>();
+    release_hooks().emplace_back([] { world.reset(); });
+  }
+  return world->comm;
+}
+} // namespace zero::testing
+
+namespace {
+
+using CollectiveCommunicators =
+    ::testing::Types<zero::SelfCommunicator, zero::MpiCommunicator,
+                     zero::testing::SimulatedNodesCommunicator, zero::testing::Staged>;
+struct CollectiveCommunicatorName {
+  template <class C>
+  static std::string GetName(int i) {
+    if constexpr (std::is_same_v<C, zero::testing::Staged>)
+      return "Staged";
+    else
+      return zero::testing::CommunicatorName::GetName<C>(i);
+  }
+};
+
 template <class C>
 class Collectives : public ::testing::Test {
  protected:
@@ -88,7 +130,7 @@ class Collectives : public ::testing::Test {
   int rank = comm.rank();
   int ranks = comm.size();
 };
-TYPED_TEST_SUITE(Collectives, zero::testing::HostCommunicators, zero::testing::CommunicatorName);
+TYPED_TEST_SUITE(Collectives, CollectiveCommunicators, CollectiveCommunicatorName);
 
 TYPED_TEST(Collectives, AllReduce) {
   for (DType dtype : all_dtypes)

@@ -10,9 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace zero::testing {
 
@@ -49,8 +51,17 @@ inline MpiCommunicator& world() {
   return *slot;
 }
 
+// What a test binary made on MPI and must destroy before MPI is finalised (a communicator of its
+// own in a static), in the order registered.
+inline std::vector<std::function<void()>>& release_hooks() {
+  static std::vector<std::function<void()>> hooks;
+  return hooks;
+}
+
 // Called by the test main before MPI is finalised.
 inline void release_world() {
+  for (auto& release : release_hooks())
+    release();
   simulated_nodes_slot().reset();
   world_slot().reset();
 }

@@ -1,0 +1,113 @@
+// StagedCommunicator over CudaStreamSpace: device buffers carried through pinned host memory over
+// MPI, at any number of ranks sharing one GPU (NCCL refuses that). Inputs are written by async
+// copies on the caller's stream and the call follows at once, with no synchronisation between
+// them: the communicator's contract is that it waits for that stream. Run under mpirun with 2 or 3
+// ranks for the shared-GPU case (tools/zero-gpu-check does); one rank runs as an MPI singleton.
+
+#include <zero/comm/mpi_communicator.hpp>
+#include <zero/comm/staged_communicator.hpp>
+#include <zero/core/buffer.hpp>
+#include <zero/core/cuda_check.hpp>
+#include <zero/core/cuda_stream_space.hpp>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+using Staged = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
+
+struct Streams {
+  cudaStream_t caller = nullptr;
+  cudaStream_t transfer = nullptr;
+  Streams() {
+    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
+    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&transfer, cudaStreamNonBlocking));
+  }
+  ~Streams() {
+    ZERO_LOG_CUDA(cudaStreamDestroy(caller));
+    ZERO_LOG_CUDA(cudaStreamDestroy(transfer));
+  }
+};
+
+zero::MpiCommunicator& world() {
+  static zero::MpiCommunicator comm;
+  return comm;
+}
+
+struct StagedSetup {
+  Streams streams;
+  Staged comm{zero::MpiCommunicator(world().boost_communicator()),
+              zero::CudaStreamSpace(streams.caller), zero::CudaStreamSpace(streams.transfer)};
+  int rank = comm.rank();
+  int ranks = comm.size();
+
+  // Writes `host` to `device` on the caller's stream and returns without waiting for it. The
+  // pinned source keeps the copy asynchronous (a pageable one may return early too).
+  template <class T>
+  void write_async(const std::vector<T>& host, zero::Buffer<T, zero::cuda>& device,
+                   zero::Buffer<T, zero::pinned_host>& pinned) {
+    std::copy(host.begin(), host.end(), pinned.data());
+    ZERO_CHECK_CUDA(cudaMemcpyAsync(device.data(), pinned.data(), host.size() * sizeof(T),
+                                    cudaMemcpyHostToDevice, streams.caller));
+  }
+  template <class T>
+  std::vector<T> read(const zero::Buffer<T, zero::cuda>& device) {
+    std::vector<T> out(device.size());
+    ZERO_CHECK_CUDA(
+        cudaMemcpy(out.data(), device.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+TEST(StagedCuda, AllReduceWaitsForTheCallersCopy) {
+  StagedSetup s;
+  constexpr std::size_t n = 1 << 22; // 16 MiB: the copy is still running at the call
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i)
+    host[i] = static_cast<float>((i % 97) + std::size_t(s.rank));
+  zero::Buffer<float, zero::cuda> device(n);
+  zero::Buffer<float, zero::pinned_host> pinned(n);
+  s.write_async(host, device, pinned);
+  s.comm.all_reduce(device, zero::ReduceOp::sum).wait();
+  const std::vector<float> out = s.read(device);
+  const float rank_sum = static_cast<float>(s.ranks * (s.ranks - 1) / 2);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(out[i], static_cast<float>(i % 97) * static_cast<float>(s.ranks) + rank_sum)
+        << "element " << i;
+}
+
+TEST(StagedCuda, GatherAndBroadcastInCallOrder) {
+  StagedSetup s;
+  constexpr std::size_t n = 100003;
+  std::vector<double> mine(n, static_cast<double>(s.rank + 1));
+  zero::Buffer<double, zero::cuda> block(n);
+  zero::Buffer<double, zero::pinned_host> pinned(n);
+  s.write_async(mine, block, pinned);
+  zero::Buffer<double, zero::cuda> all(n * static_cast<std::size_t>(s.ranks));
+  // The broadcast reads the gather's output with no wait between them.
+  zero::Work gathered = s.comm.all_gather(block, all);
+  zero::Work broadcast = s.comm.broadcast(all, s.ranks - 1);
+  broadcast.wait();
+  gathered.wait();
+  const std::vector<double> out = s.read(all);
+  for (int r = 0; r < s.ranks; ++r)
+    ASSERT_EQ(out[std::size_t(r) * n + n - 1], static_cast<double>(r + 1)) << "block " << r;
+}
+
+TEST(StagedCuda, HalfReducesLikeTheHost) {
+  StagedSetup s;
+  constexpr std::size_t n = 4099;
+  std::vector<zero::half> host(n, zero::half(0.5f));
+  zero::Buffer<zero::half, zero::cuda> device(n);
+  zero::Buffer<zero::half, zero::pinned_host> pinned(n);
+  s.write_async(host, device, pinned);
+  s.comm.all_reduce(device, zero::ReduceOp::avg).wait();
+  const std::vector<zero::half> out = s.read(device);
+  EXPECT_EQ(out[n - 1].bits, zero::half(0.5f).bits);
+}
+
+} // namespace
