@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""torch.optim.Adam(fused=True) on a CUDA device next to a device-to-device copy of the same bytes:
+the torch side of bench/optim/gpu_adam_bench.cpp (zero_bench_optim_gpu), in the same units, so
+that zero / torch ratios can be read off the two reports (issue 28).
+
+    python3 tools/gpu_adam_torch.py [--elements 16777216,268435456] [--reps 50] [--warmup 5]
+
+One parameter tensor of n fp32 elements with an fp32 gradient: torch's fused Adam has no 16-bit
+gradients nor a 16-bit compute copy (zero's step reads bf16/fp16 gradients and writes the copy).
+Bytes per element, 28, the same count as zero's step by coincidence of the layouts: read param 4
++ grad 4 + exp_avg 4 + exp_avg_sq 4 (16), write param 4 + exp_avg 4 + exp_avg_sq 4 (12); the
+per-tensor step counter is not counted. The copy is dst.copy_(src) of 14 bytes per element,
+counted read + write (28), as zero_bench_optim_gpu counts its cudaMemcpyAsync. Each repetition
+times one optimizer.step() then one copy with CUDA events after `warmup` untimed pairs; GB/s
+(10^9 bytes) and elements/s come from the median. Exits 0 with a "skipped:" line when torch or
+CUDA is absent.
+"""
+
+import argparse
+import statistics
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--elements", default="16777216,268435456",
+                        help="comma-separated parameter sizes (default: 2^24, 2^28)")
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.elements.split(",") if s]
+
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        print(f"skipped: torch not importable ({type(e).__name__})")
+        return 0
+    if not torch.cuda.is_available():
+        print(f"skipped: torch {torch.__version__} sees no CUDA device")
+        return 0
+
+    device = torch.device("cuda")
+    print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
+    print("bytes per element: step 28 = read param 4 + grad 4 + exp_avg 4 + exp_avg_sq 4, "
+          "write param 4 + exp_avg 4 + exp_avg_sq 4 (fp32 params and grads); copy: "
+          "dst.copy_(src) of 14 per element, counted read + write = 28")
+    for n in sizes:
+        needed = n * 44  # param, grad, 2 moments: 16; copy source and destination: 28
+        free, _ = torch.cuda.mem_get_info(device)
+        if needed > 0.95 * free:
+            print(f"skipped n={n}: needs {needed / 1e9:.1f} GB of device memory, "
+                  f"{free / 1e9:.1f} GB free")
+            continue
+        param = torch.nn.Parameter(torch.rand(n, device=device) * 2 - 1)
+        param.grad = torch.randn(n, device=device) * 1e-2
+        optimizer = torch.optim.Adam([param], lr=1e-3, fused=True)
+        source = torch.empty(n * 14, dtype=torch.uint8, device=device).fill_(0x3C)
+        destination = torch.empty_like(source)
+        for _ in range(args.warmup):
+            optimizer.step()
+            destination.copy_(source)
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        step_ms, copy_ms = [], []
+        for _ in range(args.reps):
+            events[0].record()
+            optimizer.step()
+            events[1].record()
+            destination.copy_(source)
+            events[2].record()
+            events[2].synchronize()
+            step_ms.append(events[0].elapsed_time(events[1]))
+            copy_ms.append(events[1].elapsed_time(events[2]))
+        step, copy = statistics.median(step_ms), statistics.median(copy_ms)
+        step_gbs = 28 * n / (step * 1e-3) / 1e9
+        copy_gbs = 28 * n / (copy * 1e-3) / 1e9
+        print(f"result torch-adam-fused fp32 n={n} reps={args.reps}: step {step:.3f} ms "
+              f"(min {min(step_ms):.3f}) {step_gbs:.1f} GB/s {n / (step * 1e-3) / 1e9:.2f} Gelem/s"
+              f" | copy {copy:.3f} ms (min {min(copy_ms):.3f}) {copy_gbs:.1f} GB/s"
+              f" | ratio {step_gbs / copy_gbs:.3f}")
+        del param, optimizer, source, destination
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
