@@ -107,6 +107,8 @@ requires Communicator<Host> && Host::memory_space::host_accessible class StagedC
 
     // On the worker: stage, run the host collective, copy back.
     void run(const CollectiveArgs& args, const typename Space::event_type& inputs_ready) {
+      // The worker is a thread of its own: on a GPU, its device must be the transfer stream's.
+      if constexpr (requires { transfer.make_current(); }) transfer.make_current();
       const int ranks = host.size();
       const std::size_t send_bytes = args.send_count(ranks) * args.element_bytes();
       const std::size_t recv_bytes = args.recv_count(ranks) * args.element_bytes();

@@ -74,14 +74,23 @@ class CudaStreamSpace {
   using event_type = CudaEvent;
   static constexpr const char* name = "cuda_stream";
 
-  // The default stream unless one is given; the space never destroys it.
-  explicit CudaStreamSpace(cudaStream_t stream = nullptr) noexcept : stream_(stream) {}
+  // The default stream unless one is given; the space never destroys it. The device current at
+  // construction is the stream's (a stream belongs to the device current when it was created).
+  explicit CudaStreamSpace(cudaStream_t stream = nullptr) : stream_(stream) {
+    ZERO_CHECK_CUDA(cudaGetDevice(&device_));
+  }
 
   cudaStream_t stream() const noexcept { return stream_; }
+  int device() const noexcept { return device_; }
   void fence() const { ZERO_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+  // Makes the space's device current on the calling thread: a thread of one's own (a worker)
+  // starts on device 0, where events created for another device's stream cannot be recorded.
+  void make_current() const { ZERO_CHECK_CUDA(cudaSetDevice(device_)); }
 
  private:
   cudaStream_t stream_;
+  int device_ = 0;
 };
 
 inline void record(const CudaStreamSpace& space, CudaEvent& event) {
