@@ -4,16 +4,20 @@ the torch side of bench/optim/gpu_adam_bench.cpp (zero_bench_optim_gpu), in the 
 that zero / torch ratios can be read off the two reports (issue 28).
 
     python3 tools/gpu_adam_torch.py [--elements 16777216,268435456] [--reps 50] [--warmup 5]
+                                    [--rounds 5]
 
 One parameter tensor of n fp32 elements with an fp32 gradient: torch's fused Adam has no 16-bit
 gradients nor a 16-bit compute copy (zero's step reads bf16/fp16 gradients and writes the copy).
 Bytes per element, 28, the same count as zero's step by coincidence of the layouts: read param 4
 + grad 4 + exp_avg 4 + exp_avg_sq 4 (16), write param 4 + exp_avg 4 + exp_avg_sq 4 (12); the
 per-tensor step counter is not counted. The copy is dst.copy_(src) of 14 bytes per element,
-counted read + write (28), as zero_bench_optim_gpu counts its cudaMemcpyAsync. Each repetition
-times one optimizer.step() then one copy with CUDA events after `warmup` untimed pairs; GB/s
-(10^9 bytes) and elements/s come from the median. Exits 0 with a "skipped:" line when torch or
-CUDA is absent.
+counted read + write (28), as zero_bench_optim_gpu counts its cudaMemcpyAsync. After `warmup`
+untimed pairs, each of `rounds` rounds times `reps` optimizer.step() calls back to back between
+two CUDA events, then `reps` copies back to back between two others, and divides by `reps`: the
+per-step and per-copy times. Every round is queued before the host synchronizes once at the end,
+so neither a launch gap after an idle GPU nor optimizer.step()'s Python overhead is timed while
+the GPU keeps ahead of the host. GB/s (10^9 bytes) and elements/s come from the median round (the
+minimum is printed too). Exits 0 with a "skipped:" line when torch or CUDA is absent.
 """
 
 import argparse
@@ -25,9 +29,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elements", default="16777216,268435456",
                         help="comma-separated parameter sizes (default: 2^24, 2^28)")
-    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--reps", type=int, default=50,
+                        help="steps (and copies) timed back to back per round")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of `reps` steps and `reps` copies; median and min of these")
     args = parser.parse_args()
+    if args.reps < 1 or args.rounds < 1 or args.warmup < 0:
+        parser.error("--reps and --rounds must be >= 1, --warmup >= 0")
     sizes = [int(s) for s in args.elements.split(",") if s]
 
     try:
@@ -59,21 +68,24 @@ def main():
         for _ in range(args.warmup):
             optimizer.step()
             destination.copy_(source)
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-        step_ms, copy_ms = [], []
-        for _ in range(args.reps):
+        # Per round: e[0] .. `reps` steps .. e[1] .. `reps` copies .. e[2]; no sync until the end.
+        rounds = [[torch.cuda.Event(enable_timing=True) for _ in range(3)]
+                  for _ in range(args.rounds)]
+        for events in rounds:
             events[0].record()
-            optimizer.step()
+            for _ in range(args.reps):
+                optimizer.step()
             events[1].record()
-            destination.copy_(source)
+            for _ in range(args.reps):
+                destination.copy_(source)
             events[2].record()
-            events[2].synchronize()
-            step_ms.append(events[0].elapsed_time(events[1]))
-            copy_ms.append(events[1].elapsed_time(events[2]))
+        rounds[-1][2].synchronize()
+        step_ms = [e[0].elapsed_time(e[1]) / args.reps for e in rounds]
+        copy_ms = [e[1].elapsed_time(e[2]) / args.reps for e in rounds]
         step, copy = statistics.median(step_ms), statistics.median(copy_ms)
         step_gbs = 28 * n / (step * 1e-3) / 1e9
         copy_gbs = 28 * n / (copy * 1e-3) / 1e9
-        print(f"result torch-adam-fused fp32 n={n} reps={args.reps}: step {step:.3f} ms "
+        print(f"result torch-adam-fused fp32 n={n} reps={args.reps}x{args.rounds}: step {step:.3f} ms "
               f"(min {min(step_ms):.3f}) {step_gbs:.1f} GB/s {n / (step * 1e-3) / 1e9:.2f} Gelem/s"
               f" | copy {copy:.3f} ms (min {min(copy_ms):.3f}) {copy_gbs:.1f} GB/s"
               f" | ratio {step_gbs / copy_gbs:.3f}")

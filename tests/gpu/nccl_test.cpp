@@ -93,6 +93,21 @@ struct UserStream {
   UserStream& operator=(const UserStream&) = delete;
 };
 
+// Names `caller` as the communicator's caller stream and restores the previous one when it goes
+// out of scope, on a throw too: the static communicator must not keep a destroyed stream as its
+// caller. Declared after the stream it names, so that it is restored before that stream dies.
+struct CallerStreamGuard {
+  zero::NcclCommunicator& comm;
+  cudaStream_t previous;
+  CallerStreamGuard(zero::NcclCommunicator& c, cudaStream_t caller)
+      : comm(c), previous(c.caller_stream()) {
+    comm.set_caller_stream(caller);
+  }
+  ~CallerStreamGuard() { comm.set_caller_stream(previous); }
+  CallerStreamGuard(const CallerStreamGuard&) = delete;
+  CallerStreamGuard& operator=(const CallerStreamGuard&) = delete;
+};
+
 // Inputs written on the caller's stream by an asynchronous copy and a kernel, the collective
 // ordered after that stream (set_caller_stream), and the results copied back on the same stream
 // after make_stream_wait: no Work::wait(), no cudaDeviceSynchronize. Large enough (64 MiB) that
@@ -101,7 +116,7 @@ TEST(Nccl, CallerStreamOrdersBothWays) {
   auto& comm = nccl();
   const int rank = comm.rank(), ranks = comm.size();
   UserStream user;
-  comm.set_caller_stream(user.s);
+  const CallerStreamGuard caller(comm, user.s);
   EXPECT_EQ(comm.caller_stream(), user.s);
   constexpr std::size_t n = std::size_t{1} << 24;
   zero::Buffer<float, zero::pinned_host> host(n, zero::uninitialized);
@@ -147,7 +162,6 @@ TEST(Nccl, CallerStreamOrdersBothWays) {
     if (host_half.data()[i].bits != zero::half(want).bits) ++wrong;
   }
   EXPECT_EQ(wrong, 0);
-  comm.set_caller_stream(nullptr);
   work.wait();
   avg.wait();
 }

@@ -25,6 +25,15 @@
 // one-rank average); integer `avg` is ncclAvg, which divides the wrapped sum truncating, like the
 // host. Blocks of different sizes are a group of one rooted call per rank (NCCL has no
 // reduce-scatter-v or all-gather-v).
+//
+// Threads. One communicator is used from one host thread at a time: NCCL forbids concurrent use of
+// one communicator, and the caller stream's event (caller_mark), make_stream_wait's event
+// (done_mark) and the float scratch are shared by every operation without a lock.
+//
+// Host synchronization. The first half or bfloat16 reduction, or barrier, that grows the float
+// scratch synchronizes the communicator's stream (and so waits for the caller stream's work queued
+// before it), and freeing the old scratch (cudaFree) synchronizes the device: the "no host or
+// device-wide sync" promise above holds once the scratch is large enough.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/detail/collective_api.hpp"
