@@ -15,10 +15,13 @@
 //
 // The buffers behind queued work must outlive it: until fence() or an event recorded after it.
 
+#include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/view.hpp"
 
 #include <concepts>
+#include <cstddef>
+#include <string>
 
 namespace zero {
 
@@ -33,5 +36,16 @@ concept StreamSpace = ExecutionSpace<S> &&
   done.synchronize();
   { done.query() } -> std::convertible_to<bool>;
 };
+
+namespace detail {
+// Checks that write their result into the caller's slot (a flag, a sum; read after an event) take
+// exactly one element: a wider view is a caller's mistake (a slot per buffer meant, or a bucket
+// passed by error), caught at the call on every stream space alike.
+inline void require_result_slot(const char* operation, std::size_t size) {
+  if (size != 1)
+    fail(ErrorKind::invalid_argument, std::string(operation) + ": the result slot has " +
+                                          std::to_string(size) + " elements, not 1");
+}
+} // namespace detail
 
 } // namespace zero

@@ -18,6 +18,7 @@
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 #include "zero/precision/cuda_checks.hpp"
 #include "zero/precision/gradient_element.hpp"
@@ -29,20 +30,12 @@
 
 namespace zero {
 
-namespace detail {
-inline void require_device_result_slot(const char* operation, std::size_t size) {
-  if (size != 1)
-    fail(ErrorKind::invalid_argument, std::string(operation) + ": the result slot has " +
-                                          std::to_string(size) + " elements, not 1");
-}
-} // namespace detail
-
 // Queues: found[0] = 1 when any of `grads` is NaN or infinite.
 template <class G>
 requires GradientElement<std::remove_const_t<G>>
 void flag_nonfinite(const CudaStreamSpace& space, View<G, cuda> grads,
                     View<int, cuda> found_nonfinite) {
-  detail::require_device_result_slot("flag_nonfinite", found_nonfinite.size());
+  detail::require_result_slot("flag_nonfinite", found_nonfinite.size());
   cuda_kernels::flag_nonfinite(grads.data(), dtype_of<std::remove_const_t<G>>, grads.size(),
                                found_nonfinite.data(), space.stream());
 }
@@ -51,7 +44,7 @@ void flag_nonfinite(const CudaStreamSpace& space, View<G, cuda> grads,
 template <GradientElement G>
 void unscale_and_flag_nonfinite(const CudaStreamSpace& space, View<G, cuda> grads, float factor,
                                 View<int, cuda> found_nonfinite) {
-  detail::require_device_result_slot("unscale_and_flag_nonfinite", found_nonfinite.size());
+  detail::require_result_slot("unscale_and_flag_nonfinite", found_nonfinite.size());
   require(std::isfinite(factor), "unscale_and_flag_nonfinite: the factor must be finite");
   cuda_kernels::unscale_and_flag_nonfinite(grads.data(), dtype_of<G>, grads.size(), factor,
                                            found_nonfinite.data(), space.stream());
@@ -62,7 +55,7 @@ template <class G>
 requires GradientElement<std::remove_const_t<G>>
 void accumulate_sum_of_squares(const CudaStreamSpace& space, View<G, cuda> grads,
                                View<double, cuda> sum) {
-  detail::require_device_result_slot("accumulate_sum_of_squares", sum.size());
+  detail::require_result_slot("accumulate_sum_of_squares", sum.size());
   cuda_kernels::accumulate_sum_of_squares(grads.data(), dtype_of<std::remove_const_t<G>>,
                                           grads.size(), sum.data(), space.stream());
 }

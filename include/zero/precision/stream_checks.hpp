@@ -23,6 +23,7 @@
 #include "zero/core/error.hpp"
 #include "zero/core/host_stream_space.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 #include "zero/precision/grad_norm.hpp"
 #include "zero/precision/gradient_element.hpp"
@@ -36,14 +37,6 @@
 namespace zero {
 
 namespace detail {
-
-// A result slot is exactly one element: a wider view is a caller's mistake (a slot per buffer
-// meant, or a bucket passed by error), caught at the call.
-inline void require_result_slot(const char* operation, std::size_t size) {
-  if (size != 1)
-    fail(ErrorKind::invalid_argument, std::string(operation) + ": the result slot has " +
-                                          std::to_string(size) + " elements, not 1");
-}
 
 template <class G>
 std::string checked_elements(std::size_t n) {
