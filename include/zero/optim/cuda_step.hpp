@@ -1,9 +1,10 @@
 #pragma once
 // The fused optimizer step on CUDA devices (src/cuda/optim_step.cu): one stream-ordered launch
 // sequence updates many tensors (or shard segments) at once, each split into chunks of
-// cuda_kernels::step_chunk_elements handled by one thread block with 16-byte vector loads. The
-// element-wise math is the optimizer's functor (optim/adam.hpp, optim/sgd.hpp), the same the host
-// loop runs, so host and device give the same bits. Available when zero::cuda is linked.
+// cuda_kernels::step_chunk_elements, each updated by one thread block with 16-byte vector loads,
+// the grid as many blocks as the device holds at once. The element-wise math is the optimizer's
+// functor (optim/adam.hpp, optim/sgd.hpp), the same the host loop runs, so host and device give the
+// same bits. Available when zero::cuda is linked.
 //
 // LAMB's passes (src/cuda/lamb_step.cu) follow optim/trust_ratio_step.hpp: lamb_prepare updates
 // the moments and writes each chunk's fp64 sums of squares, summed in the host's fixed order, so
