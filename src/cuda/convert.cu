@@ -1,5 +1,5 @@
-// Element conversions, scaling and division on the device: grid-stride loops over
-// zero::half/bfloat16, whose conversions use the hardware instructions in device code.
+// Element conversions, accumulation into float, scaling and division on the device: grid-stride
+// loops over zero::half/bfloat16, whose conversions use the hardware instructions in device code.
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/core/device_convert.hpp"
@@ -14,6 +14,13 @@ __global__ void convert_kernel(const From* src, To* dst, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
     dst[i] = ::zero::convert<To>(src[i]);
+}
+
+template <class From>
+__global__ void accumulate_kernel(const From* src, float* dst, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    dst[i] = __fadd_rn(dst[i], ::zero::convert<float>(src[i])); // never contracted
 }
 
 __global__ void scale_kernel(float* data, std::size_t n, float factor) {
@@ -46,6 +53,13 @@ void launch_convert(const From* src, To* dst, std::size_t n, cudaStream_t stream
   ZERO_CHECK_CUDA(cudaGetLastError());
 }
 
+template <class From>
+void launch_accumulate(const From* src, float* dst, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_kernel<<<blocks_for(n), threads, 0, stream>>>(src, dst, n);
+  ZERO_CHECK_CUDA(cudaGetLastError());
+}
+
 } // namespace
 
 void convert(const half* src, float* dst, std::size_t n, cudaStream_t s) {
@@ -59,6 +73,16 @@ void convert(const bfloat16* src, float* dst, std::size_t n, cudaStream_t s) {
 }
 void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t s) {
   launch_convert(src, dst, n, s);
+}
+
+void accumulate(const float* src, float* dst, std::size_t n, cudaStream_t s) {
+  launch_accumulate(src, dst, n, s);
+}
+void accumulate(const half* src, float* dst, std::size_t n, cudaStream_t s) {
+  launch_accumulate(src, dst, n, s);
+}
+void accumulate(const bfloat16* src, float* dst, std::size_t n, cudaStream_t s) {
+  launch_accumulate(src, dst, n, s);
 }
 
 void scale(float* data, std::size_t n, float factor, cudaStream_t stream) {

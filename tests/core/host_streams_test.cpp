@@ -237,6 +237,24 @@ TEST(HostStreamSpace, FenceWaitsForQueuedConvertsAndAccumulates) {
   }
 }
 
+// clear() between steps: the sums are zero only once the queued fill has run, and the
+// accumulation queued after it starts from zero.
+TEST(HostStreamSpace, FillZeroIsQueuedInOrder) {
+  zero::HostStream stream("fill");
+  const zero::HostStreamSpace space(stream);
+  std::vector<float> sums(5, 3.0f);
+  const std::vector<float> gradients(5, 0.5f);
+  {
+    const zero::StreamHold hold = stream.hold();
+    zero::fill_zero(space, zero::View<float>(sums));
+    EXPECT_EQ(sums[0], 3.0f); // queued, not run
+    zero::accumulate(space, zero::View<const float>(gradients), zero::View<float>(sums));
+  }
+  space.fence();
+  for (float s : sums)
+    EXPECT_EQ(s, 0.5f);
+}
+
 TEST(HostStreamSpace, FenceRethrowsAFailure) {
   zero::HostStream stream("fence failure");
   const zero::HostStreamSpace space(stream);

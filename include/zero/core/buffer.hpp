@@ -90,7 +90,11 @@ class Buffer {
       std::memset(static_cast<void*>(data_), 0, size_bytes());
     } else {
 #if ZERO_HAS_CUDA
+      // cudaMemset of device memory returns before it is done, on the default stream, which work
+      // on a non-blocking stream does not wait for: the buffer is zero for every stream once
+      // constructed only after this wait (construction is a cold path).
       ZERO_CHECK_CUDA(cudaMemset(data_, 0, size_bytes()));
+      ZERO_CHECK_CUDA(cudaStreamSynchronize(nullptr));
 #endif
     }
   }

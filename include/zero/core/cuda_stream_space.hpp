@@ -5,10 +5,10 @@
 // not own its stream (the caller creates and destroys it), and the buffers behind queued work must
 // outlive it, as with any asynchronous CUDA call. convert() uses the kernels of
 // zero/core/device_convert.hpp (half and bfloat16 to and from float; a copy when the types are
-// equal). There is no accumulate() yet: no CUDA kernel adds a gradient into float sums, so code
-// over StreamSpace that accumulates does not compile for this space. HostStreamSpace
-// (zero/core/host_stream_space.hpp) is its CPU twin, with the same ordering rules. Compiled in CI,
-// not yet run on a GPU.
+// equal), accumulate() its kernel that adds float, half or bfloat16 into float sums, fill_zero()
+// is cudaMemsetAsync. HostStreamSpace (zero/core/host_stream_space.hpp) is its CPU twin, with the
+// same ordering rules and the same bits; tests/gpu/stream_space_test.cpp compares the two on a
+// GPU.
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/core/device_convert.hpp"
@@ -133,6 +133,30 @@ requires(std::is_same_v<From, To> || requires(const From* source, To* destinatio
     cuda_kernels::convert(from.data(), to.data(), from.size(), space.stream());
     ZERO_CHECK_CUDA(cudaGetLastError()); // a failed launch
   }
+}
+
+// Queues to[i] += float(from[i]) (one correctly rounded addition, as accumulate_n on the host).
+template <Element From>
+requires requires(const From* source, float* sums, cudaStream_t stream) {
+  cuda_kernels::accumulate(source, sums, std::size_t{}, stream);
+}
+void accumulate(const CudaStreamSpace& space, View<const From, cuda> from, View<float, cuda> to) {
+  if (from.size() != to.size())
+    fail(ErrorKind::invalid_argument, "accumulate: " + std::to_string(from.size()) +
+                                          " elements into a buffer of " +
+                                          std::to_string(to.size()));
+  if (from.empty()) return;
+  cuda_kernels::accumulate(from.data(), to.data(), from.size(), space.stream());
+  ZERO_CHECK_CUDA(cudaGetLastError()); // a failed launch
+}
+
+// Queues every byte of `to` set to zero.
+template <class T>
+requires std::is_trivially_copyable_v<T>
+void fill_zero(const CudaStreamSpace& space, View<T, cuda> to) {
+  if (to.empty()) return;
+  ZERO_CHECK_CUDA(
+      cudaMemsetAsync(static_cast<void*>(to.data()), 0, to.size_bytes(), space.stream()));
 }
 
 static_assert(StreamSpace<CudaStreamSpace>);

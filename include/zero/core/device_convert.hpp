@@ -15,6 +15,10 @@ void convert(const half* src, float* dst, std::size_t n, cudaStream_t stream);
 void convert(const float* src, half* dst, std::size_t n, cudaStream_t stream);
 void convert(const bfloat16* src, float* dst, std::size_t n, cudaStream_t stream);
 void convert(const float* src, bfloat16* dst, std::size_t n, cudaStream_t stream);
+// dst[i] += float(src[i]), one correctly rounded addition (accumulate_n's bits)
+void accumulate(const float* src, float* dst, std::size_t n, cudaStream_t stream);
+void accumulate(const half* src, float* dst, std::size_t n, cudaStream_t stream);
+void accumulate(const bfloat16* src, float* dst, std::size_t n, cudaStream_t stream);
 // data[i] *= factor
 void scale(float* data, std::size_t n, float factor, cudaStream_t stream);
 // data[i] /= divisor, correctly rounded (the host's division): NcclCommunicator's average, a sum

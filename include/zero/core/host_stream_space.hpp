@@ -1,12 +1,12 @@
 #pragma once
 // HostStreamSpace: the execution space of a HostStream (zero/core/host_stream.hpp), the CPU twin of
-// CudaStreamSpace. Its kernels (convert, accumulate, copy) check their arguments at the call, as a
-// CUDA launch does, and then only queue the work on the stream and return; record and wait order
-// the stream against others, fence() waits for it. The space is a handle: copies refer to the same
-// stream, which must outlive them. Views are captured by value, so the buffers behind them must
-// outlive the queued work (until fence() or an event recorded after it), exactly as with CUDA.
-// Code written over StreamSpace (zero/core/stream_space.hpp) runs over this space in CI, where a
-// missing event wait reads stale data deterministically (docs/execution-spaces.md).
+// CudaStreamSpace. Its kernels (convert, accumulate, fill_zero, copy) check their arguments at the
+// call, as a CUDA launch does, and then only queue the work on the stream and return; record and
+// wait order the stream against others, fence() waits for it. The space is a handle: copies refer
+// to the same stream, which must outlive them. Views are captured by value, so the buffers behind
+// them must outlive the queued work (until fence() or an event recorded after it), exactly as with
+// CUDA. Code written over StreamSpace (zero/core/stream_space.hpp) runs over this space in CI,
+// where a missing event wait reads stale data deterministically (docs/execution-spaces.md).
 
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
@@ -68,6 +68,16 @@ accumulate(const HostStreamSpace& space, View<const From, Space> from, View<floa
   space.stream().enqueue("accumulate " + std::to_string(from.size()) + " " +
                              to_string(dtype_of<From>) + " into float",
                          [from, to] { accumulate_n(from.data(), to.data(), from.size()); });
+}
+
+// Queues every byte of `to` set to zero (the stores' clear(): float and half zero are all-zero
+// bits).
+template <class T, class Space>
+requires(std::is_trivially_copyable_v<T>&& Space::host_accessible) void fill_zero(
+    const HostStreamSpace& space, View<T, Space> to) {
+  space.stream().enqueue("fill_zero " + std::to_string(to.size_bytes()) + " bytes", [to] {
+    if (!to.empty()) std::memset(static_cast<void*>(to.data()), 0, to.size_bytes());
+  });
 }
 
 // Queues a copy of `from` into `to` (host-accessible memory on both sides).
