@@ -32,8 +32,16 @@ class HostStreamSpace {
   static constexpr const char* name = "host_stream";
 
   explicit HostStreamSpace(HostStream& stream) noexcept : stream_(&stream) {}
+  // The process's default host stream, as CudaStreamSpace{} is CUDA's default stream: what a store
+  // built by the engine (Placement<execute_on<HostStreamSpace>>) queues on. Like every stream, it
+  // is used from one host thread at a time, and a failure of its work is sticky.
+  HostStreamSpace() : stream_(&default_stream()) {}
 
   HostStream& stream() const noexcept { return *stream_; }
+  static HostStream& default_stream() {
+    static HostStream stream("default");
+    return stream;
+  }
   // Waits for everything queued on the stream; rethrows a failure of its work.
   void fence() const { stream_->synchronize(); }
 

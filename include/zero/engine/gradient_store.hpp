@@ -18,6 +18,8 @@
 // keeps the norm bitwise the same for every stage and bucket size.
 
 #include "zero/core/execution_space.hpp"
+#include "zero/core/host_stream_space.hpp" // accumulate over HostStreamSpace
+#include "zero/core/stream_space.hpp"
 #include "zero/engine/detail/layer_scratch.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/micro_steps.hpp"
@@ -116,6 +118,9 @@ class GradientStore {
     if (accumulate_locally_) {
       const View<float> sum = accumulator_->block(l).first(grads.size());
       accumulate(exec_, grads, sum);
+      // Over a stream space the addition is queued: it must have run before backward writes this
+      // layer's gradient again (next micro-step) and before the reducer reads the sum below.
+      if constexpr (StreamSpace<Exec>) exec_.fence();
       if (arrival.in_last_micro_step) reducer_->add(l, View<const float>(sum));
     } else if (in_place_) {
       in_place_->add(l);

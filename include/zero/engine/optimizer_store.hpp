@@ -13,12 +13,14 @@
 // every layer's weights. Element-wise optimizers never reach that code.
 
 #include "zero/core/execution_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/parameter_pieces.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/optim/fused_step.hpp"
+#include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/optim/optimizer.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
@@ -71,7 +73,10 @@ class OptimizerStore {
   }
 
   // One update of everything this rank owns, layer by layer: grads(l) is the reduced gradient of
-  // the layer's owned block, out(l) where its new compute copy goes; done(l) follows each layer.
+  // the layer's owned block, out(l) where its new compute copy goes; done(l) follows each layer,
+  // once its update has run. Over a stream space the updates are queued: done(l) waits for layer
+  // l's event while layer l + 1's update is already queued, so the device (or the host stream's
+  // worker) runs the next layer while the caller shares this one; everything has run on return.
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
     for (std::size_t l = 0; l < model_.layers(); ++l) {
@@ -79,8 +84,15 @@ class OptimizerStore {
       for (std::size_t k = 0; k < states; ++k)
         moments[k] = states_[k].block(l);
       fused_step(exec_, update, master_.block(l), moments, grads(l), grad_multiplier, out(l));
-      done(l);
+      if constexpr (StreamSpace<Exec>) {
+        record(exec_, layer_stepped_.at[l % 2]);
+        if (l > 0) done_after_step(l - 1, done);
+      } else {
+        done(l);
+      }
     }
+    if constexpr (StreamSpace<Exec>)
+      if (model_.layers() > 0) done_after_step(model_.layers() - 1, done);
   }
 
   // The same for a TrustRatioUpdate (LAMB), in three passes; collective over `shard` when the
@@ -163,6 +175,14 @@ class OptimizerStore {
   std::size_t buffer_bytes() const noexcept { return 0; }
 
  private:
+  // Over a stream space: layer l's update has run (its event passed), then done(l). Two events
+  // alternate: at most two layers are queued ahead of the host.
+  template <class Done>
+  void done_after_step(std::size_t l, Done& done) {
+    layer_stepped_.at[l % 2].synchronize();
+    done(l);
+  }
+
   const Tensor& tensor(std::size_t t) const { return t == 0 ? master_ : states_[t - 1]; }
   Tensor& tensor(std::size_t t) { return t == 0 ? master_ : states_[t - 1]; }
 
@@ -180,6 +200,14 @@ class OptimizerStore {
   Tensor master_;
   std::array<Tensor, states> states_;
   std::optional<ParameterPieces> pieces_; // for a TrustRatioUpdate only
+  // Over a stream space: the events of the last two layers queued (step()); nothing otherwise.
+  template <class E>
+  struct LayerEvents {};
+  template <StreamSpace E>
+  struct LayerEvents<E> {
+    typename E::event_type at[2];
+  };
+  [[no_unique_address]] LayerEvents<Exec> layer_stepped_;
 };
 
 } // namespace zero

@@ -11,6 +11,7 @@
 
 #include "zero/comm/agreed.hpp"
 #include "zero/core/execution_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/offload_options.hpp"
@@ -22,6 +23,7 @@
 #include "zero/offload/detail/tier_options.hpp"
 #include "zero/offload/subgroup_plan.hpp"
 #include "zero/optim/fused_step.hpp"
+#include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/optim/optimizer.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
@@ -155,6 +157,9 @@ class NvmeOptimizerStore {
         fused_step(exec_, update, piece_view(k % slots, 0, piece), moments,
                    grads(piece.layer).subview(piece.part.begin, piece.part.size()), grad_multiplier,
                    out(piece.layer).subview(piece.part.begin, piece.part.size()));
+        // Over a stream space the update is queued: the host writes the piece to NVMe and shares
+        // the layer's copy next, so it waits for it here.
+        if constexpr (StreamSpace<Exec>) exec_.fence();
         if (plan_.completes(k, piece.layer)) finish_layers_through(piece.layer);
       }
       write(k, mine);
