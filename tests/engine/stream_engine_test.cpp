@@ -2,7 +2,7 @@
 // twin of the GPU engine's execution model: the stores queue the optimizer step and the gradient
 // accumulation on the process's default host stream and wait for each layer's event before the
 // host shares or reads what they wrote. At 1, 2 and 3 ranks:
-// - stages 0, 1 and 3 give HostThreads' bits (fp32-free bf16 runs: plain, accumulating locally
+// - stages 0, 1 and 3 give HostThreads' bits (bf16 runs: plain, accumulating locally
 //   and clipped, 7-element buckets);
 // - step() does not share a layer before its queued update has run: with the default stream held,
 //   step() cannot return until the hold is released.
@@ -61,8 +61,8 @@ TEST(StreamEngine, StagesGiveTheHostThreadsBits) {
 TEST(StreamEngine, StepWaitsForTheQueuedUpdates) {
   zero::EngineOptions options;
   options.compute_dtype = DType::bfloat16;
-  zero::Engine<zero::Stage<1>, zero::MpiCommunicator, OnAStream, zero::Adam,
-               zero::StaticLossScaler, Bf16>
+  zero::Engine<zero::Stage<1>, zero::MpiCommunicator, OnAStream, zero::Adam, zero::StaticLossScaler,
+               Bf16>
       engine(world(), model(), zero::Adam({.lr = 0.01}), zero::StaticLossScaler{}, options);
   for (std::size_t l = engine.layers(); l-- > 0;) {
     auto weights = engine.acquire(l);

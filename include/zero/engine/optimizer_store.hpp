@@ -20,8 +20,8 @@
 #include "zero/engine/parameter_pieces.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/optim/fused_step.hpp"
-#include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"

@@ -23,8 +23,8 @@
 #include "zero/offload/detail/tier_options.hpp"
 #include "zero/offload/subgroup_plan.hpp"
 #include "zero/optim/fused_step.hpp"
-#include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
