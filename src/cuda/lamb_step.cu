@@ -4,7 +4,7 @@
 // LambUpdate's, as on the host (optim/trust_ratio_step.hpp), and so is the order of the sums:
 // the 16 interleaved fp64 accumulators of a chunk become 16 threads, each adding its lane's
 // elements in order, folded pairwise by one thread. Elements are loaded one at a time (no 16-byte
-// vectors yet): these kernels have been compiled, not run or measured on a GPU.
+// vectors yet): they give the host's bits on an H100, and have not been measured.
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/optim/cuda_step.hpp"

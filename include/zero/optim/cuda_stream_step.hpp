@@ -4,9 +4,8 @@
 // code written over StreamSpace calls `fused_step(space, update, master, state, grad, multiplier,
 // copy)` on either. The sizes are checked at the call, before the launch. The kernels exist for
 // Adam/AdamW and SGD (with and without momentum) only, and write a half or bfloat16 compute copy
-// (or none): the constraints below say so at compile time rather than at link time. Compiled in CI,
-// not yet run on a GPU (tests/optim/gpu_step_test.cpp checks the kernels against the host where
-// one is present).
+// (or none): the constraints below say so at compile time rather than at link time.
+// tests/optim/gpu_stream_test.cpp checks it against the host on a GPU (passed on an H100).
 
 // First, so that a build without CUDA hears about this header rather than one it includes.
 #include "zero/core/platform.hpp"

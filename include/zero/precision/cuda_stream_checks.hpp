@@ -5,7 +5,8 @@
 // the one-element result slot are device memory; the slot is never cleared by the checks (start it
 // at 0), and the host reads it after copying it to pinned host memory (copy(space, slot, pinned))
 // and synchronizing on an event recorded after that copy. Arguments are checked at the call, before
-// any launch. Compiled in CI, not yet run on a GPU.
+// any launch. tests/optim/gpu_stream_test.cpp checks them against the host on a GPU (passed on
+// an H100).
 
 // First, so that a build without CUDA hears about this header rather than one it includes.
 #include "zero/core/platform.hpp"
