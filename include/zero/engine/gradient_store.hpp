@@ -17,6 +17,7 @@
 // in cache, so the step does not make a pass of its own; the sums are added in layer order, which
 // keeps the norm bitwise the same for every stage and bucket size.
 
+#include "zero/core/buffer.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/host_stream_space.hpp" // accumulate over HostStreamSpace
 #include "zero/core/stream_space.hpp"
@@ -26,6 +27,7 @@
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/precision/grad_norm.hpp"
+#include "zero/precision/stream_checks.hpp" // the norm over HostStreamSpace
 #include "zero/reduce/bucketed_reducer.hpp"
 #include "zero/reduce/in_place_all_reduce.hpp"
 #include "zero/shard/policy.hpp"
@@ -37,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -56,7 +59,8 @@ class GradientStore {
  public:
   GradientStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
       : comm_(shard), model_(model), exec_(exec), scratch_(model.layers(), largest_layer(model)),
-        layer_sums_(model.layers(), 0.0), summed_(model.layers(), false) {
+        layer_sums_(model.layers(), 0.0), summed_(model.layers(), false),
+        queued_sums_(model.layers()) {
     require(!options.quantized_gradients || Reduced::sharded,
             "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
             "gradients' reduce-scatter, and stage 0 all-reduces them; use stage 1, 2 or 3");
@@ -143,6 +147,9 @@ class GradientStore {
   // shard_within plans: every shard group reduced its own ranks' gradients; averaging the shards
   // over the replica group completes the average over all ranks. The norm is taken afterwards.
   void average_over_replicas(Comm& replica) {
+    // Sums queued as layers landed read the reduced gradient this averages in place: they must have
+    // run first (they are taken again afterwards).
+    if constexpr (StreamSpace<Exec>) exec_.fence();
     visit_reduced(
         [&](auto& reduced) { replica.all_reduce(reduced.local(), ReduceOp::avg).wait(); });
     std::fill(summed_.begin(), summed_.end(), false);
@@ -150,11 +157,12 @@ class GradientStore {
 
   // The sum of squares of this rank's blocks of the reduced gradient, layer by layer in order.
   double local_sum_of_squares() {
-    double sum = 0.0;
-    for (std::size_t l = 0; l < layer_sums_.size(); ++l) {
+    for (std::size_t l = 0; l < layer_sums_.size(); ++l)
       if (!summed_[l]) sum_layer(l);
-      sum += layer_sums_[l];
-    }
+    if constexpr (StreamSpace<Exec>) read_queued_sums();
+    double sum = 0.0;
+    for (double layer_sum : layer_sums_)
+      sum += layer_sum;
     return sum;
   }
 
@@ -242,10 +250,10 @@ class GradientStore {
       if constexpr (GradientElement<G>) {
         const View<const G> owned = reduced.block(l);
         if constexpr (Reduced::sharded) {
-          layer_sums_[l] = sum_of_squares(owned);
+          sum_block(l, owned);
         } else if (model_.images.in_order(l)) {
           const Range mine = model_.my_flat_range(l);
-          layer_sums_[l] = sum_of_squares(owned.subview(mine.begin, mine.size()));
+          sum_block(l, owned.subview(mine.begin, mine.size()));
         } else {
           std::vector<G> block(model_.my_block_size(l));
           model_.pack_my_block(l, owned.data(), block.data());
@@ -255,6 +263,50 @@ class GradientStore {
     });
     summed_[l] = true;
   }
+
+  // Layer l's share of the norm from a contiguous block: on the host, or, over a stream space,
+  // queued into the layer's slot (the host's bits: the slot starts at zero and gets one sum), read
+  // back with every other queued slot by read_queued_sums().
+  template <class G>
+  void sum_block(std::size_t l, View<const G> block) {
+    if constexpr (StreamSpace<Exec>) {
+      auto& q = queued_sums_;
+      fill_zero(exec_, q.slots.view().subview(l, 1));
+      accumulate_sum_of_squares(exec_, block, q.slots.view().subview(l, 1));
+      q.queued[l] = true;
+    } else {
+      layer_sums_[l] = sum_of_squares(block);
+    }
+  }
+
+  // Over a stream space: the queued slots copied to pinned host memory after one event, and their
+  // sums taken where the host did not sum the layer itself.
+  void read_queued_sums() {
+    auto& q = queued_sums_;
+    copy(exec_, std::as_const(q.slots).view(), q.host.view());
+    typename Exec::event_type read_back;
+    record(exec_, read_back);
+    read_back.synchronize();
+    for (std::size_t l = 0; l < layer_sums_.size(); ++l)
+      if (q.queued[l]) {
+        layer_sums_[l] = q.host.view()[l];
+        q.queued[l] = false;
+      }
+  }
+
+  // One sum-of-squares slot per layer in the space's memory, their copy in pinned host memory, and
+  // which slots hold a sum not yet read (over a stream space; nothing otherwise).
+  template <class E>
+  struct QueuedSums {
+    explicit QueuedSums(std::size_t) {}
+  };
+  template <StreamSpace E>
+  struct QueuedSums<E> {
+    explicit QueuedSums(std::size_t layers) : slots(layers), host(layers), queued(layers, false) {}
+    Buffer<double, typename E::memory_space> slots;
+    Buffer<double, pinned_host> host;
+    std::vector<bool> queued;
+  };
 
   Comm& comm_;
   const ModelLayout& model_;
@@ -272,6 +324,7 @@ class GradientStore {
   bool reducing_ = false;
   std::vector<double> layer_sums_;
   std::vector<bool> summed_;
+  [[no_unique_address]] QueuedSums<Exec> queued_sums_;
 };
 
 } // namespace zero
