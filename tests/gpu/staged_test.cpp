@@ -5,6 +5,8 @@
 // stream so that the copy is certainly pending at the call). Run under mpirun with 2 or 3
 // ranks for the shared-GPU case (tools/zero-gpu-check does); one rank runs as an MPI singleton.
 
+#include "staged_setup.hpp"
+
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/comm/staged_communicator.hpp>
 #include <zero/core/buffer.hpp>
@@ -22,50 +24,7 @@
 
 namespace {
 
-using Staged = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
-
-struct Streams {
-  cudaStream_t caller = nullptr;
-  cudaStream_t transfer = nullptr;
-  Streams() {
-    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
-    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&transfer, cudaStreamNonBlocking));
-  }
-  ~Streams() {
-    ZERO_LOG_CUDA(cudaStreamDestroy(caller));
-    ZERO_LOG_CUDA(cudaStreamDestroy(transfer));
-  }
-};
-
-zero::MpiCommunicator& world() {
-  static zero::MpiCommunicator comm;
-  return comm;
-}
-
-struct StagedSetup {
-  Streams streams;
-  Staged comm{zero::MpiCommunicator(world().boost_communicator()),
-              zero::CudaStreamSpace(streams.caller), zero::CudaStreamSpace(streams.transfer)};
-  int rank = comm.rank();
-  int ranks = comm.size();
-
-  // Writes `host` to `device` on the caller's stream and returns without waiting for it. The
-  // pinned source keeps the copy asynchronous (a pageable one may return early too).
-  template <class T>
-  void write_async(const std::vector<T>& host, zero::Buffer<T, zero::cuda>& device,
-                   zero::Buffer<T, zero::pinned_host>& pinned) {
-    std::copy(host.begin(), host.end(), pinned.data());
-    ZERO_CHECK_CUDA(cudaMemcpyAsync(device.data(), pinned.data(), host.size() * sizeof(T),
-                                    cudaMemcpyHostToDevice, streams.caller));
-  }
-  template <class T>
-  std::vector<T> read(const zero::Buffer<T, zero::cuda>& device) {
-    std::vector<T> out(device.size());
-    ZERO_CHECK_CUDA(
-        cudaMemcpy(out.data(), device.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using namespace zero::testing;
 
 // Keeps a stream from running past it until opened: a host function that blocks the stream (it
 // makes no CUDA call, as host functions must not), so that the caller's copy is certainly still

@@ -12,8 +12,10 @@
 // rank, added in rank order on every rank, so the order is fixed whatever the transport), then
 // every layer's weights. Element-wise optimizers never reach that code.
 
+#include "zero/core/buffer.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/stream_space.hpp"
+#include "zero/engine/detail/host_staging.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
@@ -27,6 +29,7 @@
 #include "zero/shard/sharded_tensor.hpp"
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <optional>
 #include <type_traits>
@@ -35,9 +38,13 @@
 
 namespace zero {
 
+// The states in host memory, or in the memory of a stream space that runs the step (device memory
+// over CudaStreamSpace), which the cold paths reach through host copies (detail/host_staging.hpp).
 template <Optimizer Opt, KeptState K, ExecutionSpace Exec>
-requires HostAccessibleSpace<typename K::space>
-class OptimizerStore {
+requires HostAccessibleSpace<typename K::space> ||
+    (StreamSpace<Exec>&&
+         std::same_as<typename K::space, typename Exec::memory_space>)class OptimizerStore {
+  using Space = typename K::space;
   using Tensor = ShardedTensor<float, typename K::policy>;
   static constexpr std::size_t states = Opt::state_tensors;
 
@@ -51,10 +58,12 @@ class OptimizerStore {
 
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
-    if constexpr (K::sharded)
-      model_.pack_my_block(l, values.data(), master_.block(l).data());
-    else
-      convert_n(values.data(), master_.block(l).data(), values.size());
+    detail::write_on_host(exec_, master_.block(l), [&](View<float> block) {
+      if constexpr (K::sharded)
+        model_.pack_my_block(l, values.data(), block.data());
+      else
+        convert_n(values.data(), block.data(), values.size());
+    });
   }
 
   // Layer l's master weights, all of them, in order. Collective when sharded.
@@ -63,11 +72,15 @@ class OptimizerStore {
     const std::size_t numel = model_.sharded->layer(l).numel;
     std::vector<float> values(numel);
     if constexpr (K::sharded) {
-      std::vector<float> image(model_.sharded->layer(l).flat_numel);
-      gather_layer_image(shard, *model_.sharded, l, master_.block(l), View<float>(image)).wait();
-      model_.images.unpack(l, image.data(), values.data());
+      Buffer<float, Space> image(model_.sharded->layer(l).flat_numel, uninitialized);
+      gather_layer_image(shard, *model_.sharded, l, master_.block(l), image.view()).wait();
+      detail::read_on_host(exec_, std::as_const(image).view(), [&](View<const float> on_host) {
+        model_.images.unpack(l, on_host.data(), values.data());
+      });
     } else {
-      convert_n(master_.block(l).data(), values.data(), numel);
+      detail::read_on_host(exec_, master_.block(l).first(numel), [&](View<const float> on_host) {
+        convert_n(on_host.data(), values.data(), numel);
+      });
     }
     return values;
   }
@@ -80,7 +93,7 @@ class OptimizerStore {
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
     for (std::size_t l = 0; l < model_.layers(); ++l) {
-      std::array<View<float>, states> moments;
+      std::array<View<float, Space>, states> moments;
       for (std::size_t k = 0; k < states; ++k)
         moments[k] = states_[k].block(l);
       fused_step(exec_, update, master_.block(l), moments, grads(l), grad_multiplier, out(l));
@@ -101,6 +114,9 @@ class OptimizerStore {
   void step(Comm& shard, const U& update, float grad_multiplier, Grads&& grads, Out&& out,
             Done&& done) {
     static_assert(states == 2, "zero: a trust-ratio update keeps two state tensors");
+    static_assert(HostAccessibleSpace<Space>,
+                  "zero: LAMB's step runs on the host; its device passes (lamb_prepare, "
+                  "lamb_apply) have no stream-space overloads yet: keep its states in host memory");
     const ShardLayout& layout = *model_.sharded;
     const std::size_t row = 2 * layout.parameter_count(); // one rank's sums: (w^2, u^2) each
     std::vector<double> sums(static_cast<std::size_t>(layout.world_size()) * row, 0.0);
@@ -154,19 +170,19 @@ class OptimizerStore {
   template <class F>
   void read_states(F&& f) const {
     for (std::size_t l = 0; l < model_.layers(); ++l)
-      for (std::size_t t = 0; t < 1 + states; ++t) {
-        const View<const float> block = tensor(t).block(l);
-        f(t, l, Range{0, block.size()}, block);
-      }
+      for (std::size_t t = 0; t < 1 + states; ++t)
+        detail::read_on_host(exec_, tensor(t).block(l), [&](View<const float> block) {
+          f(t, l, Range{0, block.size()}, block);
+        });
   }
   // f(tensor, layer, part, into) fills positions `part` of this rank's block; the store keeps it.
   template <class F>
   void write_states(F&& f) {
     for (std::size_t l = 0; l < model_.layers(); ++l)
-      for (std::size_t t = 0; t < 1 + states; ++t) {
-        const View<float> block = tensor(t).block(l);
-        f(t, l, Range{0, block.size()}, block);
-      }
+      for (std::size_t t = 0; t < 1 + states; ++t)
+        detail::write_on_host(exec_, tensor(t).block(l), [&](View<float> block) {
+          f(t, l, Range{0, block.size()}, block);
+        });
   }
 
   StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }

@@ -14,6 +14,9 @@
 //   in the layout: one slice, which every rank holds), so its queries describe the whole tensor.
 // - Sharded<Partitioner>: rank r keeps slice r of the partitioner's layout; gathers, reductions
 //   and scatters move the other slices.
+// Either may keep its slice in device memory (zero::cuda): then the tensor's views are device
+// memory, for device code and a communicator of that memory, and ShardedTensor's host-side
+// gathers, scatters and copies do not compile for it.
 
 #include "zero/core/memory_space.hpp"
 #include "zero/core/nvme.hpp"
@@ -30,7 +33,7 @@ namespace zero {
 
 template <class P>
 concept StoragePolicy = std::copy_constructible<P> &&
-    (HostAccessibleSpace<typename P::memory_space> ||
+    (MemorySpace<typename P::memory_space> ||
      std::same_as<typename P::memory_space, nvme>)&&requires(const P& policy,
                                                              std::span<const ParameterSpec> params,
                                                              int world_size) {
@@ -38,7 +41,7 @@ concept StoragePolicy = std::copy_constructible<P> &&
   { policy.layout(params, world_size) } -> std::same_as<ShardLayout>;
 };
 
-template <HostAccessibleSpace Space = host>
+template <MemorySpace Space = host>
 struct ReplicatedIn {
   using memory_space = Space;
   static constexpr bool sharded = false;
@@ -56,7 +59,7 @@ struct ReplicatedIn {
 using Replicated = ReplicatedIn<host>;
 
 template <Partitioner P, StorageSpace Space = host>
-requires HostAccessibleSpace<Space> || std::same_as<Space, nvme>
+requires MemorySpace<Space> || std::same_as<Space, nvme>
 struct Sharded {
   using memory_space = Space;
   using partitioner_type = P;

@@ -62,6 +62,10 @@ class ShardedTensor {
   // Whether the slice is in addressable memory (host, pinned host): then local(), block() and the
   // collectives work on it directly. A slice on NVMe moves only through read() and write().
   static constexpr bool in_memory = MemorySpace<memory_space>;
+  // Whether the host can move the slice's data: host-accessible memory, or NVMe through read() and
+  // write(). A slice in device memory is reached through its views (local(), block()) by device
+  // code and a communicator of that memory; the host-side gathers, scatters and copies refuse it.
+  static constexpr bool host_data = !in_memory || memory_space::host_accessible;
 
  private:
   // Views of an NVMe slice cannot exist; host stands in, in declarations no call can reach.
@@ -139,7 +143,7 @@ class ShardedTensor {
   // Moves positions `part` of this rank's block of layer l between the slice and host memory,
   // wherever the slice lives: a copy in memory, an aligned transfer on NVMe (nvme/nvme_slice.hpp
   // says what alignment it needs). The Work completes when the data has moved.
-  Work read(std::size_t l, Range part, View<T> into) const {
+  Work read(std::size_t l, Range part, View<T> into) const requires host_data {
     check_part(l, part, into.size(), "read");
     if constexpr (in_memory) {
       detail::copy_elements(into.data(), local_.data() + block_range(l).begin + part.begin,
@@ -149,7 +153,7 @@ class ShardedTensor {
       return local_.read(l, part, into);
     }
   }
-  Work write(std::size_t l, Range part, View<const T> from) {
+  Work write(std::size_t l, Range part, View<const T> from) requires host_data {
     check_part(l, part, from.size(), "write");
     if constexpr (in_memory) {
       detail::copy_elements(local_.data() + block_range(l).begin + part.begin, from.data(),
@@ -163,7 +167,7 @@ class ShardedTensor {
   // --- gathering ---------------------------------------------------------------------------------
   // The whole tensor in a buffer the returned guard owns until release() or scope exit.
   template <class Comm>
-  Gathered<T, host> gather(Comm& comm) const {
+  Gathered<T, host> gather(Comm& comm) const requires host_data {
     const std::size_t size = identity_ ? padded_numel() : numel();
     Buffer<T, host> storage(size, uninitialized);
     Work work = gather_into(comm, storage.view());
@@ -172,7 +176,7 @@ class ShardedTensor {
 
   // The whole tensor into `full` on every rank.
   template <class Comm, WritableHostBufferOf<T> Full>
-  Work gather_into(Comm& comm, Full&& full) const {
+  Work gather_into(Comm& comm, Full&& full) const requires host_data {
     static_assert(
         in_memory,
         "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
@@ -204,7 +208,8 @@ class ShardedTensor {
   // --- reductions --------------------------------------------------------------------------------
   // Every rank passes a whole tensor; the owned slice becomes their reduction (sum or avg).
   template <class Comm, HostBufferOf<T> Full>
-  Work reduce_scatter_from(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) {
+  Work reduce_scatter_from(Comm& comm, Full&& full,
+                           ReduceOp op = ReduceOp::sum) requires host_data {
     static_assert(
         in_memory,
         "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
@@ -225,7 +230,7 @@ class ShardedTensor {
 
   // Reduces `full` in place on every rank and keeps this rank's slice of the result.
   template <class Comm, WritableHostBufferOf<T> Full>
-  Work all_reduce(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) {
+  Work all_reduce(Comm& comm, Full&& full, ReduceOp op = ReduceOp::sum) requires host_data {
     static_assert(
         in_memory,
         "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
@@ -247,7 +252,7 @@ class ShardedTensor {
   // --- root <-> slices -------------------------------------------------------------------------
   // Root's whole tensor into every rank's slice. Other ranks may pass an empty buffer.
   template <class Comm, HostBufferOf<T> Full>
-  Work scatter_from(Comm& comm, Full&& root_full, int root = 0) {
+  Work scatter_from(Comm& comm, Full&& root_full, int root = 0) requires host_data {
     static_assert(
         in_memory,
         "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
@@ -284,7 +289,7 @@ class ShardedTensor {
 
   // The whole tensor into root's `out`. Other ranks may pass an empty buffer.
   template <class Comm, WritableHostBufferOf<T> Full>
-  Work gather_to(Comm& comm, Full&& out, int root = 0) const {
+  Work gather_to(Comm& comm, Full&& out, int root = 0) const requires host_data {
     static_assert(
         in_memory,
         "zero::ShardedTensor: a slice on NVMe moves through read() and write(), not collectives");
@@ -316,14 +321,14 @@ class ShardedTensor {
   // --- element types -----------------------------------------------------------------------------
   // A tensor of U on the same layout holding this slice converted (e.g. fp32 master to bf16).
   template <Element U>
-  ShardedTensor<U, Policy> converted() const requires in_memory {
+  ShardedTensor<U, Policy> converted() const requires in_memory && host_data {
     ShardedTensor<U, Policy> result(layout_, policy_, rank_, comm_size_);
     convert_n(local_.data(), result.local_.data(), local_.size());
     return result;
   }
   // This slice = `source`'s slice converted; both must be on the same layout and rank.
   template <Element U>
-  void convert_from(const ShardedTensor<U, Policy>& source) requires in_memory {
+  void convert_from(const ShardedTensor<U, Policy>& source) requires in_memory && host_data {
     if (source.layout_ != layout_ && source.layout_->hash() != layout_->hash())
       fail(ErrorKind::invalid_argument,
            "ShardedTensor::convert_from: the source tensor has a different layout (" +
@@ -395,7 +400,10 @@ class ShardedTensor {
   checked_layout(Comm& comm, std::shared_ptr<const ShardLayout> layout, Checked checked) {
     static_assert(CommunicatorGroup<Comm>,
                   "zero::ShardedTensor needs a communicator (zero::CommunicatorGroup)");
-    static_assert(!in_memory || accepts_space<typename Comm::memory_space, view_space>,
+    // A slice in device memory is only laid out here (the agreement moves host metadata); its data
+    // moves through its views, with a communicator of that memory.
+    static_assert(!in_memory || !host_data ||
+                      accepts_space<typename Comm::memory_space, view_space>,
                   "zero::ShardedTensor: the communicator cannot read the policy's memory space");
     require(layout != nullptr, "ShardedTensor: the layout is null");
     if (layout->world_size() != slices_of(comm))
