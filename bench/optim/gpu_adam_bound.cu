@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -49,7 +50,8 @@ __global__ void __launch_bounds__(threads) traffic_kernel(const Arrays a) {
   const std::size_t chunks = (a.size + chunk - 1) / chunk;
   for (std::size_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const std::size_t end = std::min(a.size, (c + 1) * chunk);
-    for (std::size_t i = c * chunk + 4 * threadIdx.x; i + 4 <= end; i += 4 * blockDim.x) {
+    for (std::size_t i = c * chunk + std::size_t{4} * threadIdx.x; i + 4 <= end;
+         i += std::size_t{4} * blockDim.x) {
       float4 p = *reinterpret_cast<const float4*>(a.master + i);
       float4 m = *reinterpret_cast<const float4*>(a.exp_avg + i);
       float4 v = *reinterpret_cast<const float4*>(a.exp_avg_sq + i);
@@ -86,22 +88,24 @@ unsigned resident_grid(const void* kernel) {
 
 // The median of `reps` timings of body(), each between its own events, all queued, one sync.
 template <class Body>
-float median_ms(int reps, Body&& body) {
+float median_ms(int repetitions, Body&& body) {
+  const auto reps = static_cast<std::size_t>(repetitions);
   for (int w = 0; w < 3; ++w) body();
   std::vector<cudaEvent_t> events(2 * reps);
   for (cudaEvent_t& event : events) ZERO_CHECK_CUDA(cudaEventCreate(&event));
-  for (int r = 0; r < reps; ++r) {
+  for (std::size_t r = 0; r < reps; ++r) {
     ZERO_CHECK_CUDA(cudaEventRecord(events[2 * r]));
     body();
     ZERO_CHECK_CUDA(cudaEventRecord(events[2 * r + 1]));
   }
   ZERO_CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<float> ms(reps);
-  for (int r = 0; r < reps; ++r)
+  for (std::size_t r = 0; r < reps; ++r)
     ZERO_CHECK_CUDA(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]));
   for (cudaEvent_t event : events) ZERO_CHECK_CUDA(cudaEventDestroy(event));
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
+  const auto middle = ms.begin() + static_cast<std::ptrdiff_t>(reps / 2);
+  std::nth_element(ms.begin(), middle, ms.end());
+  return *middle;
 }
 
 void measure(std::size_t n, int reps) {
@@ -138,7 +142,7 @@ void measure(std::size_t n, int reps) {
   });
   ZERO_CHECK_CUDA(cudaGetLastError());
   for (void* p : allocations) ZERO_CHECK_CUDA(cudaFree(p));
-  const auto gbs = [n](float ms) { return bytes_per_element * n / ms / 1e6; };
+  const auto gbs = [n](float ms) { return bytes_per_element * static_cast<double>(n) / ms / 1e6; };
   std::printf("result adam-bound bfloat16 n=%zu reps=%d: step %.3f ms %.0f GB/s | traffic %.3f ms "
               "%.0f GB/s | copy kernel %.3f ms %.0f GB/s | cudaMemcpy %.3f ms %.0f GB/s | "
               "step/traffic %.3f step/cudaMemcpy %.3f copy-kernel/cudaMemcpy %.3f\n",
