@@ -150,17 +150,20 @@ __global__ void __launch_bounds__(threads_per_block)
   }
 }
 
-// Blocks of `kernel` the current device runs at once: the grid of a launch.
-template <class Kernel>
-unsigned resident_blocks(Kernel kernel) {
+// Blocks of kernel K the current device runs at once: the grid of a launch. The occupancy is taken
+// once per kernel (a template argument, so every instantiation keeps its own) on the first device
+// it runs on; another device's multiprocessor count is read at each call. Any grid is correct:
+// the blocks stride over the chunks.
+template <auto K>
+unsigned resident_blocks() {
   int device = 0;
   int multiprocessors = 0;
   ZERO_CHECK_CUDA(cudaGetDevice(&device));
   ZERO_CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  static const int per_multiprocessor = [kernel] {
+  static const int per_multiprocessor = [] {
     int blocks = 0;
     ZERO_CHECK_CUDA(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads_per_block, 0));
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, K, threads_per_block, 0));
     return blocks;
   }();
   return static_cast<unsigned>(std::max(1, multiprocessors * per_multiprocessor));
@@ -169,8 +172,8 @@ unsigned resident_blocks(Kernel kernel) {
 template <class Update, class G, class Out>
 void launch_all(const Update& update, std::span<const StepTensor> tensors, float grad_multiplier,
                 cudaStream_t stream) {
-  const auto kernel = step_kernel<Update, G, Out>;
-  const unsigned grid = resident_blocks(kernel);
+  constexpr auto kernel = step_kernel<Update, G, Out>;
+  const unsigned grid = resident_blocks<kernel>();
   LaunchBatch batch{};
   const auto launch = [&] {
     const std::uint32_t chunks = batch.chunk_begin[batch.tensor_count];

@@ -4,14 +4,19 @@
 // host shares or reads what they wrote. At 1, 2 and 3 ranks:
 // - stages 0, 1 and 3 give HostThreads' bits (bf16 runs: plain, accumulating locally
 //   and clipped, 7-element buckets);
-// - step() does not share a layer before its queued update has run: with the default stream held,
-//   step() cannot return until the hold is released.
+// - the optimizer store does not share a layer before its queued update has run (its stream held
+//   until a flag is set, which every done() must see).
 
 #include "training_scenario.hpp"
 
+#include <zero/core/host_stream.hpp>
 #include <zero/core/host_stream_space.hpp>
 #include <zero/engine/engine.hpp>
+#include <zero/engine/kept.hpp>
+#include <zero/engine/optimizer_store.hpp>
 #include <zero/optim/adam.hpp>
+#include <zero/shard/flat_contiguous.hpp>
+#include <zero/shard/verify.hpp>
 #include <zero/stage/placement.hpp>
 
 #include <gtest/gtest.h>
@@ -20,6 +25,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -54,33 +60,60 @@ TEST(StreamEngine, StagesGiveTheHostThreadsBits) {
   }
 }
 
-// Stage 1 shares each updated layer (an all-gather of the compute copy) as soon as its update has
-// run. With the default stream held, the updates cannot run, so step() must not return; a store
-// that shared a layer without waiting for its event would return (with stale weights) before the
-// hold is released.
-TEST(StreamEngine, StepWaitsForTheQueuedUpdates) {
-  zero::EngineOptions options;
-  options.compute_dtype = DType::bfloat16;
-  zero::Engine<zero::Stage<1>, zero::MpiCommunicator, OnAStream, zero::Adam, zero::StaticLossScaler,
-               Bf16>
-      engine(world(), model(), zero::Adam({.lr = 0.01}), zero::StaticLossScaler{}, options);
-  for (std::size_t l = engine.layers(); l-- > 0;) {
-    auto weights = engine.acquire(l);
-    write_gradients<zero::bfloat16>(engine.gradients<zero::bfloat16>(l),
-                                    weights.values<zero::bfloat16>(), {}, world().rank(), 0, 0, l,
-                                    world().size());
-    engine.grads_ready(l);
+// The optimizer store over a held stream: done(l) comes only once layer l's queued update has run.
+// A thread sets `released` and then releases the hold; every done() must find it set and the
+// layer's new compute copy in place. A store that called done(l) without waiting for the layer's
+// event sees neither, every run. (The engine's step() cannot show this: it waits for the norm's
+// queued sums before it queues any update.)
+TEST(StreamEngine, OptimizerStoreSharesALayerOnlyAfterItsUpdateRan) {
+  using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
+  const int rank = world().rank();
+  const std::vector<zero::ParameterSpec> params = model();
+  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, params), rank,
+                                 rank);
+  zero::HostStream stream("optimizer");
+  const zero::HostStreamSpace space(stream);
+  zero::OptimizerStore<zero::Adam, Kept, zero::HostStreamSpace> queued(
+      world(), layout, zero::EngineOptions{}, space);
+  zero::OptimizerStore<zero::Adam, Kept, zero::HostThreads> inline_(world(), layout,
+                                                                    zero::EngineOptions{}, {});
+  const std::size_t layers = layout.layers();
+  std::vector<std::vector<zero::bfloat16>> grads(layers), out(layers), expected(layers);
+  for (std::size_t l = 0; l < layers; ++l) {
+    std::vector<float> values(layout.sharded->layer(l).numel);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = initial_value(l, i);
+    queued.set_layer(l, values);
+    inline_.set_layer(l, values);
+    const std::size_t n = layout.my_block_size(l);
+    for (std::size_t i = 0; i < n; ++i)
+      grads[l].push_back(
+          zero::bfloat16(gradient_value(values[i % values.size()], rank, 0, 0, l, i)));
+    out[l].resize(n);
+    expected[l].resize(n);
   }
+  const auto gradients = [&](std::size_t l) { return zero::View<const zero::bfloat16>(grads[l]); };
+  inline_.step(
+      zero::Adam({.lr = 0.01}).begin_step(), 1.0f, gradients,
+      [&](std::size_t l) { return zero::View<zero::bfloat16>(expected[l]); }, [](std::size_t) {});
   std::atomic<bool> released{false};
-  std::thread releaser([&, hold = zero::HostStreamSpace{}.stream().hold()]() mutable {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread releaser([&released, hold = stream.hold()]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     released = true;
     hold.release();
   });
-  engine.step();
-  EXPECT_TRUE(released) << "step() returned while its updates could not have run";
+  std::size_t shared = 0;
+  queued.step(
+      zero::Adam({.lr = 0.01}).begin_step(), 1.0f, gradients,
+      [&](std::size_t l) { return zero::View<zero::bfloat16>(out[l]); },
+      [&](std::size_t l) {
+        EXPECT_TRUE(released.load()) << "layer " << l << " shared before its update could run";
+        for (std::size_t i = 0; i < out[l].size(); ++i)
+          ASSERT_EQ(out[l][i].bits, expected[l][i].bits) << "layer " << l << " element " << i;
+        ++shared;
+      });
   releaser.join();
-  EXPECT_NE(engine.get_layer(2)[0], 0.0f);
+  EXPECT_EQ(shared, layers);
 }
 
 } // namespace

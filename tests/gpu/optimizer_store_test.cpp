@@ -92,6 +92,9 @@ void expect_device_store_equals_host() {
     ZERO_CHECK_CUDA(cudaMemcpy(device_grads[l].data(), grads[l].data(), n * sizeof(bfloat16),
                                cudaMemcpyHostToDevice));
   }
+  // A pageable cudaMemcpy may return before its DMA ends; the store's stream does not wait for the
+  // default stream.
+  ZERO_CHECK_CUDA(cudaDeviceSynchronize());
   zero::Adam host_adam({.lr = 0.01, .weight_decay = 0.01}), device_adam = host_adam;
   for (int step = 0; step < 2; ++step) {
     on_host.step(

@@ -91,12 +91,15 @@ std::vector<T> read(const Device<T>& device) {
   return out;
 }
 
+// A copy of `host` in device memory, in place for every stream on return (a pageable cudaMemcpy
+// may return before its DMA ends, and non-blocking streams do not wait for the default stream).
 template <class T>
 Device<T> on_device(const std::vector<T>& host) {
   Device<T> d(host.size(), zero::uninitialized);
   if (!host.empty())
     ZERO_CHECK_CUDA(
         cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  ZERO_CHECK_CUDA(cudaDeviceSynchronize());
   return d;
 }
 

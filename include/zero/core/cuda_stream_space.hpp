@@ -7,7 +7,7 @@
 // zero/core/device_convert.hpp (half and bfloat16 to and from float; a copy when the types are
 // equal), accumulate() its kernel that adds float, half or bfloat16 into float sums, fill_zero()
 // is cudaMemsetAsync. HostStreamSpace (zero/core/host_stream_space.hpp) is its CPU twin, with the
-// same ordering rules and the same bits; tests/gpu/stream_space_test.cpp compares the two on a
+// same ordering rules and the same bits; tests/optim/gpu_stream_test.cpp compares the two on a
 // GPU.
 
 #include "zero/core/cuda_check.hpp"

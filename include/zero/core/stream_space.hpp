@@ -37,6 +37,29 @@ concept StreamSpace = ExecutionSpace<S> &&
   { done.query() } -> std::convertible_to<bool>;
 };
 
+// The last member of a class whose buffers work queued on `exec` uses: when the class is destroyed
+// it waits for that work first (a no-op for inline spaces), so that the buffers outlive it even
+// when an exception cut the class's own waits short. A failure of the work is not rethrown from a
+// destructor (its stream reports it to whoever synchronizes next).
+template <class Exec>
+class DrainOnDestruction {
+ public:
+  explicit DrainOnDestruction(const Exec& exec) noexcept : exec_(exec) {}
+  DrainOnDestruction(const DrainOnDestruction&) = delete;
+  DrainOnDestruction& operator=(const DrainOnDestruction&) = delete;
+  ~DrainOnDestruction() {
+    if constexpr (StreamSpace<Exec>) {
+      try {
+        exec_.fence();
+      } catch (...) { // NOLINT(bugprone-empty-catch): nothing to do with it in a destructor
+      }
+    }
+  }
+
+ private:
+  const Exec& exec_;
+};
+
 namespace detail {
 // Checks that write their result into the caller's slot (a flag, a sum; read after an event) take
 // exactly one element: a wider view is a caller's mistake (a slot per buffer meant, or a bucket

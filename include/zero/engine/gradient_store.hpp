@@ -325,6 +325,7 @@ class GradientStore {
   std::vector<double> layer_sums_;
   std::vector<bool> summed_;
   [[no_unique_address]] QueuedSums<Exec> queued_sums_;
+  DrainOnDestruction<Exec> drain_{exec_}; // last: queued sums finish before the gradients go
 };
 
 } // namespace zero

@@ -224,6 +224,7 @@ requires HostAccessibleSpace<typename K::space> ||
     typename E::event_type at[2];
   };
   [[no_unique_address]] LayerEvents<Exec> layer_stepped_;
+  DrainOnDestruction<Exec> drain_{exec_}; // last: queued updates finish before the states go
 };
 
 } // namespace zero
