@@ -90,9 +90,11 @@ unsigned resident_grid(const void* kernel) {
 template <class Body>
 float median_ms(int repetitions, Body&& body) {
   const auto reps = static_cast<std::size_t>(repetitions);
-  for (int w = 0; w < 3; ++w) body();
+  for (int w = 0; w < 3; ++w)
+    body();
   std::vector<cudaEvent_t> events(2 * reps);
-  for (cudaEvent_t& event : events) ZERO_CHECK_CUDA(cudaEventCreate(&event));
+  for (cudaEvent_t& event : events)
+    ZERO_CHECK_CUDA(cudaEventCreate(&event));
   for (std::size_t r = 0; r < reps; ++r) {
     ZERO_CHECK_CUDA(cudaEventRecord(events[2 * r]));
     body();
@@ -102,7 +104,8 @@ float median_ms(int repetitions, Body&& body) {
   std::vector<float> ms(reps);
   for (std::size_t r = 0; r < reps; ++r)
     ZERO_CHECK_CUDA(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]));
-  for (cudaEvent_t event : events) ZERO_CHECK_CUDA(cudaEventDestroy(event));
+  for (cudaEvent_t event : events)
+    ZERO_CHECK_CUDA(cudaEventDestroy(event));
   const auto middle = ms.begin() + static_cast<std::ptrdiff_t>(reps / 2);
   std::nth_element(ms.begin(), middle, ms.end());
   return *middle;
@@ -117,15 +120,17 @@ void measure(std::size_t n, int reps) {
     allocations.push_back(p);
     return p;
   };
-  const Arrays a{static_cast<float*>(allocate(4 * n)),         static_cast<float*>(allocate(4 * n)),
-                 static_cast<float*>(allocate(4 * n)),         static_cast<std::uint16_t*>(allocate(2 * n)),
-                 static_cast<std::uint16_t*>(allocate(2 * n)), n};
+  const Arrays a{
+      static_cast<float*>(allocate(4 * n)),         static_cast<float*>(allocate(4 * n)),
+      static_cast<float*>(allocate(4 * n)),         static_cast<std::uint16_t*>(allocate(2 * n)),
+      static_cast<std::uint16_t*>(allocate(2 * n)), n};
   ZERO_CHECK_CUDA(cudaMemset(a.grad, 0x3c, 2 * n)); // bfloat16 0x3c3c, a small positive gradient
   void* source = allocate(14 * n);
   void* destination = allocate(14 * n);
 
   zero::AdamUpdate update{0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, -1e-3f, 0.3f, 0.0f, 1.0f, false};
-  const zero::cuda_kernels::StepTensor tensor{a.master, {a.exp_avg, a.exp_avg_sq}, a.grad, a.copy, n};
+  const zero::cuda_kernels::StepTensor tensor{
+      a.master, {a.exp_avg, a.exp_avg_sq}, a.grad, a.copy, n};
   const zero::cuda_kernels::StepTypes types{zero::DType::bfloat16, zero::DType::bfloat16};
   const float step = median_ms(reps, [&] {
     zero::cuda_kernels::fused_step(update, {&tensor, 1}, types, 1.0f / 1024, nullptr);
@@ -141,13 +146,14 @@ void measure(std::size_t n, int reps) {
     ZERO_CHECK_CUDA(cudaMemcpyAsync(destination, source, 14 * n, cudaMemcpyDeviceToDevice));
   });
   ZERO_CHECK_CUDA(cudaGetLastError());
-  for (void* p : allocations) ZERO_CHECK_CUDA(cudaFree(p));
+  for (void* p : allocations)
+    ZERO_CHECK_CUDA(cudaFree(p));
   const auto gbs = [n](float ms) { return bytes_per_element * static_cast<double>(n) / ms / 1e6; };
   std::printf("result adam-bound bfloat16 n=%zu reps=%d: step %.3f ms %.0f GB/s | traffic %.3f ms "
               "%.0f GB/s | copy kernel %.3f ms %.0f GB/s | cudaMemcpy %.3f ms %.0f GB/s | "
               "step/traffic %.3f step/cudaMemcpy %.3f copy-kernel/cudaMemcpy %.3f\n",
-              n, reps, step, gbs(step), traffic, gbs(traffic), copy, gbs(copy), memcpy,
-              gbs(memcpy), traffic / step, memcpy / step, memcpy / copy);
+              n, reps, step, gbs(step), traffic, gbs(traffic), copy, gbs(copy), memcpy, gbs(memcpy),
+              traffic / step, memcpy / step, memcpy / copy);
 }
 
 } // namespace
@@ -172,14 +178,16 @@ int main(int argc, char** argv) {
         throw std::invalid_argument("unknown");
       }
     } catch (const std::logic_error&) {
-      std::fprintf(stderr, "zero_bench_optim_gpu_bound: bad argument '%s'\nusage: "
-                           "zero_bench_optim_gpu_bound [--elements=N,...] [--reps=N]\n",
+      std::fprintf(stderr,
+                   "zero_bench_optim_gpu_bound: bad argument '%s'\nusage: "
+                   "zero_bench_optim_gpu_bound [--elements=N,...] [--reps=N]\n",
                    argv[i]);
       return 2;
     }
   }
   if (reps < 1 || elements.empty() ||
-      std::any_of(elements.begin(), elements.end(), [](std::size_t n) { return n % 4 != 0 || n == 0; })) {
+      std::any_of(elements.begin(), elements.end(),
+                  [](std::size_t n) { return n % 4 != 0 || n == 0; })) {
     std::fprintf(stderr, "zero_bench_optim_gpu_bound: --reps >= 1 and element counts positive "
                          "multiples of 4\n");
     return 2;
@@ -193,7 +201,8 @@ int main(int argc, char** argv) {
     cudaDeviceProp properties{};
     ZERO_CHECK_CUDA(cudaGetDeviceProperties(&properties, 0));
     std::printf("device: %s (sm_%d%d)\n", properties.name, properties.major, properties.minor);
-    for (std::size_t n : elements) measure(n, reps);
+    for (std::size_t n : elements)
+      measure(n, reps);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "zero_bench_optim_gpu_bound: %s\n", error.what());
     return 1;
