@@ -1,9 +1,12 @@
 #pragma once
 // BounceBuffers: a fixed set of equal buffers, aligned for O_DIRECT, through which tensors travel
 // to and from their swap files: the NVMe tier's only resident memory, allocated once when the
-// engine is built. With pin_memory they are locked in RAM (mlock), so that the kernel never pages
-// them out under a transfer (and, with a GPU, so that copies to the device can be asynchronous);
-// a memlock limit that refuses is reported rather than ignored.
+// engine is built, and resident from then on: every page is touched at construction, so that the
+// budget is taken (or refused) when the engine is built rather than page by page as transfers first
+// reach each buffer, and the resident set does not depend on how many transfers were ever in flight
+// at once. With pin_memory they are also locked in RAM (mlock), so that the kernel never pages them
+// out under a transfer (and, with a GPU, so that copies to the device can be asynchronous); a
+// memlock limit that refuses is reported rather than ignored.
 
 #include "zero/core/error.hpp"
 #include "zero/nvme/aio_options.hpp"
@@ -35,6 +38,7 @@ class BounceBuffers {
     const std::size_t total = count * bytes_each;
     if (total == 0) return;
     data_ = map(total);
+    touch_every_page(data_, total);
     if (pin_memory && ::mlock(data_, total) != 0) {
       const int error = errno;
       ::munmap(data_, total);
@@ -97,6 +101,14 @@ class BounceBuffers {
     ::madvise(start + skip, total, MADV_HUGEPAGE);
 #endif
     return start + skip;
+  }
+
+  // Writes a zero (what the page holds already) into each page: faulting the pages in now, after
+  // the huge-page advice, so that they come as huge pages where the system grants them.
+  static void touch_every_page(std::byte* start, std::size_t total) noexcept {
+    constexpr std::size_t page = 4096;
+    for (std::size_t offset = 0; offset < total; offset += page)
+      *static_cast<volatile std::byte*>(start + offset) = std::byte{0};
   }
 
   static std::string refused_lock(std::size_t total, int error) {
