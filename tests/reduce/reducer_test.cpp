@@ -3,11 +3,17 @@
 // written and accumulated targets, layers handed over in backward, forward and shuffled order, and
 // three layouts: flat contiguous (images in order), per-parameter chunks (equal blocks, images out
 // of order) and whole parameters (unequal blocks, reduced with per-rank counts).
-// Results must match bit for bit: the communicators sum in rank order.
+// Results must match bit for bit: the communicators sum in rank order. Every case runs three ways:
+// inline (HostThreads), queued on a host stream with a host communicator (each collective waits on
+// the host for its packing), and queued with a staged communicator ordered after that stream. A
+// held stream shows that a collective waits for its packing.
 
 #include "comm_test.hpp"
 
 #include <zero/comm/counting_communicator.hpp>
+#include <zero/comm/staged_communicator.hpp>
+#include <zero/core/host_stream.hpp>
+#include <zero/core/host_stream_space.hpp>
 #include <zero/reduce/bucketed_reducer.hpp>
 #include <zero/shard/flat_contiguous.hpp>
 #include <zero/shard/layer_images.hpp>
@@ -17,9 +23,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -94,17 +103,18 @@ std::vector<std::size_t> ordered_begin(const zero::ShardLayout& layout) {
   return begin;
 }
 
-template <class Strategy, class G>
-void run_case(const Case& c) {
+// `counted`: the communicator's statistics, where it counts.
+template <class Strategy, class G, class Comm, class Exec>
+void run_case_on(Comm& comm, Exec exec, const zero::CommStats* counted, const Case& c) {
   auto& world = zero::testing::world();
   const int rank = world.rank(), ranks = world.size();
   const auto params = model();
   const zero::ShardLayout layout = make_layout(c.partitioner, params, ranks);
   const zero::LayerImages images(layout);
-  zero::CountingCommunicator counting{zero::MpiCommunicator(world.boost_communicator())};
-  zero::BucketedReducer<decltype(counting), Strategy> reducer(
-      counting, layout, images,
-      {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket, .op = zero::ReduceOp::avg});
+  zero::BucketedReducer<Comm, Strategy, Exec> reducer(
+      comm, layout, images,
+      {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket, .op = zero::ReduceOp::avg},
+      exec);
 
   constexpr bool scatter = Strategy::collective == zero::Collective::reduce_scatter;
   std::size_t target_size = scatter ? layout.shard_numel(rank) : 0;
@@ -123,19 +133,21 @@ void run_case(const Case& c) {
   std::iota(order.begin(), order.end(), 0);
   if (c.order == 0) std::reverse(order.begin(), order.end());
   if (c.order == 2) std::shuffle(order.begin(), order.end(), std::mt19937(42)); // same on all ranks
+  std::vector<std::vector<G>> grads(layout.layer_count()); // read by queued packing
   for (std::size_t g : order) {
-    const auto grads = layer_grads<G>(rank, g, layout.layer(g).numel);
-    reducer.add(g, zero::View<const G>(grads));
+    grads[g] = layer_grads<G>(rank, g, layout.layer(g).numel);
+    reducer.add(g, zero::View<const G>(grads[g]));
   }
   reducer.finish();
+  if constexpr (zero::StreamSpace<Exec>) exec.fence(); // the deliveries are queued
 
   if (half_out)
     for (std::size_t i = 0; i < target_size; ++i)
       target[i] = static_cast<float>(half_target[i]);
-  const std::string what = std::string(scatter ? "reduce_scatter" : "all_reduce") + " bucket " +
-                           std::to_string(c.bucket_elements) + " " + zero::to_string(c.bucket) +
-                           " order " + std::to_string(c.order) +
-                           (c.accumulate ? " accumulate" : "");
+  const std::string what =
+      std::string(Exec::name) + " " + std::string(scatter ? "reduce_scatter" : "all_reduce") +
+      " bucket " + std::to_string(c.bucket_elements) + " " + zero::to_string(c.bucket) + " order " +
+      std::to_string(c.order) + (c.accumulate ? " accumulate" : "");
   const std::string layout_name(layout.policy());
   auto expected = [&](std::size_t g, std::size_t i) {
     float want = c.bucket == DType::float16 ? expected_average<zero::half>(ranks, g, i)
@@ -171,8 +183,9 @@ void run_case(const Case& c) {
     }
   }
   EXPECT_GT(checked, 0u);
+  if (counted == nullptr) return;
   // Every bucket went out once: the reduced elements are the model's padded size.
-  const auto& stats = counting.stats();
+  const auto& stats = *counted;
   const auto op = scatter ? zero::Collective::reduce_scatter : zero::Collective::all_reduce;
   std::size_t padded = 0;
   for (std::size_t g = 0; g < layout.layer_count(); ++g)
@@ -186,6 +199,27 @@ void run_case(const Case& c) {
                                         reducer.plan().largest_bucket_elements() *
                                         zero::size_of(c.bucket))
       << what;
+}
+
+template <class Strategy, class G>
+void run_case(const Case& c) {
+  const auto mpi = [] {
+    return zero::MpiCommunicator(zero::testing::world().boost_communicator());
+  };
+  {
+    zero::CountingCommunicator counting{mpi()};
+    run_case_on<Strategy, G>(counting, zero::HostThreads{}, &counting.stats(), c);
+  }
+  zero::HostStream stream("reducer");
+  const zero::HostStreamSpace queued(stream);
+  {
+    zero::CountingCommunicator counting{mpi()};
+    run_case_on<Strategy, G>(counting, queued, &counting.stats(), c);
+  }
+  zero::HostStream transfer("transfer");
+  zero::StagedCommunicator<zero::HostStreamSpace, zero::MpiCommunicator> staged(
+      mpi(), zero::HostStreamSpace(transfer), zero::HostStreamSpace(transfer));
+  run_case_on<Strategy, G>(staged, queued, nullptr, c); // the reducer points it at `stream`
 }
 
 const Case cases[] = {{1, DType::float32, 0, false},         {7, DType::float32, 0, false},
@@ -233,6 +267,58 @@ TEST(BucketedReducer, BackwardOrderNeedsTheLargestLayersBucketsPlusOne) {
   EXPECT_LE(reducer.buffer_bytes(),
             (widest + 1) * reducer.plan().largest_bucket_elements() * sizeof(float));
   EXPECT_GE(reducer.stats().buckets, reducer.plan().size());
+}
+
+// Over a held stream the packing has not run when the bucket fills: the collective must wait for it
+// (a host communicator, on the host; a staged one, after the caller stream). A thread sets
+// `released` and then releases the hold. A reducer that launched without waiting would finish
+// before the release and reduce the unpacked buffer: the shard would not hold the averages, every
+// run.
+template <class Comm>
+void expect_collective_after_packing(Comm& comm, zero::HostStream& stream) {
+  auto& world = zero::testing::world();
+  const auto layout = zero::FlatContiguous{}.partition(model(), world.size());
+  const zero::LayerImages images(layout);
+  zero::BucketedReducer<Comm, zero::ReduceScatterGradients, zero::HostStreamSpace> reducer(
+      comm, layout, images, {.bucket_elements = 1 << 20, .bucket_dtype = DType::float32},
+      zero::HostStreamSpace(stream));
+  std::vector<float> shard(layout.shard_numel(world.rank()), -7.0f);
+  std::vector<std::vector<float>> grads(layout.layer_count());
+  std::atomic<bool> released{false};
+  std::thread releaser([&released, hold = stream.hold()]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    released = true;
+    hold.release();
+  });
+  reducer.begin({shard.data(), DType::float32, shard.size(), zero::Delivery::assign});
+  for (std::size_t g = layout.layer_count(); g-- > 0;) {
+    grads[g] = layer_grads<float>(world.rank(), g, layout.layer(g).numel);
+    reducer.add(g, zero::View<const float>(grads[g]));
+  }
+  reducer.finish();
+  EXPECT_TRUE(released.load()) << "the collectives completed before their packing could run";
+  releaser.join();
+  stream.synchronize();
+  const auto begin = ordered_begin(layout);
+  for (std::size_t at = 0; at < shard.size(); ++at) {
+    const auto ref = layout.element_at(world.rank(), at);
+    const std::size_t g = ref ? layout.layer_of(ref->parameter) : 0;
+    const float want =
+        ref ? expected_average<float>(world.size(), g, begin[ref->parameter] + ref->offset) : 0.0f;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(shard[at]), std::bit_cast<std::uint32_t>(want))
+        << "element " << at << " of the shard: got " << shard[at] << ", want " << want;
+  }
+}
+
+TEST(BucketedReducer, OverAStreamACollectiveWaitsForItsPacking) {
+  auto& world = zero::testing::world();
+  zero::HostStream stream("reducer");
+  expect_collective_after_packing(world, stream);
+  zero::HostStream transfer("transfer");
+  zero::StagedCommunicator<zero::HostStreamSpace, zero::MpiCommunicator> staged(
+      zero::MpiCommunicator(world.boost_communicator()), zero::HostStreamSpace(transfer),
+      zero::HostStreamSpace(transfer));
+  expect_collective_after_packing(staged, stream);
 }
 
 TEST(BucketedReducer, MistakesAreNamed) {

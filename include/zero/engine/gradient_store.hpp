@@ -16,6 +16,12 @@
 // of this rank's block) is taken as soon as the layer's last bucket landed, while it is likely
 // in cache, so the step does not make a pass of its own; the sums are added in layer order, which
 // keeps the norm bitwise the same for every stage and bucket size.
+//
+// Over a stream space (Exec) the local accumulation, the reducer's packing and delivery and the
+// layers' sums are queued in stream order; the host waits only where it reads or writes itself.
+// Backward may write gradients(l) from the host (the memory is host-accessible): gradients(l)
+// returns once the work queued on a gradient by the previous ready() has run, as a kernel on the
+// stream would be ordered after it.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/execution_space.hpp"
@@ -94,47 +100,43 @@ class GradientStore {
       target = owned_target(make_owned<T>(), Delivery::assign);
     }
     target_ = target;
-    reducer_ = std::make_unique<BucketedReducer<Comm, Strategy>>(
+    reducer_ = std::make_unique<Reducer>(
         shard, *model.sharded, model.images,
-        typename BucketedReducer<Comm, Strategy>::Options{
-            options.reduce_bucket_elements, bucket_dtype, ReduceOp::avg,
-            Reduced::sharded ? options.gradient_quantization() : std::nullopt,
-            options.reduce_scatter, options.overlap_comm});
+        typename Reducer::Options{options.reduce_bucket_elements, bucket_dtype, ReduceOp::avg,
+                                  Reduced::sharded ? options.gradient_quantization() : std::nullopt,
+                                  options.reduce_scatter, options.overlap_comm},
+        exec);
   }
 
   GradientStore(const GradientStore&) = delete;
   GradientStore& operator=(const GradientStore&) = delete;
 
-  // Where backward writes layer l's gradient (its parameters in order): every element.
+  // Where backward writes layer l's gradient (its parameters in order): every element. Over a
+  // stream space, once the queued work that reads the gradients handed over so far has run.
   View<T> gradients(std::size_t l) {
-    const std::size_t numel = model_.sharded->layer(l).numel;
-    if (numel == 0) return {}; // nothing to write, nothing to hand over
-    if constexpr (!Written::sharded)
-      return written_->block(l).first(numel);
-    else
-      return scratch_[l].view().first(numel);
+    if constexpr (StreamSpace<Exec>) handed_over_.last.synchronize();
+    return gradient_buffer(l);
   }
 
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void ready(std::size_t l, MicroSteps::Arrival arrival) {
     if (arrival.opens_micro_step) begin_micro_step(arrival.in_last_micro_step);
-    const View<const T> grads = gradients(l);
+    const View<const T> grads = gradient_buffer(l);
     if (accumulate_locally_) {
       const View<float> sum = accumulator_->block(l).first(grads.size());
       accumulate(exec_, grads, sum);
-      // Over a stream space the addition is queued: it must have run before backward writes this
-      // layer's gradient again (next micro-step) and before the reducer reads the sum below.
-      if constexpr (StreamSpace<Exec>) exec_.fence();
       if (arrival.in_last_micro_step) reducer_->add(l, View<const float>(sum));
     } else if (in_place_) {
       in_place_->add(l);
     } else {
       reducer_->add(l, grads);
     }
+    if constexpr (StreamSpace<Exec>) record(exec_, handed_over_.last);
     if constexpr (Written::sharded) scratch_.release(l);
   }
 
-  // Waits for the reduction of the last micro-step.
+  // Waits for the reduction of the last micro-step (over a stream space, its deliveries are queued
+  // for the work queued after them).
   void finish() {
     if (!reducing_) return;
     reducing_ = false;
@@ -147,8 +149,8 @@ class GradientStore {
   // shard_within plans: every shard group reduced its own ranks' gradients; averaging the shards
   // over the replica group completes the average over all ranks. The norm is taken afterwards.
   void average_over_replicas(Comm& replica) {
-    // Sums queued as layers landed read the reduced gradient this averages in place: they must have
-    // run first (they are taken again afterwards).
+    // Deliveries and sums queued as layers landed write and read the reduced gradient this averages
+    // in place: they must have run first (the sums are taken again afterwards).
     if constexpr (StreamSpace<Exec>) exec_.fence();
     visit_reduced(
         [&](auto& reduced) { replica.all_reduce(reduced.local(), ReduceOp::avg).wait(); });
@@ -197,6 +199,15 @@ class GradientStore {
   }
 
  private:
+  View<T> gradient_buffer(std::size_t l) {
+    const std::size_t numel = model_.sharded->layer(l).numel;
+    if (numel == 0) return {}; // nothing to write, nothing to hand over
+    if constexpr (!Written::sharded)
+      return written_->block(l).first(numel);
+    else
+      return scratch_[l].view().first(numel);
+  }
+
   static std::size_t largest_layer(const ModelLayout& model) {
     std::size_t largest = 0;
     for (std::size_t l = 0; l < model.layers(); ++l)
@@ -255,6 +266,9 @@ class GradientStore {
           const Range mine = model_.my_flat_range(l);
           sum_block(l, owned.subview(mine.begin, mine.size()));
         } else {
+          // Packed on the host (a kernel over the layer's image is not written yet): after the
+          // queued deliveries.
+          if constexpr (StreamSpace<Exec>) exec_.fence();
           std::vector<G> block(model_.my_block_size(l));
           model_.pack_my_block(l, owned.data(), block.data());
           layer_sums_[l] = sum_of_squares(View<const G>(block));
@@ -296,6 +310,14 @@ class GradientStore {
 
   // One sum-of-squares slot per layer in the space's memory, their copy in pinned host memory, and
   // which slots hold a sum not yet read (over a stream space; nothing otherwise).
+  // Over a stream space: the point after the work queued on the gradients handed over so far.
+  template <class E>
+  struct HandedOver {};
+  template <StreamSpace E>
+  struct HandedOver<E> {
+    typename E::event_type last;
+  };
+
   template <class E>
   struct QueuedSums {
     explicit QueuedSums(std::size_t) {}
@@ -319,12 +341,14 @@ class GradientStore {
   std::variant<OwnedTensor<T>*, OwnedTensor<float>*> reduced_{};
   bool accumulate_locally_ = false;
   ReduceTarget target_;
-  std::unique_ptr<BucketedReducer<Comm, Strategy>> reducer_; // or, for stage 0:
+  using Reducer = BucketedReducer<Comm, Strategy, Exec>;
+  std::unique_ptr<Reducer> reducer_; // or, for stage 0:
   std::unique_ptr<InPlaceAllReduce<Comm, T>> in_place_;
   bool reducing_ = false;
   std::vector<double> layer_sums_;
   std::vector<bool> summed_;
   [[no_unique_address]] QueuedSums<Exec> queued_sums_;
+  [[no_unique_address]] HandedOver<Exec> handed_over_;
   DrainOnDestruction<Exec> drain_{exec_}; // last: queued sums finish before the gradients go
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// BucketedReducer<Comm, Strategy>: averages gradients over the ranks while backward is still
+// BucketedReducer<Comm, Strategy, Exec>: averages gradients over the ranks while backward is still
 // running. Each layer's gradient is copied into constant-size buckets (see bucket_plan.hpp) as soon
 // as backward produced it; a full bucket is reduced at once, non-blocking, and the next layer's
 // backward overlaps with it. Strategy AllReduceGradients leaves the full average on every rank
@@ -19,11 +19,24 @@
 // all at once, so the buffer pool holds the buckets of the largest layer plus one: a whole layer
 // goes out at once and reduces while the next layer's backward computes, and the memory depends on
 // the widest layer, never on the depth.
+//
+// Over a stream space (Exec = HostStreamSpace; HostThreads runs everything inline) the copies are
+// queued in stream order instead: a layer's packing after the work that produced its gradient, a
+// bucket's delivery to the target once its collective completed, and the callback's work after
+// that. A collective starts once its bucket's packing ran: a communicator that orders itself after
+// a caller stream (set_caller: StagedCommunicator) is pointed at this one, and any other waits on
+// the host for an event after the packing. So: grads handed to add() must stay untouched until
+// the work queued on the stream by then has run, and the target holds the results for work queued
+// after finish() (the host reads it after an event or fence). Over CudaStreamSpace the packing and
+// delivery need kernels (not written yet); the reducer refuses it at compile time.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/host_stream_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/reduce/bucket_plan.hpp"
 #include "zero/reduce/strategy.hpp"
 #include "zero/shard/layer_images.hpp"
@@ -36,6 +49,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zero {
@@ -65,8 +80,15 @@ struct ReducerStats {
   }
 };
 
-template <Communicator Comm, ReduceStrategy Strategy>
-class BucketedReducer {
+// A communicator whose collectives start after the work queued on a caller stream of Exec, once
+// pointed at it.
+template <class Comm, class Exec>
+concept OrderedAfterCaller = StreamSpace<Exec> && requires(Comm& comm, Exec exec) {
+  comm.set_caller(exec);
+};
+
+template <Communicator Comm, ReduceStrategy Strategy, ExecutionSpace Exec = HostThreads>
+requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class BucketedReducer {
  public:
   struct Options {
     std::size_t bucket_elements = 500'000'000; // DeepSpeed's reduce_bucket_size default
@@ -83,8 +105,9 @@ class BucketedReducer {
   };
   using LayerReduced = std::function<void(std::size_t layer)>;
 
-  BucketedReducer(Comm& comm, const ShardLayout& layout, const LayerImages& images, Options options)
-      : comm_(comm), layout_(layout), images_(images), options_(options),
+  BucketedReducer(Comm& comm, const ShardLayout& layout, const LayerImages& images, Options options,
+                  Exec exec = {})
+      : comm_(comm), layout_(layout), images_(images), options_(options), exec_(exec),
         plan_(layout,
               std::min(options.bucket_elements, std::max<std::size_t>(1, total_flat(layout)))),
         state_(plan_.size()), arrived_(layout.layer_count(), false),
@@ -158,7 +181,7 @@ class BucketedReducer {
   }
 
   // Layer `layer`'s gradient is ready: its parameters' gradients in order (the layer's numel). The
-  // caller may reuse `grads` once this returns.
+  // caller may reuse `grads` once this returns (over a stream space: in work queued after it).
   template <Element G>
   void add(std::size_t layer, View<const G> grads) {
     require(active_, "BucketedReducer::add before begin()");
@@ -194,6 +217,9 @@ class BucketedReducer {
   }
 
  private:
+  struct Copy {
+    std::size_t from, to, count; // from the bucket buffer to the target, elements
+  };
   struct BucketState {
     std::size_t pending_layers = 0;
     std::optional<std::size_t> buffer; // index into pool_
@@ -242,17 +268,46 @@ class BucketedReducer {
     }
   }
 
-  // Copies layer l's parts of bucket b in, zero-filling the layout's padding.
+  // Copies layer l's parts of bucket b in, zero-filling the layout's padding (queued over a stream
+  // space: the parts are listed now, copied in stream order).
   template <Element G>
   void pack(std::size_t b, std::size_t l, const G* grads) {
+    struct Part {
+      std::size_t flat, at, count;
+    };
+    std::vector<Part> parts;
+    for_each_part(
+        b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
+          if (s.layer == l) parts.push_back({flat, at, count});
+        });
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      T* base = buffer_of<T>(b);
-      for_each_part(
-          b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
-            if (s.layer == l) images_.pack(l, grads, Range{flat, flat + count}, base + at);
-          });
+      in_order("pack layer " + std::to_string(l) + " into bucket " + std::to_string(b),
+               [images = &images_, l, grads, base = buffer_of<T>(b), parts = std::move(parts)] {
+                 for (const Part& p : parts)
+                   images->pack(l, grads, Range{p.flat, p.flat + p.count}, base + p.at);
+               });
     });
+  }
+
+  // Runs f now (HostThreads) or queues it on the stream (HostStreamSpace).
+  template <class F>
+  void in_order(std::string what, F&& f) {
+    if constexpr (StreamSpace<Exec>)
+      exec_.stream().enqueue(std::move(what), std::forward<F>(f));
+    else
+      f();
+  }
+
+  // Over a stream space: the collective that comes next starts after the packing queued so far.
+  void order_collective_after_packing() {
+    if constexpr (OrderedAfterCaller<Comm, Exec>) {
+      comm_.set_caller(exec_);
+    } else if constexpr (StreamSpace<Exec>) {
+      typename Exec::event_type packed;
+      record(exec_, packed);
+      packed.synchronize();
+    }
   }
 
   bool direct_delivery() const noexcept {
@@ -263,6 +318,7 @@ class BucketedReducer {
   void launch(std::size_t b) {
     BucketState& s = state_[b];
     s.launched = Clock::now();
+    order_collective_after_packing();
     const Bucket& bucket = plan_[b];
     const auto rank = static_cast<std::size_t>(comm_.rank());
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
@@ -329,38 +385,45 @@ class BucketedReducer {
       if (--buckets_left_[l] == 0 && layer_reduced_) layer_reduced_(l);
   }
 
+  // Copies bucket b's results to the target (queued over a stream space: the copies are listed
+  // now and run in stream order, before anything queued after them reuses the bucket's buffer).
   void deliver(std::size_t b) {
     if (direct_delivery()) return;
     const Bucket& bucket = plan_[b];
+    std::vector<Copy> copies;
+    if constexpr (Strategy::collective == Collective::reduce_scatter) {
+      const auto rank = static_cast<std::size_t>(comm_.rank());
+      copies.push_back({bucket.section[rank], bucket.shard_offset[rank], bucket.counts[rank]});
+    } else {
+      // Every rank's part of every slice, to its parameters' places in the layer.
+      for_each_part(
+          b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
+            const std::size_t base_of_layer = layout_.layer(s.layer).flat_base;
+            images_.for_each_run(s.layer, Range{flat, flat + count}, [&](const ImageRun& run) {
+              copies.push_back({at + (run.flat - flat), base_of_layer + run.ordered, run.length});
+            });
+          });
+    }
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      const T* base = buffer_of<T>(b);
-      if constexpr (Strategy::collective == Collective::reduce_scatter) {
-        const auto rank = static_cast<std::size_t>(comm_.rank());
-        put(base + bucket.section[rank], bucket.shard_offset[rank], bucket.counts[rank]);
-      } else {
-        // Every rank's part of every slice, to its parameters' places in the layer.
-        for_each_part(
-            b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
-              const std::size_t base_of_layer = layout_.layer(s.layer).flat_base;
-              images_.for_each_run(s.layer, Range{flat, flat + count}, [&](const ImageRun& run) {
-                put(base + at + (run.flat - flat), base_of_layer + run.ordered, run.length);
-              });
-            });
-      }
+      in_order("deliver bucket " + std::to_string(b),
+               [target = target_, base = buffer_of<T>(b), copies = std::move(copies)] {
+                 for (const Copy& c : copies)
+                   put(target, base + c.from, c.to, c.count);
+               });
     });
   }
 
   // target[at, at + n) = (or +=) values, converted to the target's type.
   template <class T>
-  void put(const T* values, std::size_t at, std::size_t n) {
-    if (target_.mode == Delivery::accumulate) {
-      accumulate_n(values, static_cast<float*>(target_.data) + at, n);
+  static void put(const ReduceTarget& target, const T* values, std::size_t at, std::size_t n) {
+    if (target.mode == Delivery::accumulate) {
+      accumulate_n(values, static_cast<float*>(target.data) + at, n);
       return;
     }
-    visit_dtype(target_.dtype, [&](auto out_tag) {
+    visit_dtype(target.dtype, [&](auto out_tag) {
       using Out = decltype(out_tag);
-      convert_n(values, static_cast<Out*>(target_.data) + at, n);
+      convert_n(values, static_cast<Out*>(target.data) + at, n);
     });
   }
 
@@ -368,6 +431,7 @@ class BucketedReducer {
   const ShardLayout& layout_;
   const LayerImages& images_;
   Options options_;
+  Exec exec_;
   BucketPlan plan_;
   std::vector<BucketState> state_;
   std::vector<bool> arrived_;
@@ -381,6 +445,7 @@ class BucketedReducer {
   bool active_ = false;
   ReducerStats stats_;
   Clock::time_point last_done_{};
+  DrainOnDestruction<Exec> drain_{exec_}; // last: queued packing and deliveries run before the pool
 };
 
 } // namespace zero
