@@ -37,6 +37,13 @@ concept StreamSpace = ExecutionSpace<S> &&
   { done.query() } -> std::convertible_to<bool>;
 };
 
+// A communicator whose collectives start after the work queued on a caller stream of Exec once
+// pointed at it with set_caller (StagedCommunicator); others are ordered by the host.
+template <class Comm, class Exec>
+concept OrderedAfterCaller = StreamSpace<Exec> && requires(Comm& comm, Exec exec) {
+  comm.set_caller(exec);
+};
+
 // The last member of a class whose buffers work queued on `exec` uses: when the class is destroyed
 // it waits for that work first (a no-op for inline spaces), so that the buffers outlive it even
 // when an exception cut the class's own waits short. A failure of the work is not rethrown from a

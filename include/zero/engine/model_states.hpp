@@ -42,16 +42,16 @@ template <class Opt, class Partitioner, class Exec>
 struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec>;
 
 // K: how the parameters are kept; Updated: how the optimizer states are (what a step updates).
-template <class T, class K, class Updated, class Comm, bool = K::sharded>
+template <class T, class K, class Updated, class Comm, class Exec, bool = K::sharded>
 struct parameter_store_for {
-  using type = ShardedParameters<T, K, Comm>;
+  using type = ShardedParameters<T, K, Comm, Exec>;
 };
-template <class T, class K, class Updated, class Comm>
-struct parameter_store_for<T, K, Updated, Comm, false> {
+template <class T, class K, class Updated, class Comm, class Exec>
+struct parameter_store_for<T, K, Updated, Comm, Exec, false> {
   using type = ReplicatedParameters<T, Updated, Comm, typename K::space>;
 };
-template <class T, class Partitioner, class Updated, class Comm>
-struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, true>;
+template <class T, class Partitioner, class Updated, class Comm, class Exec>
+struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true>;
 
 template <class Space>
 constexpr const char* place_name() {
@@ -68,7 +68,8 @@ class ModelStates {
   // How each state is kept, from the plan and the placement: the stores read neither.
   using KeptParams = KeptParameters<Plan, typename Where::parameters>;
   using KeptOptimizer = KeptOptimizerStates<Plan, typename Where::optimizer_states>;
-  using Parameters = typename detail::parameter_store_for<T, KeptParams, KeptOptimizer, Comm>::type;
+  using Parameters =
+      typename detail::parameter_store_for<T, KeptParams, KeptOptimizer, Comm, Exec>::type;
   // The reduced gradient is kept as the optimizer states are (they are updated together), in the
   // gradients' space; backward's gradient as the plan keeps gradients.
   using Gradients = GradientStore<T, KeptOptimizerStates<Plan, typename Where::gradients>,

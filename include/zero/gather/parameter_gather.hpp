@@ -1,13 +1,14 @@
 #pragma once
-// ParameterGather<T, Comm>: ZeRO stage 3's gathered layers, the mirror image of gradient reduction
-// (reduce/). Each rank keeps its block of every layer; acquire(l) all-gathers layer l into a buffer
-// that lives while it is acquired, and starts gathering the layer expected next (in the order the
-// last step acquired them, or by the direction of travel: gather/acquisition_order.hpp) so that its
-// communication overlaps with the current layer's compute. Buffers hold the layer's parameters in
-// order: a layer whose image is in another order (per-parameter or unequal layouts) is gathered
-// into an image buffer and unpacked when waited for. Layers smaller than the persistence threshold
-// stay gathered all the time and are refreshed once per step; gathered elements, prefetches
-// included, never exceed the live bound except for what the caller holds itself.
+// ParameterGather<T, Comm, Exec>: ZeRO stage 3's gathered layers, the mirror image of gradient
+// reduction (reduce/). Each rank keeps its block of every layer; acquire(l) all-gathers layer l
+// into a buffer that lives while it is acquired, and starts gathering the layer expected next (in
+// the order the last step acquired them, or by the direction of travel:
+// gather/acquisition_order.hpp) so that its communication overlaps with the current layer's
+// compute. Buffers hold the layer's parameters in order: a layer whose image is in another order
+// (per-parameter or unequal layouts) is gathered into an image buffer and unpacked when waited for.
+// Layers smaller than the persistence threshold stay gathered all the time and are refreshed once
+// per step; gathered elements, prefetches included, never exceed the live bound except for what the
+// caller holds itself.
 //
 // Where this rank's blocks come from is a BlockSource: the shard in memory (ShardBlocks), or the
 // NVMe tier, which reads a block ahead when asked to prefetch it.
@@ -24,11 +25,23 @@
 // backward's, all-gather those pieces within the group instead of the blocks across the shard
 // group. The pieces are copies of the gathered values, so the weights are the same bits either
 // way; they cost flat size / group size elements per layer and are dropped when weights change.
+//
+// Over a stream space (Exec = HostStreamSpace; HostThreads runs everything inline) the layers are
+// consumed by work queued on that stream: acquire(l) returns once the gather's collective
+// completed, with the unpacking of an out-of-order image queued, so the layer is ready for work
+// queued after it (the host reads it after an event). A buffer that release() or an unpacking
+// gives back is reused by a later gather only after the work queued before it was given back: a
+// host communicator waits on the host for an event recorded then, and a communicator ordered
+// after a caller stream (set_caller: StagedCommunicator) is pointed at this one. Over
+// CudaStreamSpace the unpacking needs a kernel (not written yet); refused at compile time.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/block_quantization.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/host_stream_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/gather/acquisition_order.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/layer_images.hpp"
@@ -39,6 +52,8 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zero {
@@ -62,8 +77,20 @@ struct ShardBlocks {
   void release(std::size_t) const noexcept {}
 };
 
-template <Element T, GatheringCommunicator Comm>
-class ParameterGather {
+namespace detail {
+// Events of a stream space, one per buffer (nothing for an inline space).
+template <class Exec>
+struct EventsOf {
+  using type = std::vector<char>;
+};
+template <StreamSpace Exec>
+struct EventsOf<Exec> {
+  using type = std::vector<typename Exec::event_type>;
+};
+} // namespace detail
+
+template <Element T, GatheringCommunicator Comm, ExecutionSpace Exec = HostThreads>
+requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class ParameterGather {
  public:
   struct Limits {
     std::size_t persistence_threshold = 0; // layers with fewer elements stay gathered
@@ -77,9 +104,10 @@ class ParameterGather {
   // `quantization`: gather int8 blocks instead of T (qwZ); none gathers T. `hpz`: the secondary
   // group (hpZ), or null.
   ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits,
-                  std::optional<BlockQuantization> quantization = std::nullopt, Comm* hpz = nullptr)
+                  std::optional<BlockQuantization> quantization = std::nullopt, Comm* hpz = nullptr,
+                  Exec exec = {})
       : comm_(comm), layout_(layout), images_(images), limits_(limits), quantization_(quantization),
-        hpz_(hpz), slots_(layout.layer_count()), order_(layout.layer_count()) {
+        hpz_(hpz), exec_(exec), slots_(layout.layer_count()), order_(layout.layer_count()) {
     if (quantization_) quantization_->validate();
     for (std::size_t l = 0; l < slots_.size(); ++l) {
       // With hpZ a gathered image is the group's pieces end to end, padded to whole pieces.
@@ -174,6 +202,8 @@ class ParameterGather {
   // After the weights changed: gathers the persistent layers again.
   template <BlockSource<T> Source>
   void refresh_persistent(Source& source) {
+    // The layers kept gathered are read by work queued on the stream: it runs before they change.
+    if constexpr (StreamSpace<Exec>) exec_.fence();
     for (std::size_t l = 0; l < slots_.size(); ++l) {
       Slot& s = slots_[l];
       if (!s.persistent) continue;
@@ -244,6 +274,7 @@ class ParameterGather {
     Slot& s = slots_[l];
     s.ordered = take_buffer();
     if (!images_.in_order(l)) s.image = take_buffer();
+    order_after_consumers(s);
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
     if (hpz_ && s.hpz_valid) {
@@ -295,16 +326,28 @@ class ParameterGather {
     if (hpz_ && !s.from_hpz) keep_hpz_piece(l, image);
     s.from_hpz = false;
     if (!s.image) return;
-    images_.unpack(l, pool_[*s.image].data(), pool_[*s.ordered].data());
-    free_.push_back(*s.image);
+    const T* from = pool_[*s.image].data();
+    T* to = pool_[*s.ordered].data();
+    if constexpr (StreamSpace<Exec>)
+      exec_.stream().enqueue("unpack layer " + std::to_string(l),
+                             [images = &images_, l, from, to] { images->unpack(l, from, to); });
+    else
+      images_.unpack(l, from, to);
+    give_back(*s.image);
     s.image.reset();
   }
 
   void drop(std::size_t l) {
     Slot& s = slots_[l];
-    free_.push_back(*s.ordered);
+    give_back(*s.ordered);
     s.ordered.reset();
     live_ -= layout_.layer(l).flat_numel;
+  }
+
+  // Buffer b is free once the work queued so far has run (over a stream space: an event then).
+  void give_back(std::size_t b) {
+    if constexpr (StreamSpace<Exec>) record(exec_, reusable_[b]);
+    free_.push_back(b);
   }
 
   std::size_t take_buffer() {
@@ -314,7 +357,22 @@ class ParameterGather {
       return b;
     }
     pool_.emplace_back(largest_, uninitialized);
+    if constexpr (StreamSpace<Exec>) reusable_.emplace_back();
     return pool_.size() - 1;
+  }
+
+  // Over a stream space: the gather into slot s's buffers starts after the work that read them
+  // before they were given back (the consumers of the layer that had them, an unpacking).
+  void order_after_consumers(const Slot& s) {
+    if constexpr (OrderedAfterCaller<Comm, Exec>) {
+      comm_.set_caller(exec_);
+      if (hpz_) hpz_->set_caller(exec_);
+      // The host writes a packed image's dequantized values and the hpZ pieces itself, after the
+      // collective, which the caller stream's event already ordered.
+    } else if constexpr (StreamSpace<Exec>) {
+      reusable_[*s.ordered].synchronize();
+      if (s.image) reusable_[*s.image].synchronize();
+    }
   }
 
   // hpZ: layer l's flat image cut into one piece per rank of the secondary group.
@@ -422,6 +480,7 @@ class ParameterGather {
   Limits limits_;
   std::optional<BlockQuantization> quantization_;
   Comm* hpz_;
+  Exec exec_;
   std::vector<Slot> slots_;
   std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
   std::size_t largest_ = 0;
@@ -433,6 +492,9 @@ class ParameterGather {
   GatherCounts counts_;
   std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0, hpz_bytes_ = 0;
   double exposed_seconds_ = 0;
+  // Over a stream space: per pool buffer, the point after the work queued before it was given back.
+  typename detail::EventsOf<Exec>::type reusable_;
+  DrainOnDestruction<Exec> drain_{exec_}; // last: queued unpacking runs before the pool goes
 };
 
 } // namespace zero

@@ -22,8 +22,9 @@ struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
   using type = NvmeOptimizerStore<Opt, Kept<true, Partitioner, nvme>, Exec>;
 };
 
-template <class T, class Partitioner, class Updated, class Comm>
-struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, true> {
+// The NVMe tier gathers its layers on the host thread, whatever the engine's execution space.
+template <class T, class Partitioner, class Updated, class Comm, class Exec>
+struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true> {
   using type = NvmeParameters<T, Kept<true, Partitioner, nvme>, Comm>;
 };
 

@@ -80,13 +80,6 @@ struct ReducerStats {
   }
 };
 
-// A communicator whose collectives start after the work queued on a caller stream of Exec, once
-// pointed at it.
-template <class Comm, class Exec>
-concept OrderedAfterCaller = StreamSpace<Exec> && requires(Comm& comm, Exec exec) {
-  comm.set_caller(exec);
-};
-
 template <Communicator Comm, ReduceStrategy Strategy, ExecutionSpace Exec = HostThreads>
 requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class BucketedReducer {
  public:
