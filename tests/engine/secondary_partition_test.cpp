@@ -6,6 +6,7 @@
 #include "training_scenario.hpp"
 
 #include <zero/engine/engine.hpp>
+#include <zero/shard/per_parameter.hpp>
 
 #include <gtest/gtest.h>
 
@@ -31,6 +32,13 @@ std::vector<int> group_sizes() {
   return sizes;
 }
 
+// Per-parameter chunks: each layer's flat image is in another order than its parameters, and the
+// piece a rank keeps is cut from the image (a layer acquired again while still gathered, the last
+// of forward and the first of backward, must not cut it from the parameters in order).
+using PerParameterStage3 =
+    zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients, zero::shard_parameters,
+                       zero::partition_with<zero::PerParameter>>;
+
 TEST(SecondaryPartition, StageThreeWithGroupsIsBitwiseStageZero) {
   if (group_sizes().empty()) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
   const Scenario runs[] = {{},
@@ -38,10 +46,14 @@ TEST(SecondaryPartition, StageThreeWithGroupsIsBitwiseStageZero) {
                            {.accumulation = 2, .persistence = 100}};
   for (const Scenario& run : runs) {
     const Outcome reference = train<zero::Stage<0>>(run);
-    for (int g : group_sizes())
+    for (int g : group_sizes()) {
       expect_same_weights(reference,
                           train<zero::Stage<3>>(run, zero::StaticLossScaler{}, secondary(g)), true,
                           "hpz " + std::to_string(g));
+      expect_same_weights(reference,
+                          train<PerParameterStage3>(run, zero::StaticLossScaler{}, secondary(g)),
+                          true, "per-parameter chunks, hpz " + std::to_string(g));
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include <zero/engine/optimizer_store.hpp>
 #include <zero/optim/adam.hpp>
 #include <zero/shard/flat_contiguous.hpp>
+#include <zero/shard/per_parameter.hpp>
 #include <zero/shard/verify.hpp>
 #include <zero/stage/placement.hpp>
 
@@ -58,6 +59,14 @@ TEST(StreamEngine, StagesGiveTheHostThreadsBits) {
     expect_stream_engine_equals_host<zero::Stage<1>>(run, what + ", stage 1");
     expect_stream_engine_equals_host<zero::Stage<3>>(run, what + ", stage 3");
   }
+  // Stage 3 with per-parameter chunks (each gathered image unpacked on the stream) and small
+  // layers kept gathered (refreshed after the stream's readers).
+  using PerParameterStage3 =
+      zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                         zero::shard_parameters, zero::partition_with<zero::PerParameter>>;
+  expect_stream_engine_equals_host<PerParameterStage3>(
+      {.dtype = DType::bfloat16, .accumulation = 2, .persistence = 100},
+      "stage 3, per-parameter chunks, small layers kept gathered");
 }
 
 // The optimizer store over a held stream: done(l) comes only once layer l's queued update has run.

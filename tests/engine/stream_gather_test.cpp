@@ -139,7 +139,7 @@ void expect_gather_after_queued_read(Comm& comm, zero::HostStream& stream) {
                 nullptr, space);
   std::atomic<bool> released{false};
   std::thread releaser([&released, hold = stream.hold()]() mutable {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     released = true;
     hold.release();
   });

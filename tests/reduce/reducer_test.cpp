@@ -286,7 +286,7 @@ void expect_collective_after_packing(Comm& comm, zero::HostStream& stream) {
   std::vector<std::vector<float>> grads(layout.layer_count());
   std::atomic<bool> released{false};
   std::thread releaser([&released, hold = stream.hold()]() mutable {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     released = true;
     hold.release();
   });

@@ -245,6 +245,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     bool hpz_valid = false;             // the piece holds the current weights
     bool from_hpz = false;              // the gather in flight reads the group's pieces
     Work work;                          // the gather in flight
+    bool completing = false;            // gathered since launch, not yet completed
     bool source_held = false;           // the source's block is read by the gather
     int holders = 0;
   };
@@ -272,6 +273,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   template <class Source>
   void launch(Source& source, std::size_t l, bool prefetch) {
     Slot& s = slots_[l];
+    s.completing = true;
     s.ordered = take_buffer();
     if (!images_.in_order(l)) s.image = take_buffer();
     order_after_consumers(s);
@@ -292,6 +294,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
         s.packed.reset();
         if (s.image) free_.push_back(*s.image);
         s.image.reset();
+        s.completing = false;
         drop(l);
         throw;
       }
@@ -308,10 +311,14 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
       s.work.wait();
   }
 
-  // The gather of layer l completed: its image becomes the parameters in order.
+  // The gather of layer l completed: its image becomes the parameters in order. Once per gather: a
+  // layer acquired again while still gathered is complete already (its buffer then holds the
+  // parameters in order, not the flat image hpZ's piece is cut from).
   template <class Source>
   void complete(Source& source, std::size_t l) {
     Slot& s = slots_[l];
+    if (!s.completing) return;
+    s.completing = false;
     if (s.source_held) {
       source.release(l);
       s.source_held = false;
@@ -345,8 +352,16 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   }
 
   // Buffer b is free once the work queued so far has run (over a stream space: an event then).
-  void give_back(std::size_t b) {
-    if constexpr (StreamSpace<Exec>) record(exec_, reusable_[b]);
+  // Never throws (release() runs in LayerParameters' destructor): on a stream that has failed, the
+  // event cannot be recorded and the buffer is not reused; the failure shows at the next wait.
+  void give_back(std::size_t b) noexcept {
+    if constexpr (StreamSpace<Exec>) {
+      try {
+        record(exec_, reusable_[b]);
+      } catch (...) { // NOLINT(bugprone-empty-catch): the stream reports its failure itself
+        return;
+      }
+    }
     free_.push_back(b);
   }
 
