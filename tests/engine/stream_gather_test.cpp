@@ -119,6 +119,7 @@ TEST(StreamGather, QueuedReadsSeeEveryLayerInOrder) {
         expect_layers_read_in_order(host, queued, *layout, order, prefetch, what + ", queued");
         Staged staged(mpi(), zero::HostStreamSpace(transfer), zero::HostStreamSpace(transfer));
         expect_layers_read_in_order(staged, queued, *layout, order, prefetch, what + ", staged");
+        EXPECT_EQ(&staged.caller().stream(), &transfer) << "the gather left its caller stream set";
       }
   }
 }

@@ -219,7 +219,8 @@ void run_case(const Case& c) {
   zero::HostStream transfer("transfer");
   zero::StagedCommunicator<zero::HostStreamSpace, zero::MpiCommunicator> staged(
       mpi(), zero::HostStreamSpace(transfer), zero::HostStreamSpace(transfer));
-  run_case_on<Strategy, G>(staged, queued, nullptr, c); // the reducer points it at `stream`
+  run_case_on<Strategy, G>(staged, queued, nullptr, c); // the reducer points it at `stream`...
+  EXPECT_EQ(&staged.caller().stream(), &transfer);      // ...while it launches, and only then
 }
 
 const Case cases[] = {{1, DType::float32, 0, false},         {7, DType::float32, 0, false},

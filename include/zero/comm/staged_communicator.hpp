@@ -73,6 +73,7 @@ requires Communicator<Host> && Host::memory_space::host_accessible class StagedC
 
   // The stream later calls wait for; the constructor's `caller` until changed.
   void set_caller(Space caller) noexcept { state_->caller = caller; }
+  Space caller() const noexcept { return state_->caller; }
 
   // Ranks with the same color form a group, ordered by key. Collective; runs after the calls
   // queued so far, on the worker, as the host communicator requires.

@@ -21,6 +21,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace zero {
@@ -40,8 +41,34 @@ concept StreamSpace = ExecutionSpace<S> &&
 // A communicator whose collectives start after the work queued on a caller stream of Exec once
 // pointed at it with set_caller (StagedCommunicator); others are ordered by the host.
 template <class Comm, class Exec>
-concept OrderedAfterCaller = StreamSpace<Exec> && requires(Comm& comm, Exec exec) {
+concept OrderedAfterCaller = StreamSpace<Exec> &&
+    requires(Comm& comm, const Comm& held, Exec exec) {
   comm.set_caller(exec);
+  { held.caller() } -> std::convertible_to<Exec>;
+};
+
+// While it lives, `comm` (when given, and ordered after a caller stream) starts its collectives
+// after the work queued on `exec`; afterwards after its own caller stream again, so that a
+// communicator shared with code on other streams keeps their ordering. Empty otherwise.
+template <class Comm, class Exec>
+class CallerScope {
+ public:
+  CallerScope() noexcept = default;
+  CallerScope(Comm* comm, const Exec& exec) requires OrderedAfterCaller<Comm, Exec> : comm_(comm) {
+    if (comm_ == nullptr) return;
+    previous_.emplace(comm_->caller());
+    comm_->set_caller(exec);
+  }
+  CallerScope(const CallerScope&) = delete;
+  CallerScope& operator=(const CallerScope&) = delete;
+  ~CallerScope() {
+    if constexpr (OrderedAfterCaller<Comm, Exec>)
+      if (comm_ != nullptr) comm_->set_caller(*previous_);
+  }
+
+ private:
+  Comm* comm_ = nullptr;
+  std::optional<Exec> previous_;
 };
 
 // The last member of a class whose buffers work queued on `exec` uses: when the class is destroyed

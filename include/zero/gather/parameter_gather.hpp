@@ -276,6 +276,8 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     s.completing = true;
     s.ordered = take_buffer();
     if (!images_.in_order(l)) s.image = take_buffer();
+    const CallerScope<Comm, Exec> caller = caller_scope(&comm_);
+    const CallerScope<Comm, Exec> hpz_caller = caller_scope(hpz_);
     order_after_consumers(s);
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
@@ -377,17 +379,21 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   }
 
   // Over a stream space: the gather into slot s's buffers starts after the work that read them
-  // before they were given back (the consumers of the layer that had them, an unpacking).
+  // before they were given back (the consumers of the layer that had them, an unpacking). A
+  // communicator ordered after a caller stream is pointed at this one (caller_scope) and waits on
+  // its own; the host writes a packed image's dequantized values and the hpZ pieces after the
+  // collective, which that ordering covers too. With any other communicator the host waits here.
   void order_after_consumers(const Slot& s) {
-    if constexpr (OrderedAfterCaller<Comm, Exec>) {
-      comm_.set_caller(exec_);
-      if (hpz_) hpz_->set_caller(exec_);
-      // The host writes a packed image's dequantized values and the hpZ pieces itself, after the
-      // collective, which the caller stream's event already ordered.
-    } else if constexpr (StreamSpace<Exec>) {
+    if constexpr (StreamSpace<Exec> && !OrderedAfterCaller<Comm, Exec>) {
       reusable_[*s.ordered].synchronize();
       if (s.image) reusable_[*s.image].synchronize();
     }
+  }
+  CallerScope<Comm, Exec> caller_scope(Comm* comm) {
+    if constexpr (OrderedAfterCaller<Comm, Exec>)
+      return CallerScope<Comm, Exec>(comm, exec_);
+    else
+      return CallerScope<Comm, Exec>();
   }
 
   // hpZ: layer l's flat image cut into one piece per rank of the secondary group.

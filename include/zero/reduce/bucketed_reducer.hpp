@@ -292,14 +292,18 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
       f();
   }
 
-  // Over a stream space: the collective that comes next starts after the packing queued so far.
-  void order_collective_after_packing() {
+  // Over a stream space: a collective launched while the returned scope lives starts after the
+  // packing queued so far.
+  [[nodiscard]] CallerScope<Comm, Exec> order_collective_after_packing() {
     if constexpr (OrderedAfterCaller<Comm, Exec>) {
-      comm_.set_caller(exec_);
-    } else if constexpr (StreamSpace<Exec>) {
-      typename Exec::event_type packed;
-      record(exec_, packed);
-      packed.synchronize();
+      return CallerScope<Comm, Exec>(&comm_, exec_);
+    } else {
+      if constexpr (StreamSpace<Exec>) {
+        typename Exec::event_type packed;
+        record(exec_, packed);
+        packed.synchronize();
+      }
+      return CallerScope<Comm, Exec>();
     }
   }
 
@@ -311,7 +315,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
   void launch(std::size_t b) {
     BucketState& s = state_[b];
     s.launched = Clock::now();
-    order_collective_after_packing();
+    const CallerScope<Comm, Exec> caller = order_collective_after_packing();
     const Bucket& bucket = plan_[b];
     const auto rank = static_cast<std::size_t>(comm_.rank());
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
