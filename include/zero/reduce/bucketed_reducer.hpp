@@ -275,19 +275,21 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
         });
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      in_order("pack layer " + std::to_string(l) + " into bucket " + std::to_string(b),
-               [images = &images_, l, grads, base = buffer_of<T>(b), parts = std::move(parts)] {
-                 for (const Part& p : parts)
-                   images->pack(l, grads, Range{p.flat, p.flat + p.count}, base + p.at);
-               });
+      in_order(
+          [&] { return "pack layer " + std::to_string(l) + " into bucket " + std::to_string(b); },
+          [images = &images_, l, grads, base = buffer_of<T>(b), parts = std::move(parts)] {
+            for (const Part& p : parts)
+              images->pack(l, grads, Range{p.flat, p.flat + p.count}, base + p.at);
+          });
     });
   }
 
-  // Runs f now (HostThreads) or queues it on the stream (HostStreamSpace).
-  template <class F>
-  void in_order(std::string what, F&& f) {
+  // Runs f now (HostThreads) or queues it on the stream (HostStreamSpace) under the name
+  // describe() gives, which inline runs never build.
+  template <class Describe, class F>
+  void in_order(Describe&& describe, F&& f) {
     if constexpr (StreamSpace<Exec>)
-      exec_.stream().enqueue(std::move(what), std::forward<F>(f));
+      exec_.stream().enqueue(describe(), std::forward<F>(f));
     else
       f();
   }
@@ -403,7 +405,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
     }
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      in_order("deliver bucket " + std::to_string(b),
+      in_order([&] { return "deliver bucket " + std::to_string(b); },
                [target = target_, base = buffer_of<T>(b), copies = std::move(copies)] {
                  for (const Copy& c : copies)
                    put(target, base + c.from, c.to, c.count);
