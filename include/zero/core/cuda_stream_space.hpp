@@ -6,9 +6,10 @@
 // outlive it, as with any asynchronous CUDA call. convert() uses the kernels of
 // zero/core/device_convert.hpp (half and bfloat16 to and from float; a copy when the types are
 // equal), accumulate() its kernel that adds float, half or bfloat16 into float sums, fill_zero()
-// is cudaMemsetAsync. HostStreamSpace (zero/core/host_stream_space.hpp) is its CPU twin, with the
-// same ordering rules and the same bits; tests/optim/gpu_stream_test.cpp compares the two on a
-// GPU.
+// is cudaMemsetAsync, convert_runs() and accumulate_runs() launch one kernel per run table
+// (zero/core/run_table.hpp). HostStreamSpace (zero/core/host_stream_space.hpp) is its CPU twin,
+// with the same ordering rules and the same bits; tests/optim/gpu_stream_test.cpp compares the two
+// on a GPU.
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/core/device_convert.hpp"
@@ -16,6 +17,7 @@
 #include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/run_table.hpp"
 #include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 
@@ -157,6 +159,25 @@ void fill_zero(const CudaStreamSpace& space, View<T, cuda> to) {
   if (to.empty()) return;
   ZERO_CHECK_CUDA(
       cudaMemsetAsync(static_cast<void*>(to.data()), 0, to.size_bytes(), space.stream()));
+}
+
+// Queues to[run.to + i] = From-to-To conversion of from[run.from + i] along the table (zeros for
+// its zero runs): one kernel for the whole table, which lives in device memory.
+template <cuda_kernels::RunElement From, cuda_kernels::RunElement To>
+void convert_runs(const CudaStreamSpace& space, View<const From, cuda> from, View<To, cuda> to,
+                  const RunTable<cuda>& table) {
+  detail::require_fits("convert_runs", table, from.size(), to.size());
+  cuda_kernels::convert_runs(table.runs().data(), table.size(), from.data(), to.data(),
+                             space.stream());
+}
+
+// Queues to[run.to + i] += float(from[run.from + i]) along the table (its zero runs add nothing).
+template <cuda_kernels::RunElement From>
+void accumulate_runs(const CudaStreamSpace& space, View<const From, cuda> from,
+                     View<float, cuda> to, const RunTable<cuda>& table) {
+  detail::require_fits("accumulate_runs", table, from.size(), to.size());
+  cuda_kernels::accumulate_runs(table.runs().data(), table.size(), from.data(), to.data(),
+                                space.stream());
 }
 
 static_assert(StreamSpace<CudaStreamSpace>);

@@ -18,11 +18,13 @@
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/run_table.hpp"
 #include "zero/core/view.hpp"
 
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <span>
 #include <string>
 
 namespace zero {
@@ -71,6 +73,25 @@ requires Space::host_accessible void accumulate(const HostThreads&, View<const F
                                           " elements into a buffer of " +
                                           std::to_string(to.size()));
   accumulate_n(from.data(), to.data(), from.size());
+}
+
+// to[run.to + i] = From-to-To conversion of from[run.from + i] along the table (zeros for its
+// zero runs): image packing and unpacking (zero/core/run_table.hpp).
+template <Element From, Element To, class Space>
+requires Space::host_accessible void convert_runs(const HostThreads&, View<const From, Space> from,
+                                                  View<To, Space> to, const RunTable<host>& table) {
+  detail::require_fits("convert_runs", table, from.size(), to.size());
+  detail::convert_along(table.host_runs(), from.data(), to.data());
+}
+
+// to[run.to + i] += float(from[run.from + i]) along the table (its zero runs add nothing).
+template <Element From, class Space>
+requires Space::host_accessible void accumulate_runs(const HostThreads&,
+                                                     View<const From, Space> from,
+                                                     View<float, Space> to,
+                                                     const RunTable<host>& table) {
+  detail::require_fits("accumulate_runs", table, from.size(), to.size());
+  detail::accumulate_along(table.host_runs(), from.data(), to.data());
 }
 
 } // namespace zero

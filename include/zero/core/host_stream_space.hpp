@@ -14,6 +14,7 @@
 #include "zero/core/execution_space.hpp"
 #include "zero/core/host_stream.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/run_table.hpp"
 #include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 
@@ -98,6 +99,34 @@ requires(std::is_trivially_copyable_v<T>&& FromSpace::host_accessible&&
   space.stream().enqueue("copy " + std::to_string(from.size_bytes()) + " bytes", [from, to] {
     if (!from.empty()) std::memcpy(to.data(), from.data(), from.size_bytes());
   });
+}
+
+// Queues to[run.to + i] = From-to-To conversion of from[run.from + i] along the table (zeros for
+// its zero runs). The table must outlive the queued work, as the views' buffers must.
+template <Element From, Element To, class Space>
+requires Space::host_accessible void convert_runs(const HostStreamSpace& space,
+                                                  View<const From, Space> from, View<To, Space> to,
+                                                  const RunTable<host>& table) {
+  detail::require_fits("convert_runs", table, from.size(), to.size());
+  space.stream().enqueue("convert_runs " + std::to_string(table.elements()) + " " +
+                             to_string(dtype_of<From>) + " to " + to_string(dtype_of<To>),
+                         [runs = table.host_runs(), from, to] {
+                           detail::convert_along(runs, from.data(), to.data());
+                         });
+}
+
+// Queues to[run.to + i] += float(from[run.from + i]) along the table.
+template <Element From, class Space>
+requires Space::host_accessible void accumulate_runs(const HostStreamSpace& space,
+                                                     View<const From, Space> from,
+                                                     View<float, Space> to,
+                                                     const RunTable<host>& table) {
+  detail::require_fits("accumulate_runs", table, from.size(), to.size());
+  space.stream().enqueue("accumulate_runs " + std::to_string(table.elements()) + " " +
+                             to_string(dtype_of<From>) + " into float",
+                         [runs = table.host_runs(), from, to] {
+                           detail::accumulate_along(runs, from.data(), to.data());
+                         });
 }
 
 // `event` marks the point after the work queued on the space's stream so far.

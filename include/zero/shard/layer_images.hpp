@@ -7,16 +7,18 @@
 // With FlatContiguous the image is the parameters in order followed by padding (in_order()), and
 // nothing needs copying. Other layouts (per-parameter chunks, whole parameters on the least-loaded
 // rank, a user's partitioner) interleave the two; the map is then a few runs per layer, and
-// pack()/unpack() copy along them (converting the element type on the way, as the reducer needs).
+// pack()/unpack() copy along them (converting the element type on the way, as the reducer needs),
+// or append_pack_runs()/append_unpack_runs() list those copies once for a run table that kernels
+// of any execution space follow (zero/core/run_table.hpp).
 
 #include "zero/core/convert.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/run_table.hpp"
 #include "zero/shard/parameter.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -98,17 +100,44 @@ class LayerImages {
     }
   }
 
+  // f(run) for the copies that pack the image positions `flat` of layer l from its parameters in
+  // order: `from` in the parameters in order, `to` relative to flat.begin, padding as zero runs;
+  // ascending in the image.
+  template <class F>
+  void for_each_pack_run(std::size_t l, Range flat, F&& f) const {
+    std::size_t next = flat.begin;
+    for_each_run(l, flat, [&](const ImageRun& r) {
+      if (r.flat > next) f(CopyRun{CopyRun::zeros, next - flat.begin, r.flat - next});
+      f(CopyRun{r.ordered, r.flat - flat.begin, r.length});
+      next = r.flat + r.length;
+    });
+    if (flat.end > next) f(CopyRun{CopyRun::zeros, next - flat.begin, flat.end - next});
+  }
+  // The packing copies of image positions `flat` into a buffer at `at`, appended to `out` (a run
+  // table of a bucket or an image: zero/core/run_table.hpp).
+  void append_pack_runs(std::size_t l, Range flat, std::size_t at,
+                        std::vector<CopyRun>& out) const {
+    for_each_pack_run(l, flat, [&](CopyRun run) {
+      run.to += at;
+      out.push_back(run);
+    });
+  }
+  // The unpacking copies of image positions `flat`, read from a buffer at `at`, to the parameters
+  // in order (shifted by `ordered_at`), appended to `out`; padding is skipped.
+  void append_unpack_runs(std::size_t l, Range flat, std::size_t at, std::size_t ordered_at,
+                          std::vector<CopyRun>& out) const {
+    for_each_run(l, flat, [&](const ImageRun& r) {
+      out.push_back({at + (r.flat - flat.begin), ordered_at + r.ordered, r.length});
+    });
+  }
+
   // image[i - flat.begin] = ordered[element at image position i] for i in `flat`, converted to To;
   // padding positions become zero.
   template <class From, class To>
   void pack(std::size_t l, const From* ordered, Range flat, To* image) const {
-    std::size_t next = flat.begin;
-    for_each_run(l, flat, [&](const ImageRun& r) {
-      zero_fill(image + (next - flat.begin), r.flat - next);
-      convert_n(ordered + r.ordered, image + (r.flat - flat.begin), r.length);
-      next = r.flat + r.length;
+    for_each_pack_run(l, flat, [&](const CopyRun& run) {
+      detail::convert_along(std::span(&run, 1), ordered, image);
     });
-    zero_fill(image + (next - flat.begin), flat.end - next);
   }
   // ordered[element at image position i] = image[i - flat.begin] for i in `flat` (padding skipped).
   template <class From, class To>
@@ -128,10 +157,6 @@ class LayerImages {
   }
 
  private:
-  template <class T>
-  static void zero_fill(T* p, std::size_t n) noexcept {
-    if (n != 0) std::memset(static_cast<void*>(p), 0, n * sizeof(T));
-  }
   void check(std::size_t l) const {
     if (l >= layer_count())
       fail(ErrorKind::invalid_argument, "layer images: no layer index " + std::to_string(l) +
