@@ -14,10 +14,9 @@
 // NVMe tier, which reads a block ahead when asked to prefetch it.
 //
 // With quantized weights (ZeRO++'s qwZ), a gather that acquire() starts carries int8 blocks and
-// their scales (core/block_quantization.hpp) instead of T: this rank packs its block, the
-// packed blocks are all-gathered as bytes, and every rank, this one included, unpacks the whole
-// layer when the gather is waited for. Layers kept gathered are refreshed in full precision once a
-// step (they are small by definition).
+// their scales instead of T (gather/quantized_gather.hpp), dequantized when the gather is waited
+// for. Layers kept gathered are refreshed in full precision once a step (they are small by
+// definition).
 //
 // With a secondary group (ZeRO++'s hpZ: groups of consecutive ranks, typically a node's), the
 // first gather of a layer after its weights changed leaves each rank of the group a piece of the
@@ -26,23 +25,26 @@
 // group. The pieces are copies of the gathered values, so the weights are the same bits either
 // way; they cost flat size / group size elements per layer and are dropped when weights change.
 //
-// Over a stream space (Exec = HostStreamSpace; HostThreads runs everything inline) the layers are
-// consumed by work queued on that stream: acquire(l) returns once the gather's collective
-// completed, with the unpacking of an out-of-order image queued, so the layer is ready for work
-// queued after it (the host reads it after an event). A buffer that release() or an unpacking
-// gives back is reused by a later gather only after the work queued before it was given back: a
-// host communicator waits on the host for an event recorded then, and a communicator ordered
-// after a caller stream (set_caller: StagedCommunicator) is pointed at this one. Over
-// CudaStreamSpace the unpacking needs a kernel (not written yet); refused at compile time.
+// An out-of-order image is unpacked along a run table listed once per layer (zero/core/
+// run_table.hpp), by the kernel of the execution space Exec. Over a stream space (Exec =
+// HostStreamSpace; HostThreads runs everything inline) the layers are consumed by work queued on
+// that stream: acquire(l) returns once the gather's collective completed, with the unpacking of an
+// out-of-order image queued, so the layer is ready for work queued after it (the host reads it
+// after an event). A buffer that release() or an unpacking gives back is reused by a later gather
+// only after the work queued before it was given back: a host communicator waits on the host for
+// an event recorded then, and a communicator ordered after a caller stream (set_caller:
+// StagedCommunicator) is pointed at this one. CudaStreamSpace is refused at compile time until the
+// pool, the hpZ pieces, qwZ's packing and the refresh of layers kept gathered run on the device.
 
 #include "zero/comm/communicator.hpp"
-#include "zero/core/block_quantization.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/host_stream_space.hpp"
+#include "zero/core/run_table.hpp"
 #include "zero/core/stream_space.hpp"
 #include "zero/gather/acquisition_order.hpp"
+#include "zero/gather/quantized_gather.hpp"
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
@@ -106,14 +108,19 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   ParameterGather(Comm& comm, const ShardLayout& layout, const LayerImages& images, Limits limits,
                   std::optional<BlockQuantization> quantization = std::nullopt, Comm* hpz = nullptr,
                   Exec exec = {})
-      : comm_(comm), layout_(layout), images_(images), limits_(limits), quantization_(quantization),
-        hpz_(hpz), exec_(exec), slots_(layout.layer_count()), order_(layout.layer_count()) {
-    if (quantization_) quantization_->validate();
+      : comm_(comm), layout_(layout), images_(images), limits_(limits), hpz_(hpz), exec_(exec),
+        slots_(layout.layer_count()), unpacking_(layout.layer_count()),
+        order_(layout.layer_count()) {
+    if (quantization) quantized_.emplace(comm, layout, *quantization);
     for (std::size_t l = 0; l < slots_.size(); ++l) {
+      if (!images.in_order(l)) {
+        std::vector<CopyRun> runs;
+        images.append_unpack_runs(l, Range{0, layout.layer(l).flat_numel}, 0, 0, runs);
+        unpacking_[l] = RunTable<>(runs);
+      }
       // With hpZ a gathered image is the group's pieces end to end, padded to whole pieces.
       largest_ = std::max(largest_, hpz_ ? hpz_piece_elements(l) * std::size_t(hpz_->size())
                                          : layout.layer(l).flat_numel);
-      if (quantization_) largest_packed_ = std::max(largest_packed_, packed_image_bytes(l));
       if (layout.layer(l).numel < limits.persistence_threshold) {
         slots_[l].persistent.emplace(layout.layer(l).flat_numel);
         persistent_bytes_ += slots_[l].persistent->size_bytes();
@@ -223,7 +230,8 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   std::size_t live_elements() const noexcept { return live_; }
   std::size_t peak_live_elements() const noexcept { return peak_live_; }
   std::size_t pool_bytes() const noexcept {
-    return pool_.size() * largest_ * sizeof(T) + packed_pool_.size() * largest_packed_ + hpz_bytes_;
+    return pool_.size() * largest_ * sizeof(T) + (quantized_ ? quantized_->pool_bytes() : 0) +
+           hpz_bytes_;
   }
   std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
   // Time acquire() waited for a gather that was already in flight.
@@ -240,7 +248,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     std::optional<Buffer<T>> persistent;
     std::optional<std::size_t> ordered; // into pool_: the layer's parameters in order
     std::optional<std::size_t> image;   // into pool_: its image while in flight, if not in order
-    std::optional<std::size_t> packed;  // into packed_pool_: its quantized image while in flight
+    std::optional<std::size_t> packed;  // qwZ's byte image of the gather in flight
     std::optional<Buffer<T>> hpz_piece; // this rank's piece of the gathered layer (hpZ)
     bool hpz_valid = false;             // the piece holds the current weights
     bool from_hpz = false;              // the gather in flight reads the group's pieces
@@ -287,13 +295,10 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
       s.work = hpz_->all_gather(View<const T>(s.hpz_piece->view()),
                                 pool_[target].view().first(piece * std::size_t(hpz_->size())));
       s.from_hpz = true;
-    } else if (quantization_) {
-      s.packed = take_packed_buffer();
+    } else if (quantized_) {
       try {
-        s.work = gather_quantized(l, source.block(l), packed_pool_[*s.packed]);
+        s.packed = quantized_->start(l, source.block(l), s.work);
       } catch (...) { // a block that cannot be quantized: nothing stays half launched
-        free_packed_.push_back(*s.packed);
-        s.packed.reset();
         if (s.image) free_.push_back(*s.image);
         s.image.reset();
         s.completing = false;
@@ -328,20 +333,14 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     const View<T> image =
         pool_[s.image ? *s.image : *s.ordered].view().first(layout_.layer(l).flat_numel);
     if (s.packed) {
-      unpack_quantized(l, packed_pool_[*s.packed], image);
-      free_packed_.push_back(*s.packed);
+      quantized_->finish(l, *s.packed, image);
       s.packed.reset();
     }
     if (hpz_ && !s.from_hpz) keep_hpz_piece(l, image);
     s.from_hpz = false;
     if (!s.image) return;
-    const T* from = pool_[*s.image].data();
-    T* to = pool_[*s.ordered].data();
-    if constexpr (StreamSpace<Exec>)
-      exec_.stream().enqueue("unpack layer " + std::to_string(l),
-                             [images = &images_, l, from, to] { images->unpack(l, from, to); });
-    else
-      images_.unpack(l, from, to);
+    convert_runs(exec_, View<const T>(image),
+                 pool_[*s.ordered].view().first(layout_.layer(l).numel), unpacking_[l]);
     give_back(*s.image);
     s.image.reset();
   }
@@ -416,62 +415,6 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     s.hpz_valid = true;
   }
 
-  // Bytes of layer l's quantized image: every rank's packed block, end to end in rank order.
-  std::size_t packed_image_bytes(std::size_t l) const {
-    std::size_t bytes = 0;
-    for (int r = 0; r < layout_.world_size(); ++r)
-      bytes += quantization_->packed_bytes(layout_.block(l, r).size());
-    return bytes;
-  }
-
-  // Packs `mine` into its place in `image` and all-gathers the packed blocks in place.
-  Work gather_quantized(std::size_t l, View<const T> mine, Buffer<std::uint8_t>& image) {
-    const BlockQuantization& q = *quantization_;
-    std::vector<std::size_t> counts(std::size_t(layout_.world_size()));
-    std::size_t at = 0;
-    for (int r = 0; r < layout_.world_size(); ++r) {
-      counts[std::size_t(r)] = q.packed_bytes(layout_.block(l, r).size());
-      if (r < comm_.rank()) at += counts[std::size_t(r)];
-    }
-    const std::size_t total = packed_image_bytes(l);
-    const View<std::uint8_t> bytes = image.view().first(total);
-    const View<std::uint8_t> my_bytes = bytes.subview(at, counts[std::size_t(comm_.rank())]);
-    quantize_blocks(q, mine, std::span<std::uint8_t>(my_bytes.data(), my_bytes.size()),
-                    "layer " + std::to_string(l) + "'s block on rank " +
-                        std::to_string(comm_.rank()));
-    if (equal_blocks(layout_, l)) return comm_.all_gather(bytes);
-    if constexpr (VariableCountCommunicator<Comm>) {
-      return comm_.all_gather(View<const std::uint8_t>(my_bytes), bytes, counts);
-    } else {
-      fail(ErrorKind::unsupported,
-           "quantized gather: the ranks' blocks of layer " + std::to_string(l) +
-               " differ in size, which needs a communicator with per-rank counts "
-               "(zero::VariableCountCommunicator)");
-    }
-  }
-
-  // Every rank's packed block of layer l into its place in `image` (rank r's at flat_range(l, r)).
-  void unpack_quantized(std::size_t l, const Buffer<std::uint8_t>& packed, View<T> image) const {
-    std::size_t at = 0;
-    for (int r = 0; r < layout_.world_size(); ++r) {
-      const Range range = layout_.flat_range(l, r);
-      const std::size_t bytes = quantization_->packed_bytes(range.size());
-      dequantize_blocks(*quantization_, std::span<const std::uint8_t>(packed.data() + at, bytes),
-                        image.subview(range.begin, range.size()));
-      at += bytes;
-    }
-  }
-
-  std::size_t take_packed_buffer() {
-    if (!free_packed_.empty()) {
-      const std::size_t b = free_packed_.back();
-      free_packed_.pop_back();
-      return b;
-    }
-    packed_pool_.emplace_back(largest_packed_, uninitialized);
-    return packed_pool_.size() - 1;
-  }
-
   template <class Source>
   void predict_and_prefetch(Source& source, std::size_t l) {
     order_.observe(l);
@@ -499,16 +442,14 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   const ShardLayout& layout_;
   const LayerImages& images_;
   Limits limits_;
-  std::optional<BlockQuantization> quantization_;
   Comm* hpz_;
   Exec exec_;
   std::vector<Slot> slots_;
   std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
   std::size_t largest_ = 0;
   std::vector<std::size_t> free_;
-  std::vector<Buffer<std::uint8_t>> packed_pool_; // quantized images in flight
-  std::size_t largest_packed_ = 0;
-  std::vector<std::size_t> free_packed_;
+  std::vector<RunTable<>> unpacking_; // per layer whose image is out of order
+  std::optional<QuantizedGather<T, Comm>> quantized_;
   AcquisitionOrder order_;
   GatherCounts counts_;
   std::size_t live_ = 0, peak_live_ = 0, prefetched_ = 0, persistent_bytes_ = 0, hpz_bytes_ = 0;

@@ -20,22 +20,25 @@
 // goes out at once and reduces while the next layer's backward computes, and the memory depends on
 // the widest layer, never on the depth.
 //
-// Over a stream space (Exec = HostStreamSpace; HostThreads runs everything inline) the copies are
-// queued in stream order instead: a layer's packing after the work that produced its gradient, a
-// bucket's delivery to the target once its collective completed, and the callback's work after
-// that. A collective starts once its bucket's packing ran: a communicator that orders itself after
-// a caller stream (set_caller: StagedCommunicator) is pointed at this one, and any other waits on
-// the host for an event after the packing. So: grads handed to add() must stay untouched until
-// the work queued on the stream by then has run, and the target holds the results for work queued
-// after finish() (the host reads it after an event or fence). Over CudaStreamSpace the packing and
-// delivery need kernels (not written yet); the reducer refuses it at compile time.
+// The packing and the delivery are run tables (zero/core/run_table.hpp), listed once per layout
+// in the memory of the execution space Exec, whose kernels follow them: HostThreads runs them
+// inline. Over a stream space (HostStreamSpace, CudaStreamSpace) they are queued in stream order
+// instead: a layer's packing after the work that produced its gradient, a bucket's delivery to the
+// target once its collective completed, and the callback's work after that. A collective starts
+// once its bucket's packing ran: a communicator that orders itself after a caller stream
+// (set_caller: StagedCommunicator) is pointed at this one, and any other waits on the host for an
+// event after the packing. So: grads handed to add() must stay untouched until the work queued on
+// the stream by then has run, and the target holds the results for work queued after finish()
+// (the host reads it after an event or fence). The buckets live in Exec's memory, which the
+// communicator must take (device memory for CudaStreamSpace: NcclCommunicator, or a
+// StagedCommunicator over it), and so must the gradients and the target.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/convert.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/execution_space.hpp"
-#include "zero/core/host_stream_space.hpp"
+#include "zero/core/run_table.hpp"
 #include "zero/core/stream_space.hpp"
 #include "zero/reduce/bucket_plan.hpp"
 #include "zero/reduce/strategy.hpp"
@@ -81,7 +84,10 @@ struct ReducerStats {
 };
 
 template <Communicator Comm, ReduceStrategy Strategy, ExecutionSpace Exec = HostThreads>
-requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class BucketedReducer {
+requires accepts_space<typename Comm::memory_space, typename Exec::memory_space>
+class BucketedReducer {
+  using Memory = typename Exec::memory_space;
+
  public:
   struct Options {
     std::size_t bucket_elements = 500'000'000; // DeepSpeed's reduce_bucket_size default
@@ -107,6 +113,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
         buckets_left_(layout.layer_count(), 0) {
     for (std::size_t l = 0; l < layout.layer_count(); ++l)
       buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(l).size() + 1);
+    list_copies();
     require(layout.world_size() == comm.size(),
             "BucketedReducer: the layout is for " + std::to_string(layout.world_size()) +
                 " ranks but the communicator has " + std::to_string(comm.size()));
@@ -176,7 +183,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
   // Layer `layer`'s gradient is ready: its parameters' gradients in order (the layer's numel). The
   // caller may reuse `grads` once this returns (over a stream space: in work queued after it).
   template <Element G>
-  void add(std::size_t layer, View<const G> grads) {
+  void add(std::size_t layer, View<const G, Memory> grads) {
     require(active_, "BucketedReducer::add before begin()");
     require(layer < layout_.layer_count(), "BucketedReducer: no layer " + std::to_string(layer));
     require(!arrived_[layer], "BucketedReducer: the gradient of layer " + std::to_string(layer) +
@@ -190,7 +197,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
     for (std::size_t b : plan_.buckets_of(layer)) {
       BucketState& s = state_[b];
       if (!s.buffer) s.buffer = acquire_buffer();
-      pack(b, layer, grads.data());
+      pack(b, layer, grads);
       if (--s.pending_layers == 0) launch(b);
     }
   }
@@ -210,8 +217,10 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
   }
 
  private:
-  struct Copy {
-    std::size_t from, to, count; // from the bucket buffer to the target, elements
+  // Layer `layer`'s part of a bucket: from its parameters in order to the bucket's buffer.
+  struct LayerPacking {
+    std::size_t layer;
+    RunTable<Memory> runs;
   };
   struct BucketState {
     std::size_t pending_layers = 0;
@@ -261,37 +270,61 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
     }
   }
 
+  // The run tables, once: each layer's packing into each bucket (padding zero-filled), and each
+  // bucket's delivery to the target (this rank's section to its shard, or every rank's part of
+  // every slice to its parameters' places in the whole model).
+  void list_copies() {
+    packing_.resize(plan_.size());
+    delivery_.reserve(plan_.size());
+    const auto rank = static_cast<std::size_t>(comm_.rank());
+    for (std::size_t b = 0; b < plan_.size(); ++b) {
+      const Bucket& bucket = plan_[b];
+      for (std::size_t l : bucket.layers) {
+        std::vector<CopyRun> runs;
+        for_each_part(
+            b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
+              if (s.layer == l) images_.append_pack_runs(l, Range{flat, flat + count}, at, runs);
+            });
+        packing_[b].push_back({l, RunTable<Memory>(runs)});
+      }
+      std::vector<CopyRun> runs;
+      if constexpr (Strategy::collective == Collective::reduce_scatter) {
+        runs.push_back({bucket.section[rank], bucket.shard_offset[rank], bucket.counts[rank]});
+      } else {
+        for_each_part(
+            b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
+              images_.append_unpack_runs(s.layer, Range{flat, flat + count}, at,
+                                         layout_.layer(s.layer).flat_base, runs);
+            });
+      }
+      delivery_.emplace_back(runs);
+    }
+  }
+
   // Copies layer l's parts of bucket b in, zero-filling the layout's padding (queued over a stream
-  // space: the parts are listed now, copied in stream order).
+  // space).
   template <Element G>
-  void pack(std::size_t b, std::size_t l, const G* grads) {
-    struct Part {
-      std::size_t flat, at, count;
-    };
-    std::vector<Part> parts;
-    for_each_part(
-        b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
-          if (s.layer == l) parts.push_back({flat, at, count});
-        });
+  void pack(std::size_t b, std::size_t l, View<const G, Memory> grads) {
+    const auto& packing = packing_[b];
+    const auto it = std::find_if(packing.begin(), packing.end(),
+                                 [l](const LayerPacking& p) { return p.layer == l; });
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      in_order(
-          [&] { return "pack layer " + std::to_string(l) + " into bucket " + std::to_string(b); },
-          [images = &images_, l, grads, base = buffer_of<T>(b), parts = std::move(parts)] {
-            for (const Part& p : parts)
-              images->pack(l, grads, Range{p.flat, p.flat + p.count}, base + p.at);
-          });
+      convert_along(it->runs, grads, View<T, Memory>(buffer_of<T>(b), plan_[b].elements));
     });
   }
 
-  // Runs f now (HostThreads) or queues it on the stream (HostStreamSpace) under the name
-  // describe() gives, which inline runs never build.
-  template <class Describe, class F>
-  void in_order(Describe&& describe, F&& f) {
-    if constexpr (StreamSpace<Exec>)
-      exec_.stream().enqueue(describe(), std::forward<F>(f));
+  // convert_runs on this space, or a clear error for element types it has no kernel for (a
+  // device space converts float, half and bfloat16).
+  template <class From, class To>
+  void convert_along(const RunTable<Memory>& runs, View<const From, Memory> from,
+                     View<To, Memory> to) {
+    if constexpr (requires { convert_runs(exec_, from, to, runs); })
+      convert_runs(exec_, from, to, runs);
     else
-      f();
+      fail(ErrorKind::unsupported, std::string("BucketedReducer: ") + Exec::name +
+                                       " has no kernel converting " + to_string(dtype_of<From>) +
+                                       " to " + to_string(dtype_of<To>));
   }
 
   // Over a stream space: a collective launched while the returned scope lives starts after the
@@ -384,45 +417,28 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
       if (--buckets_left_[l] == 0 && layer_reduced_) layer_reduced_(l);
   }
 
-  // Copies bucket b's results to the target (queued over a stream space: the copies are listed
-  // now and run in stream order, before anything queued after them reuses the bucket's buffer).
+  // Copies bucket b's results to the target, converted or added (queued over a stream space,
+  // before anything queued after it reuses the bucket's buffer).
   void deliver(std::size_t b) {
     if (direct_delivery()) return;
-    const Bucket& bucket = plan_[b];
-    std::vector<Copy> copies;
-    if constexpr (Strategy::collective == Collective::reduce_scatter) {
-      const auto rank = static_cast<std::size_t>(comm_.rank());
-      copies.push_back({bucket.section[rank], bucket.shard_offset[rank], bucket.counts[rank]});
-    } else {
-      // Every rank's part of every slice, to its parameters' places in the layer.
-      for_each_part(
-          b, [&](const BucketSlice& s, int, std::size_t flat, std::size_t at, std::size_t count) {
-            const std::size_t base_of_layer = layout_.layer(s.layer).flat_base;
-            images_.for_each_run(s.layer, Range{flat, flat + count}, [&](const ImageRun& run) {
-              copies.push_back({at + (run.flat - flat), base_of_layer + run.ordered, run.length});
-            });
-          });
-    }
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
-      in_order([&] { return "deliver bucket " + std::to_string(b); },
-               [target = target_, base = buffer_of<T>(b), copies = std::move(copies)] {
-                 for (const Copy& c : copies)
-                   put(target, base + c.from, c.to, c.count);
-               });
-    });
-  }
-
-  // target[at, at + n) = (or +=) values, converted to the target's type.
-  template <class T>
-  static void put(const ReduceTarget& target, const T* values, std::size_t at, std::size_t n) {
-    if (target.mode == Delivery::accumulate) {
-      accumulate_n(values, static_cast<float*>(target.data) + at, n);
-      return;
-    }
-    visit_dtype(target.dtype, [&](auto out_tag) {
-      using Out = decltype(out_tag);
-      convert_n(values, static_cast<Out*>(target.data) + at, n);
+      const View<const T, Memory> bucket(buffer_of<T>(b), plan_[b].elements);
+      if (target_.mode == Delivery::accumulate) {
+        const View<float, Memory> sums(static_cast<float*>(target_.data), target_.size);
+        if constexpr (requires { accumulate_runs(exec_, bucket, sums, delivery_[b]); })
+          accumulate_runs(exec_, bucket, sums, delivery_[b]);
+        else
+          fail(ErrorKind::unsupported, std::string("BucketedReducer: ") + Exec::name +
+                                           " has no kernel adding " + to_string(dtype_of<T>) +
+                                           " to float");
+        return;
+      }
+      visit_dtype(target_.dtype, [&](auto out_tag) {
+        using Out = decltype(out_tag);
+        convert_along(delivery_[b], bucket,
+                      View<Out, Memory>(static_cast<Out*>(target_.data), target_.size));
+      });
     });
   }
 
@@ -434,8 +450,10 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Bucket
   BucketPlan plan_;
   std::vector<BucketState> state_;
   std::vector<bool> arrived_;
-  std::vector<std::size_t> buckets_left_; // per layer, this micro-step
-  std::vector<Buffer<std::byte>> pool_;
+  std::vector<std::size_t> buckets_left_;          // per layer, this micro-step
+  std::vector<std::vector<LayerPacking>> packing_; // per bucket
+  std::vector<RunTable<Memory>> delivery_;         // per bucket
+  std::vector<Buffer<std::byte, Memory>> pool_;
   std::size_t buffer_limit_ = 2; // buffers before waiting for one to come back
   std::vector<std::size_t> free_;
   std::deque<std::size_t> in_flight_;
