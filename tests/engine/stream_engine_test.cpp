@@ -3,7 +3,8 @@
 // accumulation on the process's default host stream and wait for each layer's event before the
 // host shares or reads what they wrote. At 1, 2 and 3 ranks:
 // - stages 0, 1 and 3 give HostThreads' bits (bf16 runs: plain, accumulating locally
-//   and clipped, 7-element buckets);
+//   and clipped, 7-element buckets), and so do stage 3 and a clipped stage 0 with per-parameter
+//   chunks (images out of order: queued unpacking, and the norm's blocks packed on the stream);
 // - the optimizer store does not share a layer before its queued update has run (its stream held
 //   until a flag is set, which every done() must see).
 
@@ -67,6 +68,12 @@ TEST(StreamEngine, StagesGiveTheHostThreadsBits) {
   expect_stream_engine_equals_host<PerParameterStage3>(
       {.dtype = DType::bfloat16, .accumulation = 2, .persistence = 100},
       "stage 3, per-parameter chunks, small layers kept gathered");
+  // Stage 0 with per-parameter chunks, clipped: each layer's block for the norm is packed out of
+  // the reduced gradient on the stream, after its deliveries.
+  using PerParameterStage0 = zero::ShardingPlan<zero::partition_with<zero::PerParameter>>;
+  expect_stream_engine_equals_host<PerParameterStage0>(
+      {.dtype = DType::bfloat16, .clipping = 0.05, .bucket = 7},
+      "stage 0, per-parameter chunks, clipped");
 }
 
 // The optimizer store over a held stream: done(l) comes only once layer l's queued update has run.

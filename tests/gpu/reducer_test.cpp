@@ -1,14 +1,16 @@
 // BucketedReducer over CudaStreamSpace: gradients in device memory, packed into device buckets by
 // the run-table kernels on the caller's stream, reduced through the staged communicator (pointed at
 // that stream while the reducer launches), delivered into a device target; against the host
-// reducer (HostThreads over MPI) on the same gradients, bit for bit. Both strategies, float and
-// half buckets, written and accumulated targets, three layouts (in order, per-parameter chunks,
-// unequal whole parameters), buckets of 7 elements to larger than the model. The gradients are
-// written by asynchronous copies on the stream just before add(): the packing is ordered after
-// them by the stream alone. Run under mpirun at 1-3 ranks sharing one GPU (tools/zero-gpu-check).
+// reducer (HostThreads over MPI) on the same gradients, bit for bit; at one rank also through NCCL.
+// Both strategies, float and half buckets, written and accumulated targets, three layouts (in
+// order, per-parameter chunks, unequal whole parameters), buckets of 7 elements to larger than the
+// model. The gradients are written by asynchronous copies on the stream just before add(): the
+// packing is ordered after them by the stream alone. Run under mpirun at 1-3 ranks sharing one GPU
+// (tools/zero-gpu-check).
 
 #include "staged_setup.hpp"
 
+#include <zero/comm/nccl_communicator.hpp>
 #include <zero/core/buffer.hpp>
 #include <zero/core/cuda_stream_space.hpp>
 #include <zero/core/half.hpp>
@@ -57,8 +59,9 @@ struct Case {
   int partitioner;
 };
 
-template <class Strategy>
-void run_case(StagedSetup& s, const Case& c) {
+// `comm`: the device communicator (the staged one, or NCCL at one rank).
+template <class Strategy, class DeviceComm>
+void run_case(StagedSetup& s, DeviceComm& comm, const Case& c) {
   const zero::ShardLayout layout = make_layout(c.partitioner, s.ranks);
   const zero::LayerImages images(layout);
   constexpr bool scatter = Strategy::collective == zero::Collective::reduce_scatter;
@@ -77,8 +80,8 @@ void run_case(StagedSetup& s, const Case& c) {
   std::vector<std::byte> expected(out_bytes);
   std::memcpy(expected.data(), initial.data(), half_out ? 0 : out_bytes);
   {
-    zero::MpiCommunicator comm(world().boost_communicator());
-    zero::BucketedReducer<zero::MpiCommunicator, Strategy> host(comm, layout, images, options);
+    zero::MpiCommunicator mpi(world().boost_communicator());
+    zero::BucketedReducer<zero::MpiCommunicator, Strategy> host(mpi, layout, images, options);
     host.begin({expected.data(), half_out ? DType::float16 : DType::float32, size, mode});
     for (std::size_t l = layout.layer_count(); l-- > 0;) {
       const auto grads = layer_grads(s.rank, l, layout.layer(l).numel);
@@ -94,8 +97,8 @@ void run_case(StagedSetup& s, const Case& c) {
     ZERO_CHECK_CUDA(cudaMemcpy(target.data(), initial.data(), out_bytes, cudaMemcpyHostToDevice));
   std::vector<zero::Buffer<float, zero::cuda>> grads(layout.layer_count());
   std::vector<zero::Buffer<float, zero::pinned_host>> pinned(layout.layer_count());
-  zero::BucketedReducer<Staged, Strategy, zero::CudaStreamSpace> device(
-      s.comm, layout, images, {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket},
+  zero::BucketedReducer<DeviceComm, Strategy, zero::CudaStreamSpace> device(
+      comm, layout, images, {.bucket_elements = c.bucket_elements, .bucket_dtype = c.bucket},
       stream);
   device.begin({target.data(), half_out ? DType::float16 : DType::float32, size, mode});
   for (std::size_t l = layout.layer_count(); l-- > 0;) {
@@ -124,13 +127,25 @@ const Case cases[] = {{7, DType::float32, false, 0},   {1000, DType::float32, tr
 TEST(DeviceReducer, ReduceScatterGivesTheHostBits) {
   StagedSetup s;
   for (const Case& c : cases)
-    run_case<zero::ReduceScatterGradients>(s, c);
+    run_case<zero::ReduceScatterGradients>(s, s.comm, c);
 }
 
 TEST(DeviceReducer, AllReduceGivesTheHostBits) {
   StagedSetup s;
   for (const Case& c : cases)
-    run_case<zero::AllReduceGradients>(s, c);
+    run_case<zero::AllReduceGradients>(s, s.comm, c);
+}
+
+// NCCL (one rank per GPU, so one rank here), pointed at the reducer's stream while it launches.
+TEST(DeviceReducer, OverNcclGivesTheHostBits) {
+  StagedSetup s;
+  if (s.ranks != 1) GTEST_SKIP() << "NCCL takes one rank per GPU; this run shares one GPU";
+  zero::NcclCommunicator nccl(world());
+  for (const Case& c : cases) {
+    run_case<zero::ReduceScatterGradients>(s, nccl, c);
+    run_case<zero::AllReduceGradients>(s, nccl, c);
+  }
+  EXPECT_EQ(nccl.caller_stream(), nullptr); // pointed at the stream only while launching
 }
 
 } // namespace

@@ -41,6 +41,7 @@
 #include "zero/comm/options.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/cuda_check.hpp"
+#include "zero/core/cuda_stream_space.hpp"
 #include "zero/core/device_convert.hpp"
 
 #if !ZERO_HAS_CUDA
@@ -240,6 +241,12 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
   // parent's.
   cudaStream_t caller_stream() const noexcept { return shared_->caller; }
   void set_caller_stream(cudaStream_t caller) noexcept { shared_->caller = caller; }
+  // The same as execution spaces (OrderedAfterCaller, zero/core/stream_space.hpp): a bucketed
+  // reducer or a gather over CudaStreamSpace points the communicator at its stream while it
+  // launches (CallerScope), so its collectives start after its packing on the device, with no
+  // host wait.
+  void set_caller(const CudaStreamSpace& caller) noexcept { set_caller_stream(caller.stream()); }
+  CudaStreamSpace caller() const { return CudaStreamSpace(shared_->caller); }
 
   // `s` waits, on the device, for every operation submitted so far (an event on stream(); the
   // host does not block). For stream-ordered use of the results without Work::wait(); the Work
@@ -384,5 +391,6 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
 
 static_assert(Communicator<NcclCommunicator>);
 static_assert(VariableCountCommunicator<NcclCommunicator>);
+static_assert(OrderedAfterCaller<NcclCommunicator, CudaStreamSpace>);
 
 } // namespace zero

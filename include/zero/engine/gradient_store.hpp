@@ -26,6 +26,7 @@
 #include "zero/core/buffer.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/host_stream_space.hpp" // accumulate over HostStreamSpace
+#include "zero/core/run_table.hpp"
 #include "zero/core/stream_space.hpp"
 #include "zero/engine/detail/layer_scratch.hpp"
 #include "zero/engine/kept.hpp"
@@ -39,6 +40,7 @@
 #include "zero/shard/policy.hpp"
 #include "zero/shard/sharded_tensor.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -266,16 +268,35 @@ class GradientStore {
           const Range mine = model_.my_flat_range(l);
           sum_block(l, owned.subview(mine.begin, mine.size()));
         } else {
-          // Packed on the host (a kernel over the layer's image is not written yet): after the
-          // queued deliveries.
-          if constexpr (StreamSpace<Exec>) exec_.fence();
-          std::vector<G> block(model_.my_block_size(l));
-          model_.pack_my_block(l, owned.data(), block.data());
-          layer_sums_[l] = sum_of_squares(View<const G>(block));
+          // This rank's block of an out-of-order image, packed along the layer's run table into
+          // a scratch block (in stream order, after the deliveries; the next layer's packing
+          // into it is queued after this sum) and summed there.
+          const RunTable<>& runs = my_block_runs(l); // first: it allocates the scratch
+          const View<G> block(reinterpret_cast<G*>(block_scratch_.data()), model_.my_block_size(l));
+          convert_runs(exec_, owned, block, runs);
+          sum_block(l, View<const G>(block));
         }
       }
     });
     summed_[l] = true;
+  }
+
+  // Stages 0/1, out-of-order images: the copies that pack this rank's block of layer l from the
+  // layer's parameters in order, listed at the first use (with the scratch they pack into).
+  const RunTable<>& my_block_runs(std::size_t l) {
+    if (my_block_runs_.empty()) {
+      my_block_runs_.resize(model_.layers());
+      std::size_t largest = 0;
+      for (std::size_t k = 0; k < model_.layers(); ++k)
+        largest = std::max(largest, model_.my_block_size(k));
+      block_scratch_ = Buffer<std::byte>(largest * std::max(sizeof(float), sizeof(T)));
+    }
+    if (my_block_runs_[l].empty() && model_.my_block_size(l) > 0) {
+      std::vector<CopyRun> runs;
+      model_.images.append_pack_runs(l, model_.my_flat_range(l), 0, runs);
+      my_block_runs_[l] = RunTable<>(runs);
+    }
+    return my_block_runs_[l];
   }
 
   // Layer l's share of the norm from a contiguous block: on the host, or, over a stream space,
@@ -346,6 +367,8 @@ class GradientStore {
   std::unique_ptr<InPlaceAllReduce<Comm, T>> in_place_;
   bool reducing_ = false;
   std::vector<double> layer_sums_;
+  std::vector<RunTable<>> my_block_runs_; // stages 0/1, out-of-order images: see my_block_runs()
+  Buffer<std::byte> block_scratch_;
   std::vector<bool> summed_;
   [[no_unique_address]] QueuedSums<Exec> queued_sums_;
   [[no_unique_address]] HandedOver<Exec> handed_over_;
