@@ -33,8 +33,10 @@
 // after an event). A buffer that release() or an unpacking gives back is reused by a later gather
 // only after the work queued before it was given back: a host communicator waits on the host for
 // an event recorded then, and a communicator ordered after a caller stream (set_caller:
-// StagedCommunicator) is pointed at this one. CudaStreamSpace is refused at compile time until the
-// pool, the hpZ pieces, qwZ's packing and the refresh of layers kept gathered run on the device.
+// StagedCommunicator, NcclCommunicator) is pointed at this one. The buffers (the pool, layers kept
+// gathered, hpZ's pieces) live in Exec's memory, which the communicator must take, and so must the
+// blocks the source gives: over CudaStreamSpace, device memory. qwZ packs on the host, and is
+// refused over a device space.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
@@ -60,21 +62,24 @@
 
 namespace zero {
 
-// This rank's block of each layer, for gathering. block(l) stays valid until release(l), which the
-// gather calls once the collective that reads it completed; prefetch(l) says block(l) is wanted
-// soon.
-template <class S, class T>
+// This rank's block of each layer, for gathering, in memory space M. block(l) stays valid until
+// release(l), which the gather calls once the collective that reads it completed; prefetch(l) says
+// block(l) is wanted soon.
+template <class S, class T, class M = host>
 concept BlockSource = requires(S& source, std::size_t l) {
-  { source.block(l) } -> std::same_as<View<const T>>;
+  { source.block(l) } -> std::same_as<View<const T, M>>;
   source.prefetch(l);
   source.release(l);
 };
 
-// The blocks of a sharded tensor in host memory.
+// The blocks of a sharded tensor (in its memory space).
 template <class Tensor>
 struct ShardBlocks {
   const Tensor& shard;
-  View<const typename Tensor::value_type> block(std::size_t l) const { return shard.block(l); }
+  View<const typename Tensor::value_type, typename Tensor::memory_space>
+  block(std::size_t l) const {
+    return shard.block(l);
+  }
   void prefetch(std::size_t) const noexcept {}
   void release(std::size_t) const noexcept {}
 };
@@ -92,7 +97,10 @@ struct EventsOf<Exec> {
 } // namespace detail
 
 template <Element T, GatheringCommunicator Comm, ExecutionSpace Exec = HostThreads>
-requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class ParameterGather {
+requires accepts_space<typename Comm::memory_space, typename Exec::memory_space>
+class ParameterGather {
+  using Memory = typename Exec::memory_space;
+
  public:
   struct Limits {
     std::size_t persistence_threshold = 0; // layers with fewer elements stay gathered
@@ -111,12 +119,19 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
       : comm_(comm), layout_(layout), images_(images), limits_(limits), hpz_(hpz), exec_(exec),
         slots_(layout.layer_count()), unpacking_(layout.layer_count()),
         order_(layout.layer_count()) {
-    if (quantization) quantized_.emplace(comm, layout, *quantization);
+    if (quantization) {
+      if constexpr (Memory::host_accessible)
+        quantized_.emplace(comm, layout, *quantization);
+      else
+        fail(ErrorKind::unsupported, std::string("ParameterGather: quantized weights (qwZ) are "
+                                                 "packed on the host; over ") +
+                                         Exec::name + " they are not supported yet");
+    }
     for (std::size_t l = 0; l < slots_.size(); ++l) {
       if (!images.in_order(l)) {
         std::vector<CopyRun> runs;
         images.append_unpack_runs(l, Range{0, layout.layer(l).flat_numel}, 0, 0, runs);
-        unpacking_[l] = RunTable<>(runs);
+        unpacking_[l] = RunTable<Memory>(runs);
       }
       // With hpZ a gathered image is the group's pieces end to end, padded to whole pieces.
       largest_ = std::max(largest_, hpz_ ? hpz_piece_elements(l) * std::size_t(hpz_->size())
@@ -136,8 +151,8 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   }
 
   // The parameters of layer l in order; the caller must call release(l) when done.
-  template <BlockSource<T> Source>
-  View<const T> acquire(Source& source, std::size_t l) {
+  template <BlockSource<T, Memory> Source>
+  View<const T, Memory> acquire(Source& source, std::size_t l) {
     Slot& s = slots_.at(l);
     const std::size_t numel = layout_.layer(l).numel;
     if (s.persistent) {
@@ -187,7 +202,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   }
 
   // Before the weights change: prefetches are waited for and dropped.
-  template <BlockSource<T> Source>
+  template <BlockSource<T, Memory> Source>
   void begin_update(Source& source) {
     require_nothing_acquired();
     for (std::size_t l = 0; l < slots_.size(); ++l)
@@ -198,7 +213,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   void end_step() { order_.end_step(); }
 
   // Layer l's block is about to change (set_layer): a prefetched copy of it would be stale.
-  template <BlockSource<T> Source>
+  template <BlockSource<T, Memory> Source>
   void invalidate(Source& source, std::size_t l) {
     require(slots_.at(l).holders == 0, "engine: set_layer(" + std::to_string(l) +
                                            ") while the layer is acquired; release its handle "
@@ -207,7 +222,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   }
 
   // After the weights changed: gathers the persistent layers again.
-  template <BlockSource<T> Source>
+  template <BlockSource<T, Memory> Source>
   void refresh_persistent(Source& source) {
     // The layers kept gathered are read by work queued on the stream: it runs before they change.
     if constexpr (StreamSpace<Exec>) exec_.fence();
@@ -217,9 +232,11 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
       if (images_.in_order(l)) {
         gather_layer_image(comm_, layout_, l, source.block(l), s.persistent->view()).wait();
       } else {
-        Buffer<T> image(layout_.layer(l).flat_numel, uninitialized);
+        Buffer<T, Memory> image(layout_.layer(l).flat_numel, uninitialized);
         gather_layer_image(comm_, layout_, l, source.block(l), image.view()).wait();
-        images_.unpack(l, image.data(), s.persistent->data());
+        convert_runs(exec_, View<const T, Memory>(image.view()),
+                     s.persistent->view().first(layout_.layer(l).numel), unpacking_[l]);
+        if constexpr (StreamSpace<Exec>) exec_.fence(); // before the image goes
       }
       source.release(l);
     }
@@ -245,16 +262,16 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
 
  private:
   struct Slot {
-    std::optional<Buffer<T>> persistent;
+    std::optional<Buffer<T, Memory>> persistent;
     std::optional<std::size_t> ordered; // into pool_: the layer's parameters in order
     std::optional<std::size_t> image;   // into pool_: its image while in flight, if not in order
     std::optional<std::size_t> packed;  // qwZ's byte image of the gather in flight
-    std::optional<Buffer<T>> hpz_piece; // this rank's piece of the gathered layer (hpZ)
-    bool hpz_valid = false;             // the piece holds the current weights
-    bool from_hpz = false;              // the gather in flight reads the group's pieces
-    Work work;                          // the gather in flight
-    bool completing = false;            // gathered since launch, not yet completed
-    bool source_held = false;           // the source's block is read by the gather
+    std::optional<Buffer<T, Memory>> hpz_piece; // this rank's piece of the gathered layer (hpZ)
+    bool hpz_valid = false;                     // the piece holds the current weights
+    bool from_hpz = false;                      // the gather in flight reads the group's pieces
+    Work work;                                  // the gather in flight
+    bool completing = false;                    // gathered since launch, not yet completed
+    bool source_held = false;                   // the source's block is read by the gather
     int holders = 0;
   };
 
@@ -292,12 +309,13 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     if (hpz_ && s.hpz_valid) {
       const std::size_t piece = hpz_piece_elements(l);
       const std::size_t target = s.image ? *s.image : *s.ordered;
-      s.work = hpz_->all_gather(View<const T>(s.hpz_piece->view()),
+      s.work = hpz_->all_gather(View<const T, Memory>(s.hpz_piece->view()),
                                 pool_[target].view().first(piece * std::size_t(hpz_->size())));
       s.from_hpz = true;
     } else if (quantized_) {
       try {
-        s.packed = quantized_->start(l, source.block(l), s.work);
+        if constexpr (Memory::host_accessible)
+          s.packed = quantized_->start(l, source.block(l), s.work);
       } catch (...) { // a block that cannot be quantized: nothing stays half launched
         if (s.image) free_.push_back(*s.image);
         s.image.reset();
@@ -330,16 +348,18 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
       source.release(l);
       s.source_held = false;
     }
-    const View<T> image =
+    const View<T, Memory> image =
         pool_[s.image ? *s.image : *s.ordered].view().first(layout_.layer(l).flat_numel);
-    if (s.packed) {
-      quantized_->finish(l, *s.packed, image);
-      s.packed.reset();
+    if constexpr (Memory::host_accessible) {
+      if (s.packed) {
+        quantized_->finish(l, *s.packed, image);
+        s.packed.reset();
+      }
     }
     if (hpz_ && !s.from_hpz) keep_hpz_piece(l, image);
     s.from_hpz = false;
     if (!s.image) return;
-    convert_runs(exec_, View<const T>(image),
+    convert_runs(exec_, View<const T, Memory>(image),
                  pool_[*s.ordered].view().first(layout_.layer(l).numel), unpacking_[l]);
     give_back(*s.image);
     s.image.reset();
@@ -402,7 +422,7 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   }
 
   // This rank's piece of a freshly gathered image of layer l, for the layer's later gathers.
-  void keep_hpz_piece(std::size_t l, View<const T> image) {
+  void keep_hpz_piece(std::size_t l, View<const T, Memory> image) {
     Slot& s = slots_[l];
     const std::size_t piece = hpz_piece_elements(l);
     if (!s.hpz_piece) {
@@ -411,7 +431,12 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
     }
     const std::size_t begin = std::min(image.size(), piece * std::size_t(hpz_->rank()));
     const std::size_t count = std::min(piece, image.size() - begin);
-    std::copy_n(image.data() + begin, count, s.hpz_piece->data());
+    // On the host at once (a host communicator reads it next), or queued before anything given
+    // back after it (a device communicator is pointed at the stream when it gathers from it).
+    if constexpr (Memory::host_accessible)
+      std::copy_n(image.data() + begin, count, s.hpz_piece->data());
+    else
+      copy(exec_, image.subview(begin, count), s.hpz_piece->view().first(count));
     s.hpz_valid = true;
   }
 
@@ -445,10 +470,10 @@ requires(!StreamSpace<Exec> || std::same_as<Exec, HostStreamSpace>) class Parame
   Comm* hpz_;
   Exec exec_;
   std::vector<Slot> slots_;
-  std::vector<Buffer<T>> pool_; // handed-out views point into the buffers' heap memory
+  std::vector<Buffer<T, Memory>> pool_; // handed-out views point into the buffers' memory
   std::size_t largest_ = 0;
   std::vector<std::size_t> free_;
-  std::vector<RunTable<>> unpacking_; // per layer whose image is out of order
+  std::vector<RunTable<Memory>> unpacking_; // per layer whose image is out of order
   std::optional<QuantizedGather<T, Comm>> quantized_;
   AcquisitionOrder order_;
   GatherCounts counts_;
