@@ -49,15 +49,18 @@ concept OrderedAfterCaller = StreamSpace<Exec> &&
 
 // While it lives, `comm` (when given, and ordered after a caller stream) starts its collectives
 // after the work queued on `exec`; afterwards after its own caller stream again, so that a
-// communicator shared with code on other streams keeps their ordering. Empty otherwise.
+// communicator shared with code on other streams keeps their ordering. For any other communicator
+// or space it does nothing: the caller orders those collectives itself.
 template <class Comm, class Exec>
 class CallerScope {
  public:
-  CallerScope() noexcept = default;
-  CallerScope(Comm* comm, const Exec& exec) requires OrderedAfterCaller<Comm, Exec> : comm_(comm) {
-    if (comm_ == nullptr) return;
-    previous_.emplace(comm_->caller());
-    comm_->set_caller(exec);
+  CallerScope(Comm* comm, const Exec& exec) {
+    if constexpr (OrderedAfterCaller<Comm, Exec>) {
+      if (comm == nullptr) return;
+      previous_.emplace(comm->caller());
+      comm->set_caller(exec);
+      comm_ = comm;
+    }
   }
   CallerScope(const CallerScope&) = delete;
   CallerScope& operator=(const CallerScope&) = delete;

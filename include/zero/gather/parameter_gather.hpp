@@ -301,8 +301,7 @@ class ParameterGather {
     s.completing = true;
     s.ordered = take_buffer();
     if (!images_.in_order(l)) s.image = take_buffer();
-    const CallerScope<Comm, Exec> caller = caller_scope(&comm_);
-    const CallerScope<Comm, Exec> hpz_caller = caller_scope(hpz_);
+    const CallerScope<Comm, Exec> caller(&comm_, exec_), hpz_caller(hpz_, exec_);
     order_after_consumers(s);
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
@@ -399,7 +398,7 @@ class ParameterGather {
 
   // Over a stream space: the gather into slot s's buffers starts after the work that read them
   // before they were given back (the consumers of the layer that had them, an unpacking). A
-  // communicator ordered after a caller stream is pointed at this one (caller_scope) and waits on
+  // communicator ordered after a caller stream is pointed at this one (CallerScope) and waits on
   // its own; the host writes a packed image's dequantized values and the hpZ pieces after the
   // collective, which that ordering covers too. With any other communicator the host waits here.
   void order_after_consumers(const Slot& s) {
@@ -407,12 +406,6 @@ class ParameterGather {
       reusable_[*s.ordered].synchronize();
       if (s.image) reusable_[*s.image].synchronize();
     }
-  }
-  CallerScope<Comm, Exec> caller_scope(Comm* comm) {
-    if constexpr (OrderedAfterCaller<Comm, Exec>)
-      return CallerScope<Comm, Exec>(comm, exec_);
-    else
-      return CallerScope<Comm, Exec>();
   }
 
   // hpZ: layer l's flat image cut into one piece per rank of the secondary group.

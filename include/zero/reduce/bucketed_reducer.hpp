@@ -327,18 +327,13 @@ class BucketedReducer {
                                        " to " + to_string(dtype_of<To>));
   }
 
-  // Over a stream space: a collective launched while the returned scope lives starts after the
-  // packing queued so far.
-  [[nodiscard]] CallerScope<Comm, Exec> order_collective_after_packing() {
-    if constexpr (OrderedAfterCaller<Comm, Exec>) {
-      return CallerScope<Comm, Exec>(&comm_, exec_);
-    } else {
-      if constexpr (StreamSpace<Exec>) {
-        typename Exec::event_type packed;
-        record(exec_, packed);
-        packed.synchronize();
-      }
-      return CallerScope<Comm, Exec>();
+  // Over a stream space, with a communicator not ordered after the stream: the host waits until
+  // the packing queued so far has run (the others are pointed at the stream: CallerScope).
+  void wait_for_packing_on_the_host() {
+    if constexpr (StreamSpace<Exec> && !OrderedAfterCaller<Comm, Exec>) {
+      typename Exec::event_type packed;
+      record(exec_, packed);
+      packed.synchronize();
     }
   }
 
@@ -350,7 +345,8 @@ class BucketedReducer {
   void launch(std::size_t b) {
     BucketState& s = state_[b];
     s.launched = Clock::now();
-    const CallerScope<Comm, Exec> caller = order_collective_after_packing();
+    wait_for_packing_on_the_host();
+    const CallerScope<Comm, Exec> caller(&comm_, exec_);
     const Bucket& bucket = plan_[b];
     const auto rank = static_cast<std::size_t>(comm_.rank());
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
