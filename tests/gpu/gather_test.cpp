@@ -74,6 +74,7 @@ void gather_every_layer(StagedSetup& s, Comm& comm, const zero::ShardLayout& lay
   for (std::size_t l = layout.layer_count(); l-- > 0;)
     order.push_back(l);
   std::vector<zero::Buffer<float, zero::cuda>> read(order.size());
+  gather.refresh_persistent(source); // layers kept gathered are filled here (the engine: set_layer)
   for (int step = 0; step < 2; ++step) {
     for (std::size_t k = 0; k < order.size(); ++k) {
       const std::size_t l = order[k];

@@ -354,6 +354,23 @@ TEST(BucketedReducer, MistakesAreNamed) {
               std::string::npos)
         << e.what();
   }
+  // A layout for another number of ranks is named before anything reads its plan (for fewer ranks
+  // than the communicator has, reading it first read past the plan's per-rank sections).
+  const int other = world.size() > 1 ? world.size() - 1 : 2;
+  const auto mismatched = zero::FlatContiguous{}.partition(model(), other);
+  const zero::LayerImages mismatched_images(mismatched);
+  try {
+    zero::BucketedReducer<zero::MpiCommunicator, zero::AllReduceGradients> wrong(
+        world, mismatched, mismatched_images,
+        {.bucket_elements = 64, .bucket_dtype = DType::float32});
+    FAIL();
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the layout is for " + std::to_string(other) +
+                                         " ranks but the communicator has " +
+                                         std::to_string(world.size())),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 } // namespace

@@ -76,6 +76,9 @@ class RunTable {
       // Built once per layout, before any work uses it: a synchronous copy is fine here.
       ZERO_CHECK_CUDA(cudaMemcpy(runs_.data(), cut.data(), cut.size() * sizeof(CopyRun),
                                  cudaMemcpyHostToDevice));
+      // From pageable memory cudaMemcpy may return before the copy landed, and kernels on a
+      // non-blocking stream are not ordered after the default stream: wait for it here.
+      ZERO_CHECK_CUDA(cudaStreamSynchronize(nullptr));
 #endif
     }
   }

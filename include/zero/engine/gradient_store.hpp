@@ -285,11 +285,11 @@ class GradientStore {
   // layer's parameters in order, listed at the first use (with the scratch they pack into).
   const RunTable<>& my_block_runs(std::size_t l) {
     if (my_block_runs_.empty()) {
-      my_block_runs_.resize(model_.layers());
       std::size_t largest = 0;
       for (std::size_t k = 0; k < model_.layers(); ++k)
         largest = std::max(largest, model_.my_block_size(k));
       block_scratch_ = Buffer<std::byte>(largest * std::max(sizeof(float), sizeof(T)));
+      my_block_runs_.resize(model_.layers()); // after the scratch: it marks both as made
     }
     if (my_block_runs_[l].empty() && model_.my_block_size(l) > 0) {
       std::vector<CopyRun> runs;

@@ -26,8 +26,8 @@
 // way; they cost flat size / group size elements per layer and are dropped when weights change.
 //
 // An out-of-order image is unpacked along a run table listed once per layer (zero/core/
-// run_table.hpp), by the kernel of the execution space Exec. Over a stream space (Exec =
-// HostStreamSpace; HostThreads runs everything inline) the layers are consumed by work queued on
+// run_table.hpp), by the kernel of the execution space Exec. Over a stream space (HostStreamSpace,
+// CudaStreamSpace; HostThreads runs everything inline) the layers are consumed by work queued on
 // that stream: acquire(l) returns once the gather's collective completed, with the unpacking of an
 // out-of-order image queued, so the layer is ready for work queued after it (the host reads it
 // after an event). A buffer that release() or an unpacking gives back is reused by a later gather
@@ -430,6 +430,8 @@ class ParameterGather {
       std::copy_n(image.data() + begin, count, s.hpz_piece->data());
     else
       copy(exec_, image.subview(begin, count), s.hpz_piece->view().first(count));
+    // A device communicator not ordered after the stream would read the piece at once.
+    if constexpr (!Memory::host_accessible && !OrderedAfterCaller<Comm, Exec>) exec_.fence();
     s.hpz_valid = true;
   }
 

@@ -113,7 +113,6 @@ class BucketedReducer {
         buckets_left_(layout.layer_count(), 0) {
     for (std::size_t l = 0; l < layout.layer_count(); ++l)
       buffer_limit_ = std::max(buffer_limit_, plan_.buckets_of(l).size() + 1);
-    list_copies();
     require(layout.world_size() == comm.size(),
             "BucketedReducer: the layout is for " + std::to_string(layout.world_size()) +
                 " ranks but the communicator has " + std::to_string(comm.size()));
@@ -137,6 +136,8 @@ class BucketedReducer {
         require(plan_[b].equal_counts,
                 "BucketedReducer: the layout gives ranks blocks of different sizes, which needs a "
                 "communicator with per-rank counts (zero::VariableCountCommunicator)");
+    require_kernel<float>("bucket", options.bucket_dtype);
+    list_copies(); // after the checks: it reads the plan for every rank of the communicator
   }
 
   BucketedReducer(const BucketedReducer&) = delete;
@@ -169,6 +170,7 @@ class BucketedReducer {
                                          std::to_string(expected) + " are needed");
     require(target.mode == Delivery::assign || target.dtype == DType::float32,
             "BucketedReducer: accumulating targets must be float");
+    require_kernel<float>("target", target.dtype);
     target_ = target;
     layer_reduced_ = std::move(layer_reduced);
     active_ = true;
@@ -192,6 +194,7 @@ class BucketedReducer {
     require(grads.size() == numel, "BucketedReducer: layer " + std::to_string(layer) + " has " +
                                        std::to_string(numel) + " gradient elements, got " +
                                        std::to_string(grads.size()));
+    require_kernel<G>("bucket", options_.bucket_dtype);
     arrived_[layer] = true;
     poll();
     for (std::size_t b : plan_.buckets_of(layer)) {
@@ -311,6 +314,27 @@ class BucketedReducer {
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
       using T = decltype(tag);
       convert_along(it->runs, grads, View<T, Memory>(buffer_of<T>(b), plan_[b].elements));
+    });
+  }
+
+  // Refuses, before anything changes, a conversion between From and `other` (a bucket or target
+  // type) that this space has no kernel for, both ways (a device space converts float, half and
+  // bfloat16 only).
+  template <class From>
+  void require_kernel(const char* what, DType other) const {
+    visit_dtype(other, [&](auto tag) {
+      using To = decltype(tag);
+      constexpr bool both_ways =
+          requires(const Exec& e, View<const From, Memory> f, View<To, Memory> t,
+                   View<const To, Memory> tf, View<From, Memory> ft, const RunTable<Memory>& r) {
+        convert_runs(e, f, t, r);
+        convert_runs(e, tf, ft, r);
+      };
+      if constexpr (!both_ways)
+        fail(ErrorKind::unsupported, std::string("BucketedReducer: ") + Exec::name +
+                                         " has no kernel converting between " +
+                                         to_string(dtype_of<From>) + " and the " + what + " type " +
+                                         to_string(dtype_of<To>));
     });
   }
 
