@@ -1,23 +1,47 @@
 #pragma once
-// The GPU tests' staged communicator over the world: two non-blocking streams (the caller's and the
+// The device tests' staged communicator over the world: two streams (the caller's and the
 // transfers'), and helpers that write device buffers asynchronously and read them back. Shared by
-// tests/gpu/staged_test.cpp and tests/gpu/optimizer_store_test.cpp (one MPI world per binary).
+// the tests of this folder (one MPI world per binary).
+//
+// The same sources build twice: against CUDA (label gpu: CudaStreamSpace, cuda memory, run by
+// tools/zero-gpu-check) and, with ZERO_TEST_TWIN, against the CPU twin (DeviceTwinSpace over
+// device_twin memory, in CI on every commit). Written over `DeviceSpace` and `DeviceMemory`, a test
+// reaches its device buffers only through the space's copies, so what passes over the twin is the
+// device code with only the hardware left to try.
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/comm/staged_communicator.hpp>
 #include <zero/core/buffer.hpp>
+#include <zero/core/memory_space.hpp>
+#include <zero/core/view.hpp>
+
+#if ZERO_TEST_TWIN
+#include "comm_test.hpp" // world(), released by the MPI tests' main before MPI is finalised
+
+#include <zero/core/host_stream.hpp>
+#include <zero/core/host_stream_space.hpp>
+#else
 #include <zero/core/cuda_check.hpp>
 #include <zero/core/cuda_stream_space.hpp>
 
 #include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <vector>
 
 namespace zero::testing {
 
-using Staged = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
-
+#if ZERO_TEST_TWIN
+using DeviceSpace = zero::DeviceTwinSpace;
+using DeviceMemory = zero::device_twin;
+struct Streams {
+  zero::HostStream caller{"caller"};
+  zero::HostStream transfer{"transfer"};
+};
+#else
+using DeviceSpace = zero::CudaStreamSpace;
+using DeviceMemory = zero::cuda;
 struct Streams {
   cudaStream_t caller = nullptr;
   cudaStream_t transfer = nullptr;
@@ -30,33 +54,49 @@ struct Streams {
     ZERO_LOG_CUDA(cudaStreamDestroy(transfer));
   }
 };
+#endif
 
+using Staged = zero::StagedCommunicator<DeviceSpace, zero::MpiCommunicator>;
+
+#if !ZERO_TEST_TWIN
 inline zero::MpiCommunicator& world() {
   static zero::MpiCommunicator comm;
   return comm;
 }
+#endif
 
 struct StagedSetup {
   Streams streams;
-  Staged comm{zero::MpiCommunicator(world().boost_communicator()),
-              zero::CudaStreamSpace(streams.caller), zero::CudaStreamSpace(streams.transfer)};
+  Staged comm{zero::MpiCommunicator(world().boost_communicator()), DeviceSpace(streams.caller),
+              DeviceSpace(streams.transfer)};
   int rank = comm.rank();
   int ranks = comm.size();
+
+  DeviceSpace caller() { return DeviceSpace(streams.caller); }
 
   // Writes `host` to `device` on the caller's stream and returns without waiting for it. The
   // pinned source keeps the copy asynchronous (a pageable one may return early too).
   template <class T>
-  void write_async(const std::vector<T>& host, zero::Buffer<T, zero::cuda>& device,
+  void write_async(const std::vector<T>& host, zero::Buffer<T, DeviceMemory>& device,
                    zero::Buffer<T, zero::pinned_host>& pinned) {
     std::copy(host.begin(), host.end(), pinned.data());
-    ZERO_CHECK_CUDA(cudaMemcpyAsync(device.data(), pinned.data(), host.size() * sizeof(T),
-                                    cudaMemcpyHostToDevice, streams.caller));
+    copy(caller(), zero::View<const T, zero::pinned_host>(pinned.data(), host.size()),
+         device.view().first(host.size()));
   }
+  // `host` in a new device buffer, there for every stream on return.
   template <class T>
-  std::vector<T> read(const zero::Buffer<T, zero::cuda>& device) {
+  zero::Buffer<T, DeviceMemory> upload(const std::vector<T>& host) {
+    zero::Buffer<T, DeviceMemory> device(host.size(), zero::uninitialized);
+    copy(caller(), zero::View<const T>(host), device.view());
+    caller().fence();
+    return device;
+  }
+  // The device buffer's values, after the work queued on the caller's stream.
+  template <class T>
+  std::vector<T> read(const zero::Buffer<T, DeviceMemory>& device) {
     std::vector<T> out(device.size());
-    ZERO_CHECK_CUDA(
-        cudaMemcpy(out.data(), device.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    copy(caller(), device.view(), zero::View<T>(out));
+    caller().fence();
     return out;
   }
 };

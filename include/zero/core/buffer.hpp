@@ -86,7 +86,7 @@ class Buffer {
  private:
   void fill_zero() {
     if (size_ == 0) return;
-    if constexpr (Space::host_accessible) {
+    if constexpr (HostBackedSpace<Space>) {
       std::memset(static_cast<void*>(data_), 0, size_bytes());
     } else {
 #if ZERO_HAS_CUDA

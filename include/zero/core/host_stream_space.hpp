@@ -51,6 +51,13 @@ class HostStreamSpace {
 };
 
 namespace detail {
+// The host's view of host-backed memory, for the work a host stream runs (device_twin memory is
+// reached there only, as device memory is by kernels).
+template <class T, HostBackedSpace Space>
+View<T> on_worker(View<T, Space> v) noexcept {
+  return {v.data(), v.size()};
+}
+
 // Fails at the call, before anything is queued, when `from` does not fill `to` exactly.
 inline void require_same_size(const char* operation, std::size_t from, std::size_t to) {
   if (from != to)
@@ -61,7 +68,7 @@ inline void require_same_size(const char* operation, std::size_t from, std::size
 
 // Queues to[i] = From-to-To conversion of from[i].
 template <Element From, Element To, class Space>
-requires Space::host_accessible void convert(const HostStreamSpace& space,
+requires HostBackedSpace<Space> void convert(const HostStreamSpace& space,
                                              View<const From, Space> from, View<To, Space> to) {
   detail::require_same_size("convert", from.size(), to.size());
   space.stream().enqueue("convert " + std::to_string(from.size()) + " " +
@@ -71,7 +78,7 @@ requires Space::host_accessible void convert(const HostStreamSpace& space,
 
 // Queues to[i] += float(from[i]).
 template <Element From, class Space>
-requires Space::host_accessible void
+requires HostBackedSpace<Space> void
 accumulate(const HostStreamSpace& space, View<const From, Space> from, View<float, Space> to) {
   detail::require_same_size("accumulate", from.size(), to.size());
   space.stream().enqueue("accumulate " + std::to_string(from.size()) + " " +
@@ -82,17 +89,17 @@ accumulate(const HostStreamSpace& space, View<const From, Space> from, View<floa
 // Queues every byte of `to` set to zero (the stores' clear(): float and half zero are all-zero
 // bits).
 template <class T, class Space>
-requires(std::is_trivially_copyable_v<T>&& Space::host_accessible) void fill_zero(
+requires(std::is_trivially_copyable_v<T>&& HostBackedSpace<Space>) void fill_zero(
     const HostStreamSpace& space, View<T, Space> to) {
   space.stream().enqueue("fill_zero " + std::to_string(to.size_bytes()) + " bytes", [to] {
     if (!to.empty()) std::memset(static_cast<void*>(to.data()), 0, to.size_bytes());
   });
 }
 
-// Queues a copy of `from` into `to` (host-accessible memory on both sides).
+// Queues a copy of `from` into `to` (host-accessible or device_twin memory on both sides).
 template <class T, class FromSpace, class ToSpace>
-requires(std::is_trivially_copyable_v<T>&& FromSpace::host_accessible&&
-             ToSpace::host_accessible) void copy(const HostStreamSpace& space,
+requires(std::is_trivially_copyable_v<T>&& HostBackedSpace<FromSpace>&&
+             HostBackedSpace<ToSpace>) void copy(const HostStreamSpace& space,
                                                  View<const T, FromSpace> from,
                                                  View<T, ToSpace> to) {
   detail::require_same_size("copy", from.size(), to.size());
@@ -103,10 +110,10 @@ requires(std::is_trivially_copyable_v<T>&& FromSpace::host_accessible&&
 
 // Queues to[run.to + i] = From-to-To conversion of from[run.from + i] along the table (zeros for
 // its zero runs). The table must outlive the queued work, as the views' buffers must.
-template <Element From, Element To, class Space>
-requires Space::host_accessible void convert_runs(const HostStreamSpace& space,
+template <Element From, Element To, class Space, HostBackedSpace TableSpace>
+requires HostBackedSpace<Space> void convert_runs(const HostStreamSpace& space,
                                                   View<const From, Space> from, View<To, Space> to,
-                                                  const RunTable<host>& table) {
+                                                  const RunTable<TableSpace>& table) {
   detail::require_fits("convert_runs", table, from.size(), to.size());
   space.stream().enqueue("convert_runs " + std::to_string(table.elements()) + " " +
                              to_string(dtype_of<From>) + " to " + to_string(dtype_of<To>),
@@ -116,11 +123,11 @@ requires Space::host_accessible void convert_runs(const HostStreamSpace& space,
 }
 
 // Queues to[run.to + i] += float(from[run.from + i]) along the table.
-template <Element From, class Space>
-requires Space::host_accessible void accumulate_runs(const HostStreamSpace& space,
+template <Element From, class Space, HostBackedSpace TableSpace>
+requires HostBackedSpace<Space> void accumulate_runs(const HostStreamSpace& space,
                                                      View<const From, Space> from,
                                                      View<float, Space> to,
-                                                     const RunTable<host>& table) {
+                                                     const RunTable<TableSpace>& table) {
   detail::require_fits("accumulate_runs", table, from.size(), to.size());
   space.stream().enqueue("accumulate_runs " + std::to_string(table.elements()) + " " +
                              to_string(dtype_of<From>) + " into float",
@@ -141,5 +148,23 @@ inline void wait(const HostStreamSpace& space, const HostEvent& event) {
 }
 
 static_assert(StreamSpace<HostStreamSpace>);
+
+// DeviceTwinSpace: a host stream whose memory is device_twin, the CPU twin of CudaStreamSpace and
+// its device memory. Its kernels, copies, events and fence are HostStreamSpace's; what changes is
+// the type of the memory it owns: host code cannot index it, a host communicator does not take it
+// (a StagedCommunicator<DeviceTwinSpace> carries it through pinned memory, as on a GPU), and a
+// store placed in it must reach it through the stream. Code that compiles and passes over this
+// space is the device path with only the hardware left to try.
+class DeviceTwinSpace : public HostStreamSpace {
+ public:
+  using execution_space = DeviceTwinSpace;
+  using memory_space = device_twin;
+  static constexpr const char* name = "device_twin_stream";
+
+  using HostStreamSpace::HostStreamSpace;
+  DeviceTwinSpace() = default; // the default host stream
+};
+
+static_assert(StreamSpace<DeviceTwinSpace>);
 
 } // namespace zero

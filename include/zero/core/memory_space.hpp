@@ -84,6 +84,19 @@ struct cuda {
   }
 };
 
+// device_twin: host memory typed as a device's (not host-accessible), the CPU twin of `cuda`. Host
+// code cannot index it (View and Buffer refuse at compile time), so code that compiles over it
+// touches it only through an execution space's kernels and copies, as device memory must be;
+// DeviceTwinSpace (zero/core/host_stream_space.hpp), a host stream over it, runs that code in CI.
+struct device_twin {
+  using memory_space = device_twin;
+  static constexpr bool host_accessible = false;
+  static constexpr bool host_backed = true; // a host stream's kernels reach it
+  static constexpr const char* name = "device_twin";
+  static void* allocate(std::size_t bytes) { return detail::aligned_host_allocate(bytes); }
+  static void deallocate(void* p, std::size_t) noexcept { std::free(p); }
+};
+
 template <class S>
 concept MemorySpace = requires(void* p, std::size_t bytes) {
   typename S::memory_space;
@@ -96,6 +109,13 @@ concept MemorySpace = requires(void* p, std::size_t bytes) {
 
 template <class S>
 concept HostAccessibleSpace = MemorySpace<S> && S::host_accessible;
+
+// Memory in the host's address space: host-accessible, or device_twin, which only the kernels and
+// copies of a host stream reach.
+template <class S>
+concept HostBackedSpace = MemorySpace<S> &&(S::host_accessible || requires {
+  requires S::host_backed;
+});
 
 // The memory space of a buffer-like type: its `memory_space` member, or `host` for standard
 // containers and spans.

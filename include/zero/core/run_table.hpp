@@ -69,7 +69,7 @@ class RunTable {
     require_disjoint_destinations(cut);
     runs_ = Buffer<CopyRun, Space>(cut.size(), uninitialized);
     if (cut.empty()) return;
-    if constexpr (Space::host_accessible) {
+    if constexpr (HostBackedSpace<Space>) {
       std::memcpy(runs_.data(), cut.data(), cut.size() * sizeof(CopyRun));
     } else {
 #if ZERO_HAS_CUDA
@@ -87,8 +87,8 @@ class RunTable {
   View<const CopyRun, Space> runs() const noexcept {
     return runs_.view();
   }
-  // The same runs, for host loops.
-  std::span<const CopyRun> host_runs() const noexcept requires(Space::host_accessible) {
+  // The same runs, for host loops (a host stream's, over device_twin memory).
+  std::span<const CopyRun> host_runs() const noexcept requires HostBackedSpace<Space> {
     return {runs_.data(), runs_.size()};
   }
   std::size_t size() const noexcept {

@@ -49,7 +49,7 @@ void require_step_arguments(View<float, Space> master,
 
 // Queues master, state and low_precision (empty: no compute copy) updated by `update` from
 // grad * grad_multiplier on the space's stream, as fused_step(HostThreads{}, ...) does at once.
-template <ElementwiseUpdate U, class G, HostAccessibleSpace Space, class Out = half>
+template <ElementwiseUpdate U, class G, HostBackedSpace Space, class Out = half>
 requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
 void fused_step(const HostStreamSpace& space, const U& update, View<float, Space> master,
                 const std::array<View<float, Space>, U::state_tensors>& state, View<G, Space> grad,
@@ -58,7 +58,12 @@ void fused_step(const HostStreamSpace& space, const U& update, View<float, Space
   space.stream().enqueue("fused_step of " + std::to_string(master.size()) + " elements (" +
                              to_string(dtype_of<std::remove_const_t<G>>) + " gradients)",
                          [update, master, state, grad, grad_multiplier, low_precision] {
-                           fused_step(update, master, state, grad, grad_multiplier, low_precision);
+                           std::array<View<float>, U::state_tensors> on_host;
+                           for (std::size_t i = 0; i < on_host.size(); ++i)
+                             on_host[i] = detail::on_worker(state[i]);
+                           fused_step(update, detail::on_worker(master), on_host,
+                                      detail::on_worker(grad), grad_multiplier,
+                                      detail::on_worker(low_precision));
                          });
 }
 

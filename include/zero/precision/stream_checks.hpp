@@ -46,20 +46,21 @@ std::string checked_elements(std::size_t n) {
 } // namespace detail
 
 // Queues: found[0] = 1 when any of `grads` is NaN or infinite (has_overflow's test, on the bits).
-template <class G, HostAccessibleSpace Space, HostAccessibleSpace SlotSpace>
+template <class G, HostBackedSpace Space, HostBackedSpace SlotSpace>
 requires GradientElement<std::remove_const_t<G>>
 void flag_nonfinite(const HostStreamSpace& space, View<G, Space> grads,
                     View<int, SlotSpace> found_nonfinite) {
   detail::require_result_slot("flag_nonfinite", found_nonfinite.size());
   space.stream().enqueue("flag_nonfinite over " + detail::checked_elements<G>(grads.size()),
                          [grads, found_nonfinite] {
-                           if (has_overflow(grads)) found_nonfinite[0] = 1;
+                           if (has_overflow(detail::on_worker(grads)))
+                             detail::on_worker(found_nonfinite)[0] = 1;
                          });
 }
 
 // Queues: grads[i] *= factor, and found[0] = 1 when any stored result is NaN or infinite
 // (unscale_and_check's pass). The factor is 1 / loss scale: finite, checked at the call.
-template <GradientElement G, HostAccessibleSpace Space, HostAccessibleSpace SlotSpace>
+template <GradientElement G, HostBackedSpace Space, HostBackedSpace SlotSpace>
 void unscale_and_flag_nonfinite(const HostStreamSpace& space, View<G, Space> grads, float factor,
                                 View<int, SlotSpace> found_nonfinite) {
   detail::require_result_slot("unscale_and_flag_nonfinite", found_nonfinite.size());
@@ -67,20 +68,23 @@ void unscale_and_flag_nonfinite(const HostStreamSpace& space, View<G, Space> gra
   space.stream().enqueue("unscale_and_flag_nonfinite over " +
                              detail::checked_elements<G>(grads.size()),
                          [grads, factor, found_nonfinite] {
-                           if (unscale_and_check(grads, factor)) found_nonfinite[0] = 1;
+                           if (unscale_and_check(detail::on_worker(grads), factor))
+                             detail::on_worker(found_nonfinite)[0] = 1;
                          });
 }
 
 // Queues: sum[0] += sum_of_squares(grads), in fp64 (NaN or infinite when any element is, which
 // makes the sum an overflow check too: the engine's single all-reduce relies on that).
-template <class G, HostAccessibleSpace Space, HostAccessibleSpace SlotSpace>
+template <class G, HostBackedSpace Space, HostBackedSpace SlotSpace>
 requires GradientElement<std::remove_const_t<G>>
 void accumulate_sum_of_squares(const HostStreamSpace& space, View<G, Space> grads,
                                View<double, SlotSpace> sum) {
   detail::require_result_slot("accumulate_sum_of_squares", sum.size());
   space.stream().enqueue("accumulate_sum_of_squares over " +
                              detail::checked_elements<G>(grads.size()),
-                         [grads, sum] { sum[0] += sum_of_squares(grads); });
+                         [grads, sum] {
+                           detail::on_worker(sum)[0] += sum_of_squares(detail::on_worker(grads));
+                         });
 }
 
 } // namespace zero
