@@ -28,6 +28,8 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 namespace zero::testing {
@@ -35,9 +37,12 @@ namespace zero::testing {
 #if ZERO_TEST_TWIN
 using DeviceSpace = zero::DeviceTwinSpace;
 using DeviceMemory = zero::device_twin;
+// caller: the communicator's caller stream; transfer: its copies; compute: a stream of the code
+// under test that is not the communicator's caller (which must then point it at its own).
 struct Streams {
   zero::HostStream caller{"caller"};
   zero::HostStream transfer{"transfer"};
+  zero::HostStream compute{"compute"};
 };
 #else
 using DeviceSpace = zero::CudaStreamSpace;
@@ -45,13 +50,16 @@ using DeviceMemory = zero::cuda;
 struct Streams {
   cudaStream_t caller = nullptr;
   cudaStream_t transfer = nullptr;
+  cudaStream_t compute = nullptr;
   Streams() {
     ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
     ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&transfer, cudaStreamNonBlocking));
+    ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   }
   ~Streams() {
     ZERO_LOG_CUDA(cudaStreamDestroy(caller));
     ZERO_LOG_CUDA(cudaStreamDestroy(transfer));
+    ZERO_LOG_CUDA(cudaStreamDestroy(compute));
   }
 };
 #endif
@@ -73,6 +81,7 @@ struct StagedSetup {
   int ranks = comm.size();
 
   DeviceSpace caller() { return DeviceSpace(streams.caller); }
+  DeviceSpace compute() { return DeviceSpace(streams.compute); }
 
   // Writes `host` to `device` on the caller's stream and returns without waiting for it. The
   // pinned source keeps the copy asynchronous (a pageable one may return early too).
@@ -99,6 +108,35 @@ struct StagedSetup {
     caller().fence();
     return out;
   }
+};
+
+// Over the twin, with `held`: the compute stream starts no work for 150 ms, from now (a thread
+// releases it), so that work ordered wrongly after it runs before it, every run. On a GPU it does
+// nothing. The thread is joined when the hold goes, so that a failed assertion ends the test and
+// not the process.
+class ComputeHold {
+ public:
+  ComputeHold([[maybe_unused]] StagedSetup& s, [[maybe_unused]] bool held) {
+#if ZERO_TEST_TWIN
+    if (held)
+      releaser_ = std::thread([hold = s.streams.compute.hold()]() mutable {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        hold.release();
+      });
+#endif
+  }
+  ComputeHold(const ComputeHold&) = delete;
+  ComputeHold& operator=(const ComputeHold&) = delete;
+  ~ComputeHold() {
+    ended();
+  }
+  // Returns once the hold has ended.
+  void ended() {
+    if (releaser_.joinable()) releaser_.join();
+  }
+
+ private:
+  std::thread releaser_;
 };
 
 } // namespace zero::testing

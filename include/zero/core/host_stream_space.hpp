@@ -50,6 +50,12 @@ class HostStreamSpace {
   HostStream* stream_;
 };
 
+// HostStreamSpace or a space built on it (DeviceTwinSpace). Their kernels below take the memory the
+// space can access (can_access), as CUDA's take device memory only: host-accessible memory on a
+// plain host stream, device_twin on the twin. Copies take any host-backed memory on both sides.
+template <class S>
+concept HostStreamBased = std::derived_from<S, HostStreamSpace>;
+
 namespace detail {
 // The host's view of host-backed memory, for the work a host stream runs (device_twin memory is
 // reached there only, as device memory is by kernels).
@@ -67,9 +73,9 @@ inline void require_same_size(const char* operation, std::size_t from, std::size
 } // namespace detail
 
 // Queues to[i] = From-to-To conversion of from[i].
-template <Element From, Element To, class Space>
-requires HostBackedSpace<Space> void convert(const HostStreamSpace& space,
-                                             View<const From, Space> from, View<To, Space> to) {
+template <Element From, Element To, class Space, HostStreamBased S>
+requires can_access<S, Space>
+void convert(const S& space, View<const From, Space> from, View<To, Space> to) {
   detail::require_same_size("convert", from.size(), to.size());
   space.stream().enqueue("convert " + std::to_string(from.size()) + " " +
                              to_string(dtype_of<From>) + " to " + to_string(dtype_of<To>),
@@ -77,9 +83,9 @@ requires HostBackedSpace<Space> void convert(const HostStreamSpace& space,
 }
 
 // Queues to[i] += float(from[i]).
-template <Element From, class Space>
-requires HostBackedSpace<Space> void
-accumulate(const HostStreamSpace& space, View<const From, Space> from, View<float, Space> to) {
+template <Element From, class Space, HostStreamBased S>
+requires can_access<S, Space>
+void accumulate(const S& space, View<const From, Space> from, View<float, Space> to) {
   detail::require_same_size("accumulate", from.size(), to.size());
   space.stream().enqueue("accumulate " + std::to_string(from.size()) + " " +
                              to_string(dtype_of<From>) + " into float",
@@ -88,19 +94,18 @@ accumulate(const HostStreamSpace& space, View<const From, Space> from, View<floa
 
 // Queues every byte of `to` set to zero (the stores' clear(): float and half zero are all-zero
 // bits).
-template <class T, class Space>
-requires(std::is_trivially_copyable_v<T>&& HostBackedSpace<Space>) void fill_zero(
-    const HostStreamSpace& space, View<T, Space> to) {
+template <class T, class Space, HostStreamBased S>
+requires(std::is_trivially_copyable_v<T>&& can_access<S, Space>) void fill_zero(const S& space,
+                                                                                View<T, Space> to) {
   space.stream().enqueue("fill_zero " + std::to_string(to.size_bytes()) + " bytes", [to] {
     if (!to.empty()) std::memset(static_cast<void*>(to.data()), 0, to.size_bytes());
   });
 }
 
 // Queues a copy of `from` into `to` (host-accessible or device_twin memory on both sides).
-template <class T, class FromSpace, class ToSpace>
+template <class T, class FromSpace, class ToSpace, HostStreamBased S>
 requires(std::is_trivially_copyable_v<T>&& HostBackedSpace<FromSpace>&&
-             HostBackedSpace<ToSpace>) void copy(const HostStreamSpace& space,
-                                                 View<const T, FromSpace> from,
+             HostBackedSpace<ToSpace>) void copy(const S& space, View<const T, FromSpace> from,
                                                  View<T, ToSpace> to) {
   detail::require_same_size("copy", from.size(), to.size());
   space.stream().enqueue("copy " + std::to_string(from.size_bytes()) + " bytes", [from, to] {
@@ -110,10 +115,10 @@ requires(std::is_trivially_copyable_v<T>&& HostBackedSpace<FromSpace>&&
 
 // Queues to[run.to + i] = From-to-To conversion of from[run.from + i] along the table (zeros for
 // its zero runs). The table must outlive the queued work, as the views' buffers must.
-template <Element From, Element To, class Space, HostBackedSpace TableSpace>
-requires HostBackedSpace<Space> void convert_runs(const HostStreamSpace& space,
-                                                  View<const From, Space> from, View<To, Space> to,
-                                                  const RunTable<TableSpace>& table) {
+template <Element From, Element To, class Space, class TableSpace, HostStreamBased S>
+requires(can_access<S, Space>&& can_access<S, TableSpace>) void convert_runs(
+    const S& space, View<const From, Space> from, View<To, Space> to,
+    const RunTable<TableSpace>& table) {
   detail::require_fits("convert_runs", table, from.size(), to.size());
   space.stream().enqueue("convert_runs " + std::to_string(table.elements()) + " " +
                              to_string(dtype_of<From>) + " to " + to_string(dtype_of<To>),
@@ -123,11 +128,10 @@ requires HostBackedSpace<Space> void convert_runs(const HostStreamSpace& space,
 }
 
 // Queues to[run.to + i] += float(from[run.from + i]) along the table.
-template <Element From, class Space, HostBackedSpace TableSpace>
-requires HostBackedSpace<Space> void accumulate_runs(const HostStreamSpace& space,
-                                                     View<const From, Space> from,
-                                                     View<float, Space> to,
-                                                     const RunTable<TableSpace>& table) {
+template <Element From, class Space, class TableSpace, HostStreamBased S>
+requires(can_access<S, Space>&& can_access<S, TableSpace>) void accumulate_runs(
+    const S& space, View<const From, Space> from, View<float, Space> to,
+    const RunTable<TableSpace>& table) {
   detail::require_fits("accumulate_runs", table, from.size(), to.size());
   space.stream().enqueue("accumulate_runs " + std::to_string(table.elements()) + " " +
                              to_string(dtype_of<From>) + " into float",

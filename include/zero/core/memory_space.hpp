@@ -113,9 +113,8 @@ concept HostAccessibleSpace = MemorySpace<S> && S::host_accessible;
 // Memory in the host's address space: host-accessible, or device_twin, which only the kernels and
 // copies of a host stream reach.
 template <class S>
-concept HostBackedSpace = MemorySpace<S> &&(S::host_accessible || requires {
-  requires S::host_backed;
-});
+concept HostBackedSpace = MemorySpace<S> &&
+    (S::host_accessible || requires { requires S::host_backed; });
 
 // The memory space of a buffer-like type: its `memory_space` member, or `host` for standard
 // containers and spans.

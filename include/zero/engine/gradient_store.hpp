@@ -19,9 +19,12 @@
 //
 // Over a stream space (Exec) the local accumulation, the reducer's packing and delivery and the
 // layers' sums are queued in stream order; the host waits only where it reads or writes itself.
-// Backward may write gradients(l) from the host (the memory is host-accessible): gradients(l)
-// returns once the work queued on a gradient by the previous ready() has run, as a kernel on the
-// stream would be ordered after it.
+// The gradients may live in the stream space's memory (device memory over CudaStreamSpace,
+// device_twin over DeviceTwinSpace): backward writes them with work on the stream, every pass over
+// them is queued there, and stage 0's in-place all-reduce starts after that work (its communicator
+// pointed at the stream). In host-accessible memory backward may write gradients(l) from the host:
+// gradients(l) then returns once the work queued on a gradient by the previous ready() has run, as
+// a kernel on the stream would be ordered after it.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/execution_space.hpp"
@@ -54,9 +57,17 @@
 namespace zero {
 
 template <Element T, KeptState Reduced, KeptState Written, Communicator Comm, ExecutionSpace Exec>
-requires HostAccessibleSpace<typename Reduced::space> &&
-    std::same_as<typename Reduced::space, typename Written::space>
-class GradientStore {
+requires std::same_as<typename Reduced::space, typename Written::space> &&
+    (HostAccessibleSpace<typename Reduced::space> ||
+     (StreamSpace<Exec> &&
+      std::same_as<typename Reduced::space, typename Exec::memory_space>)) class GradientStore {
+  using Memory = typename Reduced::space;
+  // The views handed out and passed on: host views of host-accessible memory, else the space's.
+  using ViewMemory = std::conditional_t<Memory::host_accessible, host, Memory>;
+  template <class U>
+  static View<U, ViewMemory> viewed(View<U, Memory> v) noexcept {
+    return {v.data(), v.size()};
+  }
   using Strategy = std::conditional_t<Reduced::sharded, ReduceScatterGradients, AllReduceGradients>;
   using Replica = ReplicatedIn<typename Reduced::space>;
   // What a rank reduces into: its shard, or (stage 0) the whole model.
@@ -72,13 +83,18 @@ class GradientStore {
     require(!options.quantized_gradients || Reduced::sharded,
             "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
             "gradients' reduce-scatter, and stage 0 all-reduces them; use stage 1, 2 or 3");
+    // In device memory the norm's tables are built here, not while backward runs (their upload
+    // waits for the device).
+    if constexpr (!Memory::host_accessible && !Reduced::sharded)
+      for (std::size_t l = 0; l < model.layers(); ++l)
+        if (!model.images.in_order(l)) my_block_runs(l);
     const bool accumulating = options.gradient_accumulation_steps > 1;
     accumulate_locally_ = accumulating && !Written::sharded && !options.deterministic;
-    if constexpr (!Written::sharded) written_.emplace(shard, model.replica);
+    if constexpr (!Written::sharded) written_.emplace(shard, model.replica, layout_agreed);
     DType bucket_dtype = options.reduction_dtype();
     ReduceTarget target;
     if (accumulate_locally_) {
-      accumulator_.emplace(shard, model.replica);
+      accumulator_.emplace(shard, model.replica, layout_agreed);
       bucket_dtype = DType::float32;
       if constexpr (Reduced::sharded)
         target = owned_target(make_owned<float>(), Delivery::assign);
@@ -90,9 +106,9 @@ class GradientStore {
       if constexpr (!Reduced::sharded) {
         // Stage 0 reduces the gradient where backward wrote it: no bucket copies.
         target = owned_target(&*written_, Delivery::assign);
-        in_place_ = std::make_unique<InPlaceAllReduce<Comm, T>>(
-            shard, *model.sharded, written_->local(), options.reduce_bucket_elements, ReduceOp::avg,
-            options.overlap_comm);
+        in_place_ = std::make_unique<InPlaceAllReduce<Comm, T, Exec>>(
+            shard, *model.sharded, viewed(written_->local()), options.reduce_bucket_elements,
+            ReduceOp::avg, options.overlap_comm, exec);
         target_ = target;
         return;
       }
@@ -114,26 +130,27 @@ class GradientStore {
   GradientStore& operator=(const GradientStore&) = delete;
 
   // Where backward writes layer l's gradient (its parameters in order): every element. Over a
-  // stream space, once the queued work that reads the gradients handed over so far has run.
-  View<T> gradients(std::size_t l) {
-    if constexpr (StreamSpace<Exec>) handed_over_.last.synchronize();
+  // stream space, in host memory, once the queued work that reads the gradients handed over so far
+  // has run; in the space's memory at once (backward's writes are queued after that work).
+  View<T, ViewMemory> gradients(std::size_t l) {
+    if constexpr (StreamSpace<Exec> && Memory::host_accessible) handed_over_.last.synchronize();
     return gradient_buffer(l);
   }
 
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void ready(std::size_t l, MicroSteps::Arrival arrival) {
     if (arrival.opens_micro_step) begin_micro_step(arrival.in_last_micro_step);
-    const View<const T> grads = gradient_buffer(l);
+    const View<const T, ViewMemory> grads = gradient_buffer(l);
     if (accumulate_locally_) {
-      const View<float> sum = accumulator_->block(l).first(grads.size());
+      const View<float, ViewMemory> sum = viewed(accumulator_->block(l)).first(grads.size());
       accumulate(exec_, grads, sum);
-      if (arrival.in_last_micro_step) reducer_->add(l, View<const float>(sum));
+      if (arrival.in_last_micro_step) reducer_->add(l, View<const float, ViewMemory>(sum));
     } else if (in_place_) {
       in_place_->add(l);
     } else {
       reducer_->add(l, grads);
     }
-    if constexpr (StreamSpace<Exec>) record(exec_, handed_over_.last);
+    if constexpr (StreamSpace<Exec> && Memory::host_accessible) record(exec_, handed_over_.last);
     if constexpr (Written::sharded) scratch_.release(l);
   }
 
@@ -179,9 +196,10 @@ class GradientStore {
 
   // After the step: accumulators start from zero, norms are taken anew.
   void clear() {
-    if (accumulator_) zero_fill(accumulator_->local());
+    if (accumulator_) zero_fill(viewed(accumulator_->local()));
     if (target_.mode == Delivery::accumulate)
-      std::memset(target_.data, 0, target_.size * size_of(target_.dtype));
+      zero_fill(View<std::byte, ViewMemory>(static_cast<std::byte*>(target_.data),
+                                            target_.size * size_of(target_.dtype)));
     std::fill(summed_.begin(), summed_.end(), false);
   }
 
@@ -201,13 +219,13 @@ class GradientStore {
   }
 
  private:
-  View<T> gradient_buffer(std::size_t l) {
+  View<T, ViewMemory> gradient_buffer(std::size_t l) {
     const std::size_t numel = model_.sharded->layer(l).numel;
     if (numel == 0) return {}; // nothing to write, nothing to hand over
     if constexpr (!Written::sharded)
-      return written_->block(l).first(numel);
+      return viewed(written_->block(l)).first(numel);
     else
-      return scratch_[l].view().first(numel);
+      return viewed(scratch_[l].view()).first(numel);
   }
 
   static std::size_t largest_layer(const ModelLayout& model) {
@@ -216,9 +234,14 @@ class GradientStore {
       largest = std::max(largest, model.sharded->layer(l).numel);
     return largest;
   }
+  // On the host in host memory (nothing queued reads it: the step has waited), else queued.
   template <class U>
-  static void zero_fill(View<U> v) {
-    if (!v.empty()) std::memset(static_cast<void*>(v.data()), 0, v.size_bytes());
+  void zero_fill(View<U, ViewMemory> v) {
+    if constexpr (Memory::host_accessible) {
+      if (!v.empty()) std::memset(static_cast<void*>(v.data()), 0, v.size_bytes());
+    } else {
+      fill_zero(exec_, v);
+    }
   }
 
   template <class U>
@@ -230,7 +253,8 @@ class GradientStore {
         return owned_compute_;
     }
     ();
-    slot.emplace(comm_, std::is_same_v<Owned, Replica> ? model_.replica : model_.sharded);
+    slot.emplace(comm_, std::is_same_v<Owned, Replica> ? model_.replica : model_.sharded,
+                 layout_agreed);
     return &*slot;
   }
   template <class U>
@@ -239,7 +263,7 @@ class GradientStore {
       reduced_.template emplace<0>(tensor);
     else
       reduced_.template emplace<1>(tensor);
-    const View<U> all = tensor->local();
+    const View<U, Memory> all = tensor->local();
     return {all.data(), dtype_of<U>, all.size(), mode};
   }
 
@@ -261,7 +285,7 @@ class GradientStore {
     visit_reduced([&](auto& reduced) {
       using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
       if constexpr (GradientElement<G>) {
-        const View<const G> owned = reduced.block(l);
+        const View<const G, ViewMemory> owned = viewed(std::as_const(reduced).block(l));
         if constexpr (Reduced::sharded) {
           sum_block(l, owned);
         } else if (model_.images.in_order(l)) {
@@ -271,10 +295,11 @@ class GradientStore {
           // This rank's block of an out-of-order image, packed along the layer's run table into
           // a scratch block (in stream order, after the deliveries; the next layer's packing
           // into it is queued after this sum) and summed there.
-          const RunTable<>& runs = my_block_runs(l); // first: it allocates the scratch
-          const View<G> block(reinterpret_cast<G*>(block_scratch_.data()), model_.my_block_size(l));
+          const RunTable<ViewMemory>& runs = my_block_runs(l); // first: it allocates the scratch
+          const View<G, ViewMemory> block(reinterpret_cast<G*>(block_scratch_.data()),
+                                          model_.my_block_size(l));
           convert_runs(exec_, owned, block, runs);
-          sum_block(l, View<const G>(block));
+          sum_block(l, View<const G, ViewMemory>(block));
         }
       }
     });
@@ -283,18 +308,18 @@ class GradientStore {
 
   // Stages 0/1, out-of-order images: the copies that pack this rank's block of layer l from the
   // layer's parameters in order, listed at the first use (with the scratch they pack into).
-  const RunTable<>& my_block_runs(std::size_t l) {
+  const RunTable<ViewMemory>& my_block_runs(std::size_t l) {
     if (my_block_runs_.empty()) {
       std::size_t largest = 0;
       for (std::size_t k = 0; k < model_.layers(); ++k)
         largest = std::max(largest, model_.my_block_size(k));
-      block_scratch_ = Buffer<std::byte>(largest * std::max(sizeof(float), sizeof(T)));
+      block_scratch_ = Buffer<std::byte, ViewMemory>(largest * std::max(sizeof(float), sizeof(T)));
       my_block_runs_.resize(model_.layers()); // after the scratch: it marks both as made
     }
     if (my_block_runs_[l].empty() && model_.my_block_size(l) > 0) {
       std::vector<CopyRun> runs;
       model_.images.append_pack_runs(l, model_.my_flat_range(l), 0, runs);
-      my_block_runs_[l] = RunTable<>(runs);
+      my_block_runs_[l] = RunTable<ViewMemory>(runs);
     }
     return my_block_runs_[l];
   }
@@ -303,7 +328,7 @@ class GradientStore {
   // queued into the layer's slot (the host's bits: the slot starts at zero and gets one sum), read
   // back with every other queued slot by read_queued_sums().
   template <class G>
-  void sum_block(std::size_t l, View<const G> block) {
+  void sum_block(std::size_t l, View<const G, ViewMemory> block) {
     if constexpr (StreamSpace<Exec>) {
       auto& q = queued_sums_;
       fill_zero(exec_, q.slots.view().subview(l, 1));
@@ -355,7 +380,7 @@ class GradientStore {
   const ModelLayout& model_;
   Exec exec_;
   std::optional<ShardedTensor<T, Replica>> written_;         // stages 0/1: the full gradient
-  detail::LayerScratch<T> scratch_;                          // stages 2/3
+  detail::LayerScratch<T, ViewMemory> scratch_;              // stages 2/3
   std::optional<ShardedTensor<float, Replica>> accumulator_; // stages 0/1, accumulating locally
   std::optional<OwnedTensor<float>> owned_float_;
   std::optional<OwnedTensor<T>> owned_compute_;
@@ -364,11 +389,11 @@ class GradientStore {
   ReduceTarget target_;
   using Reducer = BucketedReducer<Comm, Strategy, Exec>;
   std::unique_ptr<Reducer> reducer_; // or, for stage 0:
-  std::unique_ptr<InPlaceAllReduce<Comm, T>> in_place_;
+  std::unique_ptr<InPlaceAllReduce<Comm, T, Exec>> in_place_;
   bool reducing_ = false;
   std::vector<double> layer_sums_;
-  std::vector<RunTable<>> my_block_runs_; // stages 0/1, out-of-order images: see my_block_runs()
-  Buffer<std::byte> block_scratch_;
+  std::vector<RunTable<ViewMemory>> my_block_runs_; // stages 0/1, out-of-order: my_block_runs()
+  Buffer<std::byte, ViewMemory> block_scratch_;
   std::vector<bool> summed_;
   [[no_unique_address]] QueuedSums<Exec> queued_sums_;
   [[no_unique_address]] HandedOver<Exec> handed_over_;

@@ -48,7 +48,7 @@ struct parameter_store_for {
 };
 template <class T, class K, class Updated, class Comm, class Exec>
 struct parameter_store_for<T, K, Updated, Comm, Exec, false> {
-  using type = ReplicatedParameters<T, Updated, Comm, typename K::space>;
+  using type = ReplicatedParameters<T, Updated, Comm, typename K::space, Exec>;
 };
 template <class T, class Partitioner, class Updated, class Comm, class Exec>
 struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true>;

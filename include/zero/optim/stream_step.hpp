@@ -49,9 +49,9 @@ void require_step_arguments(View<float, Space> master,
 
 // Queues master, state and low_precision (empty: no compute copy) updated by `update` from
 // grad * grad_multiplier on the space's stream, as fused_step(HostThreads{}, ...) does at once.
-template <ElementwiseUpdate U, class G, HostBackedSpace Space, class Out = half>
-requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
-void fused_step(const HostStreamSpace& space, const U& update, View<float, Space> master,
+template <ElementwiseUpdate U, class G, class Space, class Out = half, HostStreamBased S>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out> && can_access<S, Space>
+void fused_step(const S& space, const U& update, View<float, Space> master,
                 const std::array<View<float, Space>, U::state_tensors>& state, View<G, Space> grad,
                 float grad_multiplier = 1.0f, View<Out, Space> low_precision = {}) {
   detail::require_step_arguments(master, state, grad, grad_multiplier, low_precision);

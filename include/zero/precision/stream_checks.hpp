@@ -46,10 +46,9 @@ std::string checked_elements(std::size_t n) {
 } // namespace detail
 
 // Queues: found[0] = 1 when any of `grads` is NaN or infinite (has_overflow's test, on the bits).
-template <class G, HostBackedSpace Space, HostBackedSpace SlotSpace>
-requires GradientElement<std::remove_const_t<G>>
-void flag_nonfinite(const HostStreamSpace& space, View<G, Space> grads,
-                    View<int, SlotSpace> found_nonfinite) {
+template <class G, class Space, class SlotSpace, HostStreamBased S>
+requires GradientElement<std::remove_const_t<G>> && can_access<S, Space> && can_access<S, SlotSpace>
+void flag_nonfinite(const S& space, View<G, Space> grads, View<int, SlotSpace> found_nonfinite) {
   detail::require_result_slot("flag_nonfinite", found_nonfinite.size());
   space.stream().enqueue("flag_nonfinite over " + detail::checked_elements<G>(grads.size()),
                          [grads, found_nonfinite] {
@@ -60,8 +59,9 @@ void flag_nonfinite(const HostStreamSpace& space, View<G, Space> grads,
 
 // Queues: grads[i] *= factor, and found[0] = 1 when any stored result is NaN or infinite
 // (unscale_and_check's pass). The factor is 1 / loss scale: finite, checked at the call.
-template <GradientElement G, HostBackedSpace Space, HostBackedSpace SlotSpace>
-void unscale_and_flag_nonfinite(const HostStreamSpace& space, View<G, Space> grads, float factor,
+template <GradientElement G, class Space, class SlotSpace, HostStreamBased S>
+requires can_access<S, Space> && can_access<S, SlotSpace>
+void unscale_and_flag_nonfinite(const S& space, View<G, Space> grads, float factor,
                                 View<int, SlotSpace> found_nonfinite) {
   detail::require_result_slot("unscale_and_flag_nonfinite", found_nonfinite.size());
   require(std::isfinite(factor), "unscale_and_flag_nonfinite: the factor must be finite");
@@ -75,16 +75,13 @@ void unscale_and_flag_nonfinite(const HostStreamSpace& space, View<G, Space> gra
 
 // Queues: sum[0] += sum_of_squares(grads), in fp64 (NaN or infinite when any element is, which
 // makes the sum an overflow check too: the engine's single all-reduce relies on that).
-template <class G, HostBackedSpace Space, HostBackedSpace SlotSpace>
-requires GradientElement<std::remove_const_t<G>>
-void accumulate_sum_of_squares(const HostStreamSpace& space, View<G, Space> grads,
-                               View<double, SlotSpace> sum) {
+template <class G, class Space, class SlotSpace, HostStreamBased S>
+requires GradientElement<std::remove_const_t<G>> && can_access<S, Space> && can_access<S, SlotSpace>
+void accumulate_sum_of_squares(const S& space, View<G, Space> grads, View<double, SlotSpace> sum) {
   detail::require_result_slot("accumulate_sum_of_squares", sum.size());
-  space.stream().enqueue("accumulate_sum_of_squares over " +
-                             detail::checked_elements<G>(grads.size()),
-                         [grads, sum] {
-                           detail::on_worker(sum)[0] += sum_of_squares(detail::on_worker(grads));
-                         });
+  space.stream().enqueue(
+      "accumulate_sum_of_squares over " + detail::checked_elements<G>(grads.size()),
+      [grads, sum] { detail::on_worker(sum)[0] += sum_of_squares(detail::on_worker(grads)); });
 }
 
 } // namespace zero

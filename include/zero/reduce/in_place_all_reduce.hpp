@@ -10,6 +10,9 @@
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 #include "zero/reduce/bucketed_reducer.hpp"
 #include "zero/shard/shard_layout.hpp"
@@ -24,16 +27,28 @@
 
 namespace zero {
 
-template <ReducingCommunicator Comm, Element T>
+// Over a stream space (Exec) the gradient may be in the space's memory, written by work on its
+// stream: a communicator ordered after a caller stream (StagedCommunicator, NCCL) is pointed at
+// Exec's while a bucket launches, so its all-reduce starts after that work.
+template <ReducingCommunicator Comm, Element T, ExecutionSpace Exec = HostThreads>
+requires accepts_space<typename Comm::memory_space, typename Exec::memory_space>
 class InPlaceAllReduce {
+  // Nothing here waits on the host for work queued on the gradient: in device memory only a
+  // communicator ordered after the stream may reduce it.
+  static_assert(!StreamSpace<Exec> || Exec::memory_space::host_accessible ||
+                    OrderedAfterCaller<Comm, Exec>,
+                "zero::InPlaceAllReduce: a gradient in device memory needs a communicator that "
+                "starts after the caller's stream (NcclCommunicator, StagedCommunicator)");
+
  public:
   using LayerReduced = std::function<void(std::size_t layer)>;
 
   // `gradient`: the whole model's gradient as the replica layout holds it. Without `overlap`, each
   // bucket's all-reduce is waited for as soon as it is launched (DeepSpeed's overlap_comm: false).
-  InPlaceAllReduce(Comm& comm, const ShardLayout& layout, View<T> gradient,
-                   std::size_t bucket_elements, ReduceOp op, bool overlap = true)
-      : comm_(comm), layout_(layout), gradient_(gradient), op_(op), overlap_(overlap),
+  InPlaceAllReduce(Comm& comm, const ShardLayout& layout,
+                   View<T, typename Exec::memory_space> gradient, std::size_t bucket_elements,
+                   ReduceOp op, bool overlap = true, Exec exec = {})
+      : comm_(comm), layout_(layout), exec_(exec), gradient_(gradient), op_(op), overlap_(overlap),
         buckets_of_(layout.layer_count()), layers_left_(layout.layer_count()),
         arrived_(layout.layer_count(), false) {
     require(bucket_elements > 0, "reduce bucket size must be at least one element");
@@ -122,7 +137,10 @@ class InPlaceAllReduce {
 
   void launch(std::size_t b) {
     const Bucket& bucket = buckets_[b];
-    works_[b] = comm_.all_reduce(gradient_.subview(bucket.begin, bucket.end - bucket.begin), op_);
+    {
+      const CallerScope<Comm, Exec> caller(&comm_, exec_);
+      works_[b] = comm_.all_reduce(gradient_.subview(bucket.begin, bucket.end - bucket.begin), op_);
+    }
     launched_[b] = Clock::now();
     in_flight_.push_back(b);
     ++stats_.buckets;
@@ -157,7 +175,8 @@ class InPlaceAllReduce {
 
   Comm& comm_;
   const ShardLayout& layout_;
-  View<T> gradient_;
+  Exec exec_;
+  View<T, typename Exec::memory_space> gradient_;
   ReduceOp op_;
   bool overlap_;
   std::vector<Bucket> buckets_;

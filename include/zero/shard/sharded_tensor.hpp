@@ -53,6 +53,12 @@ template <class R, class T>
 concept WritableHostBufferOf = HostBufferOf<R, T> &&
     !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
 
+// Says that the ranks agreed on a layout already: the tensor made on it skips the check.
+struct layout_agreed_t {
+  explicit layout_agreed_t() = default;
+};
+inline constexpr layout_agreed_t layout_agreed{};
+
 template <Element T, StoragePolicy Policy = Sharded<FlatContiguous>>
 class ShardedTensor {
  public:
@@ -83,10 +89,22 @@ class ShardedTensor {
                       policy, verified) {}
 
   // Collective: a tensor on an existing layout (shared, e.g. by master weights and their
-  // optimizer states), checked again across ranks.
+  // optimizer states), checked again across ranks. The check moves host metadata: a communicator
+  // of device memory cannot make it (pass layout_agreed, below).
   template <class Comm>
   ShardedTensor(Comm& comm, std::shared_ptr<const ShardLayout> layout, Policy policy = {})
-      : ShardedTensor(comm, std::move(layout), policy, unverified) {}
+      : ShardedTensor(comm, std::move(layout), policy, unverified) {
+    static_assert(HostAccessibleSpace<typename Comm::memory_space>,
+                  "zero::ShardedTensor: a communicator of device memory cannot check a layout "
+                  "across ranks; pass zero::layout_agreed when the ranks agreed on it already "
+                  "(the engine's model layout), or build the tensor on a host communicator");
+  }
+  // Not collective: a tensor on a layout the ranks agreed on already (ModelLayout's, which the
+  // engine agreed when it was built), with any communicator of the group.
+  template <class Comm>
+  ShardedTensor(Comm& comm, std::shared_ptr<const ShardLayout> layout, layout_agreed_t,
+                Policy policy = {})
+      : ShardedTensor(comm, std::move(layout), policy, verified) {}
 
   ShardedTensor(ShardedTensor&&) noexcept = default;
   ShardedTensor& operator=(ShardedTensor&&) noexcept = default;
@@ -412,7 +430,12 @@ class ShardedTensor {
                " slices, but a " + (Policy::sharded ? "sharded" : "replicated") +
                " tensor on a communicator of " + std::to_string(comm.size()) + " ranks needs " +
                std::to_string(slices_of(comm)));
-    if (checked == unverified) verify_layout(comm, *layout);
+    if constexpr (HostAccessibleSpace<typename Comm::memory_space>) {
+      if (checked == unverified) verify_layout(comm, *layout);
+    } else {
+      require(checked == verified, "ShardedTensor: a communicator of device memory cannot check a "
+                                   "layout across ranks (pass zero::layout_agreed)");
+    }
     return layout;
   }
 

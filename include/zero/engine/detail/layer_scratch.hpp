@@ -5,6 +5,7 @@
 // (usually one), never the model's depth.
 
 #include "zero/core/buffer.hpp"
+#include "zero/core/memory_space.hpp"
 
 #include <cstddef>
 #include <optional>
@@ -12,14 +13,14 @@
 
 namespace zero::detail {
 
-template <class T>
+template <class T, MemorySpace Space = host>
 class LayerScratch {
  public:
   LayerScratch(std::size_t layers, std::size_t largest_layer)
       : largest_(largest_layer), of_layer_(layers) {}
 
   // Layer l's buffer, taken from the pool on first use.
-  Buffer<T>& operator[](std::size_t l) {
+  Buffer<T, Space>& operator[](std::size_t l) {
     std::optional<std::size_t>& slot = of_layer_.at(l);
     if (!slot) {
       if (free_.empty()) {
@@ -43,7 +44,7 @@ class LayerScratch {
 
  private:
   std::size_t largest_;
-  std::vector<Buffer<T>> buffers_; // handed-out views point into the buffers' heap memory
+  std::vector<Buffer<T, Space>> buffers_; // handed-out views point into the buffers' memory
   std::vector<std::optional<std::size_t>> of_layer_;
   std::vector<std::size_t> free_;
 };

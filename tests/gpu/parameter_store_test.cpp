@@ -1,0 +1,177 @@
+// The compute copy of stages 0-2 (ReplicatedParameters) in device memory, over a device stream
+// space (CudaStreamSpace; DeviceTwinSpace in CI, see staged_setup.hpp), through the staged
+// communicator, against the host store (HostThreads over MPI) given the same weights and updates:
+// every layer acquired reads the same bits. Stage 0 (every rank updates all of it) and stages 1/2
+// (each rank updates its block of every layer, then an all-gather shares them; out-of-order images
+// are unpacked on the stream), fp32 and fp16, three layouts, gather buckets smaller and larger than
+// a layer, two steps. The step's writes are asynchronous copies on the store's stream, which is not
+// the communicator's caller stream: the gathers must start after them. Run under mpirun at 1-3
+// ranks.
+
+#include "staged_setup.hpp"
+
+#include <zero/core/half.hpp>
+#include <zero/engine/kept.hpp>
+#include <zero/engine/model_layout.hpp>
+#include <zero/engine/options.hpp>
+#include <zero/engine/replicated_parameters.hpp>
+#include <zero/shard.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace zero::testing;
+using zero::DType;
+
+std::vector<zero::ParameterSpec> model() {
+  std::vector<zero::ParameterSpec> params;
+  const std::size_t sizes[][2] = {{3, 1}, {0, 0}, {1031, 17}, {20000, 3}, {64, 8}};
+  for (int layer = 0; layer < 5; ++layer) {
+    params.push_back({"w" + std::to_string(layer), sizes[layer][0], DType::float32, layer});
+    params.push_back({"b" + std::to_string(layer), sizes[layer][1], DType::float32, layer});
+  }
+  return params;
+}
+
+template <class Partitioner>
+Partitioner partitioner() {
+  if constexpr (std::is_same_v<Partitioner, zero::FlatContiguous>)
+    return {.alignment = 4};
+  else if constexpr (std::is_same_v<Partitioner, zero::PerParameter>)
+    return {.alignment = 2};
+  else
+    return {};
+}
+
+// The same on every rank: what a rank writes of its part is then what the others gather.
+float weight(int step, std::size_t layer, std::size_t i) {
+  return float((step * 7717 + layer * 104729 + i * 31) % 20001) * 1e-4f - 1.0f;
+}
+
+template <class U>
+std::vector<std::byte> bytes_of(const U* data, std::size_t n) {
+  std::vector<std::byte> out(n * sizeof(U));
+  if (n > 0) std::memcpy(out.data(), data, out.size());
+  return out;
+}
+
+// `held`: the store's stream starts no work for 150 ms after each step's writes began (the twin
+// only), so that gathers not ordered after it share the previous step's weights, every run.
+template <class T, class Partitioner, bool Sharded>
+void run_case(StagedSetup& s, std::size_t gather_bucket, bool held = false) {
+  using Updated = zero::Kept<Sharded, Partitioner, DeviceMemory>; // only how: sharded or not
+  const zero::ModelLayout layout(partitioner<Partitioner>().partition(model(), s.ranks), s.rank,
+                                 s.rank);
+  zero::EngineOptions options;
+  options.compute_dtype = zero::dtype_of<T>;
+  options.allgather_bucket_elements = gather_bucket;
+  zero::ReplicatedParameters<T, Updated, zero::MpiCommunicator, zero::host> host(world(), layout,
+                                                                                options);
+  zero::ReplicatedParameters<T, Updated, Staged, DeviceMemory, DeviceSpace> device(
+      s.comm, layout, options, nullptr, s.compute());
+  const std::string what = std::string(Sharded ? "stages 1/2 " : "stage 0 ") +
+                           zero::to_string(zero::dtype_of<T>) + " layout " +
+                           std::string(layout.sharded->policy()) + " gather bucket " +
+                           std::to_string(gather_bucket) + (held ? " held" : "");
+
+  const auto expect_same_layers = [&](const char* when) {
+    for (std::size_t l = 0; l < layout.layers(); ++l) {
+      const zero::LayerParameters on_host = host.acquire(l);
+      const zero::LayerParameters on_device = device.acquire(l);
+      EXPECT_STREQ(on_device.memory(), DeviceMemory::name);
+      EXPECT_THROW((void)on_device.values<T>(), zero::Error) << "a device layer read as host memory";
+      const auto values = on_device.values<T, DeviceMemory>();
+      std::vector<T> got(values.size());
+      copy(s.compute(), values, zero::View<T>(got));
+      s.compute().fence();
+      const auto want = on_host.values<T>();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(bytes_of(got.data(), got.size()), bytes_of(want.data(), want.size()))
+          << what << ", " << when << ": layer " << l;
+    }
+  };
+
+  for (std::size_t l = 0; l < layout.layers(); ++l) {
+    std::vector<float> values(layout.sharded->layer(l).numel);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = weight(-1, l, i);
+    host.set_layer(l, zero::View<const float>(values));
+    device.set_layer(l, zero::View<const float>(values));
+  }
+  expect_same_layers("after set_layer");
+
+  for (int step = 0; step < 2; ++step) {
+    host.begin_update();
+    device.begin_update();
+    std::vector<zero::Buffer<T, zero::pinned_host>> pinned; // until the stream ran the copies
+    ComputeHold hold(s, held);
+    for (std::size_t l = 0; l < layout.layers(); ++l) {
+      // What this rank updates: all of the layer (stage 0), or its block of the layer's image
+      // (stages 1/2), whose positions map to parameter elements through the images.
+      const zero::View<T> host_target = host.update_target(l);
+      std::vector<float> ordered(layout.sharded->layer(l).numel);
+      for (std::size_t i = 0; i < ordered.size(); ++i)
+        ordered[i] = weight(step, l, i);
+      std::vector<T> mine(host_target.size());
+      if constexpr (Sharded)
+        layout.pack_my_block(l, ordered.data(), mine.data());
+      else
+        for (std::size_t i = 0; i < ordered.size(); ++i)
+          mine[i] = T(ordered[i]);
+      std::copy(mine.begin(), mine.end(), host_target.begin());
+      host.layer_updated(l);
+
+      const zero::View<T, DeviceMemory> device_target = device.update_target(l);
+      ASSERT_EQ(device_target.size(), mine.size());
+      pinned.emplace_back(mine.size(), zero::uninitialized);
+      std::copy(mine.begin(), mine.end(), pinned.back().data());
+      copy(s.compute(), zero::View<const T, zero::pinned_host>(pinned.back().view()),
+           device_target);
+      device.layer_updated(l);
+    }
+    host.end_update();
+    device.end_update();
+    hold.ended(); // gathers that did not wait for the step's writes ran during the hold
+    expect_same_layers(("after step " + std::to_string(step)).c_str());
+    host.end_step();
+    device.end_step();
+  }
+}
+
+template <class T, class Partitioner>
+void every_case(StagedSetup& s) {
+  for (const std::size_t bucket : {std::size_t{500}, std::size_t{1} << 20}) {
+    run_case<T, Partitioner, false>(s, bucket);
+    run_case<T, Partitioner, true>(s, bucket);
+  }
+}
+
+TEST(DeviceReplicatedParameters, FlatGivesTheHostBits) {
+  StagedSetup s;
+  every_case<float, zero::FlatContiguous>(s);
+  every_case<zero::half, zero::FlatContiguous>(s);
+}
+
+TEST(DeviceReplicatedParameters, OutOfOrderImagesGiveTheHostBits) {
+  StagedSetup s;
+  every_case<float, zero::PerParameter>(s);
+  every_case<zero::half, zero::WholeParameterGreedy>(s);
+}
+
+#if ZERO_TEST_TWIN
+// The store's stream held while the step writes: the gathers of stages 1/2 must start after those
+// writes, through the communicator pointed at the store's stream (not its own caller stream).
+TEST(DeviceReplicatedParameters, GathersStartAfterTheStepsWrites) {
+  StagedSetup s;
+  run_case<float, zero::FlatContiguous, true>(s, std::size_t{1} << 20, true);
+  run_case<float, zero::PerParameter, true>(s, 500, true);
+}
+#endif
+
+} // namespace
