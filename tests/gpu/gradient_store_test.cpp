@@ -3,14 +3,15 @@
 // against the host store (HostThreads over MPI) fed the same gradients: the reduced gradient's
 // bits and the norm's bits. How the stages keep gradients (stage 0: whole, reduced in place or
 // through buckets; stage 1: whole, reduced into a shard; stages 2/3: a scratch per layer, reduced
-// into a shard), fp32 and fp16 compute (fp16 on two of the layouts), one micro-step or two (accumulated locally, or reduced
-// every micro-step when deterministic), three layouts, two steps with clear() between them.
-// The norm is the host's bits over the twin, and within fp64 rounding of them on a GPU (CUDA adds
-// its blocks' partial sums). Backward's gradients are written by asynchronous copies on the store's
-// stream just before each
-// ready(), as a backward kernel would write them; that stream is not the communicator's caller
-// stream, so the store must order the collectives after it. Run under mpirun at 1-3 ranks.
+// into a shard), fp32 and fp16 compute (fp16 on two of the layouts), one micro-step or two
+// (accumulated locally, or reduced every micro-step when deterministic), three layouts, two steps
+// with clear() between them. The norm is the host's bits over the twin, and within fp64 rounding of
+// them on a GPU (CUDA adds its blocks' partial sums). Backward's gradients are written by
+// asynchronous copies on the store's stream just before each ready(), as a backward kernel would
+// write them; that stream is not the communicator's caller stream, so the store must order the
+// collectives after it. Run under mpirun at 1-3 ranks.
 
+#include "device_model.hpp"
 #include "staged_setup.hpp"
 
 #include <zero/core/half.hpp>
@@ -40,26 +41,6 @@ namespace {
 
 using namespace zero::testing;
 using zero::DType;
-
-std::vector<zero::ParameterSpec> model() {
-  std::vector<zero::ParameterSpec> params;
-  const std::size_t sizes[][2] = {{3, 1}, {0, 0}, {1031, 17}, {20000, 3}, {64, 8}};
-  for (int layer = 0; layer < 5; ++layer) {
-    params.push_back({"w" + std::to_string(layer), sizes[layer][0], DType::float32, layer});
-    params.push_back({"b" + std::to_string(layer), sizes[layer][1], DType::float32, layer});
-  }
-  return params;
-}
-
-template <class Partitioner>
-Partitioner partitioner() {
-  if constexpr (std::is_same_v<Partitioner, zero::FlatContiguous>)
-    return {.alignment = 4};
-  else if constexpr (std::is_same_v<Partitioner, zero::PerParameter>)
-    return {.alignment = 2};
-  else
-    return {};
-}
 
 template <class T>
 std::vector<T> layer_grads(int rank, int step, int micro, std::size_t layer, std::size_t numel) {
@@ -95,8 +76,8 @@ void run_case(StagedSetup& s, const Case& c, bool held = false) {
   using HostWritten = zero::Kept<written_sharded, Partitioner, zero::host>;
   using DeviceReduced = zero::Kept<reduced_sharded, Partitioner, DeviceMemory>;
   using DeviceWritten = zero::Kept<written_sharded, Partitioner, DeviceMemory>;
-  const zero::ModelLayout layout(partitioner<Partitioner>().partition(model(), s.ranks), s.rank,
-                                 s.rank);
+  const zero::ModelLayout layout(
+      test_partitioner<Partitioner>().partition(device_test_model(20000), s.ranks), s.rank, s.rank);
   zero::EngineOptions options;
   options.compute_dtype = zero::dtype_of<T>;
   options.reduce_bucket_elements = c.bucket_elements;
@@ -107,12 +88,11 @@ void run_case(StagedSetup& s, const Case& c, bool held = false) {
       world(), layout, options, {});
   zero::GradientStore<T, DeviceReduced, DeviceWritten, Staged, DeviceSpace> device(
       s.comm, layout, options, s.compute());
-  const std::string what = std::string("stage ") + std::to_string(Stage) + " " +
-                           zero::to_string(zero::dtype_of<T>) + " layout " +
-                           std::string(layout.sharded->policy()) + " bucket " +
-                           std::to_string(c.bucket_elements) + " micro-steps " +
-                           std::to_string(c.micro_steps) +
-                           (c.deterministic ? " deterministic" : "");
+  const std::string what =
+      std::string("stage ") + std::to_string(Stage) + " " + zero::to_string(zero::dtype_of<T>) +
+      " layout " + std::string(layout.sharded->policy()) + " bucket " +
+      std::to_string(c.bucket_elements) + " micro-steps " + std::to_string(c.micro_steps) +
+      (c.deterministic ? " deterministic" : "");
 
   for (int step = 0; step < 2; ++step) {
     zero::MicroSteps host_steps(*layout.sharded, c.micro_steps);
@@ -170,8 +150,8 @@ void run_case(StagedSetup& s, const Case& c, bool held = false) {
   }
 }
 
-const Case cases[] = {{7, 1, false},    {1000, 1, false}, {1 << 20, 1, false},
-                      {333, 2, false},  {333, 2, true}};
+const Case cases[] = {
+    {7, 1, false}, {1000, 1, false}, {1 << 20, 1, false}, {333, 2, false}, {333, 2, true}};
 
 template <class T, class Partitioner>
 void every_stage(StagedSetup& s) {

@@ -8,6 +8,7 @@
 // the communicator's caller stream: the gathers must start after them. Run under mpirun at 1-3
 // ranks.
 
+#include "device_model.hpp"
 #include "staged_setup.hpp"
 
 #include <zero/core/half.hpp>
@@ -29,26 +30,6 @@ namespace {
 using namespace zero::testing;
 using zero::DType;
 
-std::vector<zero::ParameterSpec> model() {
-  std::vector<zero::ParameterSpec> params;
-  const std::size_t sizes[][2] = {{3, 1}, {0, 0}, {1031, 17}, {20000, 3}, {64, 8}};
-  for (int layer = 0; layer < 5; ++layer) {
-    params.push_back({"w" + std::to_string(layer), sizes[layer][0], DType::float32, layer});
-    params.push_back({"b" + std::to_string(layer), sizes[layer][1], DType::float32, layer});
-  }
-  return params;
-}
-
-template <class Partitioner>
-Partitioner partitioner() {
-  if constexpr (std::is_same_v<Partitioner, zero::FlatContiguous>)
-    return {.alignment = 4};
-  else if constexpr (std::is_same_v<Partitioner, zero::PerParameter>)
-    return {.alignment = 2};
-  else
-    return {};
-}
-
 // The same on every rank: what a rank writes of its part is then what the others gather.
 float weight(int step, std::size_t layer, std::size_t i) {
   return float((step * 7717 + layer * 104729 + i * 31) % 20001) * 1e-4f - 1.0f;
@@ -66,13 +47,13 @@ std::vector<std::byte> bytes_of(const U* data, std::size_t n) {
 template <class T, class Partitioner, bool Sharded>
 void run_case(StagedSetup& s, std::size_t gather_bucket, bool held = false) {
   using Updated = zero::Kept<Sharded, Partitioner, DeviceMemory>; // only how: sharded or not
-  const zero::ModelLayout layout(partitioner<Partitioner>().partition(model(), s.ranks), s.rank,
-                                 s.rank);
+  const zero::ModelLayout layout(
+      test_partitioner<Partitioner>().partition(device_test_model(20000), s.ranks), s.rank, s.rank);
   zero::EngineOptions options;
   options.compute_dtype = zero::dtype_of<T>;
   options.allgather_bucket_elements = gather_bucket;
   zero::ReplicatedParameters<T, Updated, zero::MpiCommunicator, zero::host> host(world(), layout,
-                                                                                options);
+                                                                                 options);
   zero::ReplicatedParameters<T, Updated, Staged, DeviceMemory, DeviceSpace> device(
       s.comm, layout, options, nullptr, s.compute());
   const std::string what = std::string(Sharded ? "stages 1/2 " : "stage 0 ") +
@@ -85,7 +66,8 @@ void run_case(StagedSetup& s, std::size_t gather_bucket, bool held = false) {
       const zero::LayerParameters on_host = host.acquire(l);
       const zero::LayerParameters on_device = device.acquire(l);
       EXPECT_STREQ(on_device.memory(), DeviceMemory::name);
-      EXPECT_THROW((void)on_device.values<T>(), zero::Error) << "a device layer read as host memory";
+      EXPECT_THROW((void)on_device.values<T>(), zero::Error)
+          << "a device layer read as host memory";
       const auto values = on_device.values<T, DeviceMemory>();
       std::vector<T> got(values.size());
       copy(s.compute(), values, zero::View<T>(got));

@@ -9,6 +9,7 @@
 // packing is ordered after them by the stream alone. Run under mpirun at 1-3 ranks sharing one GPU
 // (tools/zero-gpu-check), and at 1-3 ranks over the twin in CI.
 
+#include "device_model.hpp"
 #include "staged_setup.hpp"
 
 #include <zero/core/buffer.hpp>
@@ -33,13 +34,7 @@ using namespace zero::testing;
 using zero::DType;
 
 std::vector<zero::ParameterSpec> model() {
-  std::vector<zero::ParameterSpec> params;
-  const std::size_t sizes[][2] = {{3, 1}, {0, 0}, {1031, 17}, {40000, 3}, {64, 8}};
-  for (int layer = 0; layer < 5; ++layer) {
-    params.push_back({"w" + std::to_string(layer), sizes[layer][0], DType::float32, layer});
-    params.push_back({"b" + std::to_string(layer), sizes[layer][1], DType::float32, layer});
-  }
-  return params;
+  return device_test_model(40000);
 }
 
 zero::ShardLayout make_layout(int partitioner, int ranks) {

@@ -1,0 +1,36 @@
+#pragma once
+// The model of the device store and reducer tests: five layers of a weight and a bias each, one of
+// them empty, one large enough to be cut into several runs and buckets; and the three layouts they
+// run on (in order, per-parameter chunks, unequal whole parameters).
+
+#include <zero/shard.hpp>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace zero::testing {
+
+inline std::vector<zero::ParameterSpec> device_test_model(std::size_t large_layer) {
+  std::vector<zero::ParameterSpec> params;
+  const std::size_t sizes[][2] = {{3, 1}, {0, 0}, {1031, 17}, {large_layer, 3}, {64, 8}};
+  for (int layer = 0; layer < 5; ++layer) {
+    params.push_back({"w" + std::to_string(layer), sizes[layer][0], DType::float32, layer});
+    params.push_back({"b" + std::to_string(layer), sizes[layer][1], DType::float32, layer});
+  }
+  return params;
+}
+
+// The partitioner of each layout, with the alignments the tests use.
+template <class Partitioner>
+Partitioner test_partitioner() {
+  if constexpr (std::is_same_v<Partitioner, zero::FlatContiguous>)
+    return {.alignment = 4};
+  else if constexpr (std::is_same_v<Partitioner, zero::PerParameter>)
+    return {.alignment = 2};
+  else
+    return {};
+}
+
+} // namespace zero::testing
