@@ -9,6 +9,7 @@
 // one GPU (tools/zero-gpu-check), and at 1-3 ranks over the twin in CI.
 
 #include "staged_setup.hpp"
+#include "test_outcome.hpp"
 
 #include <zero/core/buffer.hpp>
 #include <zero/gather/parameter_gather.hpp>
@@ -110,7 +111,8 @@ TEST(DeviceGather, QueuedReadsSeeEveryLayerInOrder) {
 #if !ZERO_TEST_TWIN
 TEST(DeviceGather, OverNcclToo) {
   StagedSetup s;
-  if (s.ranks != 1) GTEST_SKIP() << "NCCL takes one rank per GPU; this run shares one GPU";
+  if (s.ranks != 1) GTEST_SKIP() << zero::testing::not_applicable
+                                << "NCCL takes one rank per GPU; this run shares one GPU";
   zero::NcclCommunicator nccl(world());
   gather_every_layer(s, nccl, zero::PerParameter{.alignment = 2}.partition(model(), 1),
                      std::size_t{1} << 20);

@@ -11,6 +11,7 @@
 
 #include "device_model.hpp"
 #include "staged_setup.hpp"
+#include "test_outcome.hpp"
 
 #include <zero/core/buffer.hpp>
 #include <zero/core/half.hpp>
@@ -136,7 +137,8 @@ TEST(DeviceReducer, AllReduceGivesTheHostBits) {
 // NCCL (one rank per GPU, so one rank here), pointed at the reducer's stream while it launches.
 TEST(DeviceReducer, OverNcclGivesTheHostBits) {
   StagedSetup s;
-  if (s.ranks != 1) GTEST_SKIP() << "NCCL takes one rank per GPU; this run shares one GPU";
+  if (s.ranks != 1) GTEST_SKIP() << zero::testing::not_applicable
+                                << "NCCL takes one rank per GPU; this run shares one GPU";
   zero::NcclCommunicator nccl(world());
   for (const Case& c : cases) {
     run_case<zero::ReduceScatterGradients>(s, nccl, c);
