@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,6 +79,22 @@ TEST(HostStream, RunsTasksInSubmissionOrder) {
   ASSERT_EQ(ran.size(), 1000u);
   for (int i = 0; i < 1000; ++i)
     EXPECT_EQ(ran[static_cast<std::size_t>(i)], i);
+}
+
+// hold_for ends by itself: synchronize waits it out (a StreamHold would make it throw), and no task
+// starts before it ends.
+TEST(HostStream, HoldForDelaysTasksAndSynchronizeWaitsItOut) {
+  zero::HostStream stream("held for a while");
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point ran_at;
+  stream.hold_for(std::chrono::milliseconds(50));
+  stream.enqueue("note the time", [&] { ran_at = std::chrono::steady_clock::now(); });
+  stream.synchronize();
+  EXPECT_GE(ran_at - start, std::chrono::milliseconds(50));
+  bool again = false; // the hold is over: the next task is not delayed
+  stream.enqueue("after the hold", [&] { again = true; });
+  stream.synchronize();
+  EXPECT_TRUE(again);
 }
 
 TEST(HostStream, RunsOtherStreamsWhileOneIsHeld) {

@@ -111,8 +111,9 @@ TEST(DeviceGather, QueuedReadsSeeEveryLayerInOrder) {
 #if !ZERO_TEST_TWIN
 TEST(DeviceGather, OverNcclToo) {
   StagedSetup s;
-  if (s.ranks != 1) GTEST_SKIP() << zero::testing::not_applicable
-                                << "NCCL takes one rank per GPU; this run shares one GPU";
+  if (s.ranks != 1)
+    GTEST_SKIP() << zero::testing::not_applicable
+                 << "NCCL takes one rank per GPU; this run shares one GPU";
   zero::NcclCommunicator nccl(world());
   gather_every_layer(s, nccl, zero::PerParameter{.alignment = 2}.partition(model(), 1),
                      std::size_t{1} << 20);

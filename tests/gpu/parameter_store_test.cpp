@@ -1,12 +1,13 @@
-// The compute copy of stages 0-2 (ReplicatedParameters) in device memory, over a device stream
-// space (CudaStreamSpace; DeviceTwinSpace in CI, see staged_setup.hpp), through the staged
-// communicator, against the host store (HostThreads over MPI) given the same weights and updates:
-// every layer acquired reads the same bits. Stage 0 (every rank updates all of it) and stages 1/2
-// (each rank updates its block of every layer, then an all-gather shares them; out-of-order images
-// are unpacked on the stream), fp32 and fp16, three layouts, gather buckets smaller and larger than
-// a layer, two steps. The step's writes are asynchronous copies on the store's stream, which is not
-// the communicator's caller stream: the gathers must start after them. Run under mpirun at 1-3
-// ranks.
+// The compute copy in device memory, over a device stream space (CudaStreamSpace; DeviceTwinSpace
+// in CI, see staged_setup.hpp), through the staged communicator, against the host store
+// (HostThreads over MPI) given the same weights and updates: every layer acquired reads the same
+// bits. Stage 0 (every rank updates all of it), stages 1/2 (each rank updates its block of every
+// layer, then an all-gather shares them; out-of-order images are unpacked on the stream): the
+// replicated store; stage 3 (each rank keeps its block, a layer is gathered when acquired and
+// prefetched, small layers stay gathered and are refreshed after the step): the sharded store.
+// fp32 and fp16, three layouts, gather buckets smaller and larger than a layer, two steps. The
+// step's writes are asynchronous copies on the store's stream, which is not the communicator's
+// caller stream: the gathers must start after them. Run under mpirun at 1-3 ranks.
 
 #include "device_model.hpp"
 #include "staged_setup.hpp"
@@ -16,6 +17,7 @@
 #include <zero/engine/model_layout.hpp>
 #include <zero/engine/options.hpp>
 #include <zero/engine/replicated_parameters.hpp>
+#include <zero/engine/sharded_parameters.hpp>
 #include <zero/shard.hpp>
 
 #include <gtest/gtest.h>
@@ -42,24 +44,48 @@ std::vector<std::byte> bytes_of(const U* data, std::size_t n) {
   return out;
 }
 
-// `held`: the store's stream starts no work for 150 ms after each step's writes began (the twin
-// only), so that gathers not ordered after it share the previous step's weights, every run.
-template <class T, class Partitioner, bool Sharded>
-void run_case(StagedSetup& s, std::size_t gather_bucket, bool held = false) {
-  using Updated = zero::Kept<Sharded, Partitioner, DeviceMemory>; // only how: sharded or not
+// The host and the device store of a stage: 0, 1 (stages 1/2) or 3.
+template <class T, class Partitioner, int Stage>
+struct Stores {
+  using Updated = zero::Kept<Stage != 0, Partitioner, DeviceMemory>; // only how: sharded or not
+  using Host = zero::ReplicatedParameters<T, Updated, zero::MpiCommunicator, zero::host>;
+  using Device = zero::ReplicatedParameters<T, Updated, Staged, DeviceMemory, DeviceSpace>;
+};
+template <class T, class Partitioner>
+struct Stores<T, Partitioner, 3> {
+  using Host =
+      zero::ShardedParameters<T, zero::Kept<true, Partitioner, zero::host>, zero::MpiCommunicator>;
+  using Device =
+      zero::ShardedParameters<T, zero::Kept<true, Partitioner, DeviceMemory>, Staged, DeviceSpace>;
+};
+
+// `gather`: the elements per gather collective (stages 1/2), or the persistence threshold (stage
+// 3: layers of fewer elements stay gathered). `held`: the store's stream starts no work for 150 ms
+// after each step's writes began (the twin only), so that gathers not ordered after it share the
+// previous step's weights, every run.
+template <class T, class Partitioner, int Stage>
+void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
+  constexpr bool sharded_update = Stage != 0;
   const zero::ModelLayout layout(
       test_partitioner<Partitioner>().partition(device_test_model(20000), s.ranks), s.rank, s.rank);
   zero::EngineOptions options;
   options.compute_dtype = zero::dtype_of<T>;
-  options.allgather_bucket_elements = gather_bucket;
-  zero::ReplicatedParameters<T, Updated, zero::MpiCommunicator, zero::host> host(world(), layout,
-                                                                                 options);
-  zero::ReplicatedParameters<T, Updated, Staged, DeviceMemory, DeviceSpace> device(
-      s.comm, layout, options, nullptr, s.compute());
-  const std::string what = std::string(Sharded ? "stages 1/2 " : "stage 0 ") +
+  if constexpr (Stage == 3) {
+    options.persistence_threshold = gather;
+    options.prefetch_elements = 30000; // one more layer gathered ahead of the one acquired
+  } else {
+    options.allgather_bucket_elements = gather;
+  }
+  typename Stores<T, Partitioner, Stage>::Host host(world(), layout, options);
+  typename Stores<T, Partitioner, Stage>::Device device(s.comm, layout, options, nullptr,
+                                                        s.compute());
+  const std::string what = std::string(Stage == 3 ? "stage 3 "
+                                       : Stage    ? "stages 1/2 "
+                                                  : "stage 0 ") +
                            zero::to_string(zero::dtype_of<T>) + " layout " +
-                           std::string(layout.sharded->policy()) + " gather bucket " +
-                           std::to_string(gather_bucket) + (held ? " held" : "");
+                           std::string(layout.sharded->policy()) +
+                           (Stage == 3 ? " persistence threshold " : " gather bucket ") +
+                           std::to_string(gather) + (held ? " held" : "");
 
   const auto expect_same_layers = [&](const char* when) {
     for (std::size_t l = 0; l < layout.layers(); ++l) {
@@ -101,7 +127,7 @@ void run_case(StagedSetup& s, std::size_t gather_bucket, bool held = false) {
       for (std::size_t i = 0; i < ordered.size(); ++i)
         ordered[i] = weight(step, l, i);
       std::vector<T> mine(host_target.size());
-      if constexpr (Sharded)
+      if constexpr (sharded_update)
         layout.pack_my_block(l, ordered.data(), mine.data());
       else
         for (std::size_t i = 0; i < ordered.size(); ++i)
@@ -127,23 +153,42 @@ void run_case(StagedSetup& s, std::size_t gather_bucket, bool held = false) {
 }
 
 template <class T, class Partitioner>
-void every_case(StagedSetup& s) {
+void replicated_cases(StagedSetup& s) {
   for (const std::size_t bucket : {std::size_t{500}, std::size_t{1} << 20}) {
-    run_case<T, Partitioner, false>(s, bucket);
-    run_case<T, Partitioner, true>(s, bucket);
+    run_case<T, Partitioner, 0>(s, bucket);
+    run_case<T, Partitioner, 1>(s, bucket);
   }
+}
+
+// Stage 3: every layer gathered when acquired, or the three small ones kept gathered.
+template <class T, class Partitioner>
+void sharded_cases(StagedSetup& s) {
+  for (const std::size_t persistence : {std::size_t{0}, std::size_t{100}})
+    run_case<T, Partitioner, 3>(s, persistence);
 }
 
 TEST(DeviceReplicatedParameters, FlatGivesTheHostBits) {
   StagedSetup s;
-  every_case<float, zero::FlatContiguous>(s);
-  every_case<zero::half, zero::FlatContiguous>(s);
+  replicated_cases<float, zero::FlatContiguous>(s);
+  replicated_cases<zero::half, zero::FlatContiguous>(s);
 }
 
 TEST(DeviceReplicatedParameters, OutOfOrderImagesGiveTheHostBits) {
   StagedSetup s;
-  every_case<float, zero::PerParameter>(s);
-  every_case<zero::half, zero::WholeParameterGreedy>(s);
+  replicated_cases<float, zero::PerParameter>(s);
+  replicated_cases<zero::half, zero::WholeParameterGreedy>(s);
+}
+
+TEST(DeviceShardedParameters, FlatGivesTheHostBits) {
+  StagedSetup s;
+  sharded_cases<float, zero::FlatContiguous>(s);
+  sharded_cases<zero::half, zero::FlatContiguous>(s);
+}
+
+TEST(DeviceShardedParameters, OutOfOrderImagesGiveTheHostBits) {
+  StagedSetup s;
+  sharded_cases<float, zero::PerParameter>(s);
+  sharded_cases<zero::half, zero::WholeParameterGreedy>(s);
 }
 
 #if ZERO_TEST_TWIN
@@ -151,8 +196,16 @@ TEST(DeviceReplicatedParameters, OutOfOrderImagesGiveTheHostBits) {
 // writes, through the communicator pointed at the store's stream (not its own caller stream).
 TEST(DeviceReplicatedParameters, GathersStartAfterTheStepsWrites) {
   StagedSetup s;
-  run_case<float, zero::FlatContiguous, true>(s, std::size_t{1} << 20, true);
-  run_case<float, zero::PerParameter, true>(s, 500, true);
+  run_case<float, zero::FlatContiguous, 1>(s, std::size_t{1} << 20, true);
+  run_case<float, zero::PerParameter, 1>(s, 500, true);
+}
+
+// Stage 3: the layers kept gathered are refreshed after the step's writes (end_update), the others
+// gathered after them when acquired.
+TEST(DeviceShardedParameters, GathersStartAfterTheStepsWrites) {
+  StagedSetup s;
+  run_case<float, zero::FlatContiguous, 3>(s, 100, true);
+  run_case<float, zero::PerParameter, 3>(s, 100, true);
 }
 #endif
 

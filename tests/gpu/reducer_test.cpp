@@ -137,8 +137,9 @@ TEST(DeviceReducer, AllReduceGivesTheHostBits) {
 // NCCL (one rank per GPU, so one rank here), pointed at the reducer's stream while it launches.
 TEST(DeviceReducer, OverNcclGivesTheHostBits) {
   StagedSetup s;
-  if (s.ranks != 1) GTEST_SKIP() << zero::testing::not_applicable
-                                << "NCCL takes one rank per GPU; this run shares one GPU";
+  if (s.ranks != 1)
+    GTEST_SKIP() << zero::testing::not_applicable
+                 << "NCCL takes one rank per GPU; this run shares one GPU";
   zero::NcclCommunicator nccl(world());
   for (const Case& c : cases) {
     run_case<zero::ReduceScatterGradients>(s, nccl, c);

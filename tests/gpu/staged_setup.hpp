@@ -110,33 +110,28 @@ struct StagedSetup {
   }
 };
 
-// Over the twin, with `held`: the compute stream starts no work for 150 ms, from now (a thread
-// releases it), so that work ordered wrongly after it runs before it, every run. On a GPU it does
-// nothing. The thread is joined when the hold goes, so that a failed assertion ends the test and
-// not the process.
+// Over the twin, with `held`: the compute stream starts no work for 150 ms, from now
+// (HostStream::hold_for, which ends by itself, so the code under test may synchronize on the
+// stream meanwhile), so that work ordered wrongly after it runs before it, every run. On a GPU it
+// does nothing.
 class ComputeHold {
  public:
   ComputeHold([[maybe_unused]] StagedSetup& s, [[maybe_unused]] bool held) {
 #if ZERO_TEST_TWIN
-    if (held)
-      releaser_ = std::thread([hold = s.streams.compute.hold()]() mutable {
-        std::this_thread::sleep_for(std::chrono::milliseconds(150));
-        hold.release();
-      });
+    if (held) {
+      s.streams.compute.hold_for(duration);
+      end_ = std::chrono::steady_clock::now() + duration;
+    }
 #endif
   }
-  ComputeHold(const ComputeHold&) = delete;
-  ComputeHold& operator=(const ComputeHold&) = delete;
-  ~ComputeHold() {
-    ended();
-  }
   // Returns once the hold has ended.
-  void ended() {
-    if (releaser_.joinable()) releaser_.join();
+  void ended() const {
+    std::this_thread::sleep_until(end_);
   }
 
  private:
-  std::thread releaser_;
+  static constexpr std::chrono::milliseconds duration{150};
+  std::chrono::steady_clock::time_point end_; // the epoch when not held: no wait
 };
 
 } // namespace zero::testing

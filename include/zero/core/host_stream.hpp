@@ -25,6 +25,8 @@
 
 #include "zero/core/error.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -188,6 +190,14 @@ class HostStream {
     return StreamHold(*this);
   }
 
+  // For `duration` from now, the worker starts no task (a running one finishes): a hold that ends
+  // by itself, so the host may synchronize meanwhile (it waits out the hold, then the work). A
+  // test's way to make a stream late without a thread to release it.
+  void hold_for(std::chrono::steady_clock::duration duration) {
+    const std::lock_guard lock(mutex_);
+    held_until_ = std::max(held_until_, std::chrono::steady_clock::now() + duration);
+  }
+
  private:
   friend class HostEvent;
   friend class StreamHold;
@@ -233,6 +243,10 @@ class HostStream {
       changed_.wait(
           lock, [&] { return (!queue_.empty() && holds_ == 0) || (stopping_ && queue_.empty()); });
       if (queue_.empty()) return;
+      if (std::chrono::steady_clock::now() < held_until_) { // hold_for
+        changed_.wait_until(lock, held_until_);
+        continue;
+      }
       Task task = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -268,6 +282,7 @@ class HostStream {
   std::uint64_t submitted_ = 0;
   std::uint64_t finished_ = 0; // run or discarded
   int holds_ = 0;
+  std::chrono::steady_clock::time_point held_until_; // hold_for: no task starts before it
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::string failed_task_;

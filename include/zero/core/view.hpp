@@ -88,6 +88,17 @@ constexpr View<const T, Space> as_const(View<T, Space> v) noexcept {
   return v;
 }
 
+// The memory of the views a store hands out for states it keeps in Space: plain host views of any
+// host-accessible memory (host, pinned_host: their users index them), else views in Space itself
+// (device memory: only that space's kernels and copies take them).
+template <MemorySpace Space>
+using HandedOutMemory = std::conditional_t<Space::host_accessible, host, Space>;
+
+template <class T, class Space>
+constexpr View<T, HandedOutMemory<Space>> handed_out(View<T, Space> v) noexcept {
+  return {v.data(), v.size()};
+}
+
 } // namespace zero
 
 template <class T, class Space>

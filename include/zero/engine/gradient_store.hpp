@@ -62,12 +62,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
      (StreamSpace<Exec> &&
       std::same_as<typename Reduced::space, typename Exec::memory_space>)) class GradientStore {
   using Memory = typename Reduced::space;
-  // The views handed out and passed on: host views of host-accessible memory, else the space's.
-  using ViewMemory = std::conditional_t<Memory::host_accessible, host, Memory>;
-  template <class U>
-  static View<U, ViewMemory> viewed(View<U, Memory> v) noexcept {
-    return {v.data(), v.size()};
-  }
+  using ViewMemory = HandedOutMemory<Memory>; // of the views handed out and passed on
   using Strategy = std::conditional_t<Reduced::sharded, ReduceScatterGradients, AllReduceGradients>;
   using Replica = ReplicatedIn<typename Reduced::space>;
   // What a rank reduces into: its shard, or (stage 0) the whole model.
@@ -107,7 +102,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
         // Stage 0 reduces the gradient where backward wrote it: no bucket copies.
         target = owned_target(&*written_, Delivery::assign);
         in_place_ = std::make_unique<InPlaceAllReduce<Comm, T, Exec>>(
-            shard, *model.sharded, viewed(written_->local()), options.reduce_bucket_elements,
+            shard, *model.sharded, handed_out(written_->local()), options.reduce_bucket_elements,
             ReduceOp::avg, options.overlap_comm, exec);
         target_ = target;
         return;
@@ -142,7 +137,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
     if (arrival.opens_micro_step) begin_micro_step(arrival.in_last_micro_step);
     const View<const T, ViewMemory> grads = gradient_buffer(l);
     if (accumulate_locally_) {
-      const View<float, ViewMemory> sum = viewed(accumulator_->block(l)).first(grads.size());
+      const View<float, ViewMemory> sum = handed_out(accumulator_->block(l)).first(grads.size());
       accumulate(exec_, grads, sum);
       if (arrival.in_last_micro_step) reducer_->add(l, View<const float, ViewMemory>(sum));
     } else if (in_place_) {
@@ -196,7 +191,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
 
   // After the step: accumulators start from zero, norms are taken anew.
   void clear() {
-    if (accumulator_) zero_fill(viewed(accumulator_->local()));
+    if (accumulator_) zero_fill(handed_out(accumulator_->local()));
     if (target_.mode == Delivery::accumulate)
       zero_fill(View<std::byte, ViewMemory>(static_cast<std::byte*>(target_.data),
                                             target_.size * size_of(target_.dtype)));
@@ -223,9 +218,9 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
     const std::size_t numel = model_.sharded->layer(l).numel;
     if (numel == 0) return {}; // nothing to write, nothing to hand over
     if constexpr (!Written::sharded)
-      return viewed(written_->block(l)).first(numel);
+      return handed_out(written_->block(l)).first(numel);
     else
-      return viewed(scratch_[l].view()).first(numel);
+      return handed_out(scratch_[l].view()).first(numel);
   }
 
   static std::size_t largest_layer(const ModelLayout& model) {
@@ -285,7 +280,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
     visit_reduced([&](auto& reduced) {
       using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
       if constexpr (GradientElement<G>) {
-        const View<const G, ViewMemory> owned = viewed(std::as_const(reduced).block(l));
+        const View<const G, ViewMemory> owned = handed_out(std::as_const(reduced).block(l));
         if constexpr (Reduced::sharded) {
           sum_block(l, owned);
         } else if (model_.images.in_order(l)) {

@@ -45,9 +45,7 @@ requires HostAccessibleSpace<Space> ||
     (StreamSpace<Exec>&&
          std::same_as<Space, typename Exec::memory_space>)class ReplicatedParameters {
   using Tensor = ShardedTensor<T, ReplicatedIn<Space>>;
-  // The views handed out and passed on: host views of host-accessible memory, else the space's.
-  using ViewMemory = std::conditional_t<Space::host_accessible, host, Space>;
-  static View<T, ViewMemory> viewed(View<T, Space> v) noexcept { return {v.data(), v.size()}; }
+  using ViewMemory = HandedOutMemory<Space>; // of the views handed out and passed on
 
  public:
   ReplicatedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
@@ -108,7 +106,7 @@ requires HostAccessibleSpace<Space> ||
   // Where the step writes the new values of what this rank updates of layer l.
   View<T, ViewMemory> update_target(std::size_t l) {
     if constexpr (!Updated::sharded) {
-      return viewed(copy_.block(l));
+      return handed_out(copy_.block(l));
     } else {
       const Range mine = model_.my_flat_range(l);
       return image(l).subview(mine.begin, mine.size());
@@ -144,11 +142,11 @@ requires HostAccessibleSpace<Space> ||
 
  private:
   View<T, ViewMemory> values(std::size_t l) {
-    return viewed(copy_.block(l)).first(model_.sharded->layer(l).numel);
+    return handed_out(copy_.block(l)).first(model_.sharded->layer(l).numel);
   }
   // Layer l's image: the copy itself where it is in order.
   View<T, ViewMemory> image(std::size_t l) {
-    return viewed(model_.images.in_order(l) ? copy_.block(l) : staging_->block(l));
+    return handed_out(model_.images.in_order(l) ? copy_.block(l) : staging_->block(l));
   }
   // Completes layer l's gather, if one is in flight; tells whether there was one.
   bool finish_gather(std::size_t l) {

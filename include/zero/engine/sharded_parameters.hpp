@@ -3,11 +3,18 @@
 // engine/kept.hpp), of which each rank keeps only its block of every layer. acquire() gathers a
 // layer for as long as its handle lives (gather/parameter_gather.hpp, which also prefetches the
 // next layer); the step writes this rank's blocks in place and refreshes the layers that stay
-// gathered. Over a stream space the gathered layers are unpacked in stream order; since forward and
-// backward read them from the host (the memory is host-accessible), acquire() returns once that has
-// run.
+// gathered.
+//
+// Over a stream space (Exec) the blocks may live in the space's memory (device memory over
+// CudaStreamSpace, device_twin over DeviceTwinSpace), and so do the gathered layers: acquire()
+// hands forward and backward a view in that memory with no host wait (their kernels are queued
+// after the gather and its unpacking), the step writes the blocks with work on the stream, and
+// set_layer stages a block through the host (a cold path). Over a stream space in host memory,
+// forward and backward read the layers from the host, so acquire() returns once the queued
+// unpacking has run.
 
 #include "zero/comm/communicator.hpp"
+#include "zero/engine/detail/host_staging.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
@@ -25,14 +32,18 @@
 namespace zero {
 
 template <Element T, KeptState K, GatheringCommunicator Comm, ExecutionSpace Exec = HostThreads>
-requires(K::sharded&& HostAccessibleSpace<typename K::space>) class ShardedParameters {
+requires K::sharded &&
+    (HostAccessibleSpace<typename K::space> ||
+     (StreamSpace<Exec> &&
+      std::same_as<typename K::space, typename Exec::memory_space>)) class ShardedParameters {
   using Tensor = ShardedTensor<T, typename K::policy>;
   using Gather = ParameterGather<T, Comm, Exec>;
+  using ViewMemory = HandedOutMemory<typename K::space>; // of the views handed out
 
  public:
   ShardedParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
                     Comm* hpz = nullptr, Exec exec = {})
-      : model_(model), exec_(exec), shard_(shard, model.sharded),
+      : model_(model), exec_(exec), shard_(shard, model.sharded, layout_agreed),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
                                         options.max_live_elements, options.max_reuse_distance},
@@ -42,14 +53,17 @@ requires(K::sharded&& HostAccessibleSpace<typename K::space>) class ShardedParam
   // layer stays gathered.
   void set_layer(std::size_t l, View<const float> values) {
     gather_.invalidate(blocks_, l);
-    model_.pack_my_block(l, values.data(), shard_.block(l).data());
+    detail::write_on_host(exec_, shard_.block(l), [&](View<T> block) {
+      model_.pack_my_block(l, values.data(), block.data());
+    });
     if (gather_.persistent(l)) gather_.refresh_persistent(blocks_);
   }
 
   LayerParameters acquire(std::size_t l) {
-    LayerParameters held(*model_.sharded, l, gather_.acquire(blocks_, l),
+    LayerParameters held(*model_.sharded, l, handed_out(gather_.acquire(blocks_, l)),
                          [this](std::size_t layer) { gather_.release(layer); });
-    if constexpr (StreamSpace<Exec>) { // the host reads it: after the queued unpacking
+    if constexpr (StreamSpace<Exec> && ViewMemory::host_accessible) {
+      // The host reads it: after the queued unpacking.
       typename Exec::event_type unpacked;
       record(exec_, unpacked);
       unpacked.synchronize();
@@ -57,7 +71,8 @@ requires(K::sharded&& HostAccessibleSpace<typename K::space>) class ShardedParam
     return held;
   }
 
-  View<T> update_target(std::size_t l) { return shard_.block(l); }
+  // Where the step writes the new values of this rank's block of layer l.
+  View<T, ViewMemory> update_target(std::size_t l) { return handed_out(shard_.block(l)); }
   void layer_updated(std::size_t) {}
   void require_nothing_acquired() const { gather_.require_nothing_acquired(); }
   void begin_update() { gather_.begin_update(blocks_); }
