@@ -243,8 +243,8 @@ class HostStream {
       changed_.wait(
           lock, [&] { return (!queue_.empty() && holds_ == 0) || (stopping_ && queue_.empty()); });
       if (queue_.empty()) return;
-      if (std::chrono::steady_clock::now() < held_until_) { // hold_for
-        changed_.wait_until(lock, held_until_);
+      if (const auto until = held_until_; std::chrono::steady_clock::now() < until) { // hold_for
+        changed_.wait_until(lock, until);
         continue;
       }
       Task task = std::move(queue_.front());

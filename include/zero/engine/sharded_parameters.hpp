@@ -7,9 +7,10 @@
 //
 // Over a stream space (Exec) the blocks may live in the space's memory (device memory over
 // CudaStreamSpace, device_twin over DeviceTwinSpace), and so do the gathered layers: acquire()
-// hands forward and backward a view in that memory with no host wait (their kernels are queued
-// after the gather and its unpacking), the step writes the blocks with work on the stream, and
-// set_layer stages a block through the host (a cold path). Over a stream space in host memory,
+// hands forward and backward a view in that memory once the gather's collective completed,
+// without waiting for the unpacking of an out-of-order image (forward's kernels are queued after
+// it), the step writes the blocks with work on the stream, and set_layer stages a block through
+// the host (a cold path). Over a stream space in host memory,
 // forward and backward read the layers from the host, so acquire() returns once the queued
 // unpacking has run.
 
@@ -33,7 +34,7 @@ namespace zero {
 
 template <Element T, KeptState K, GatheringCommunicator Comm, ExecutionSpace Exec = HostThreads>
 requires K::sharded &&
-    (HostAccessibleSpace<typename K::space> ||
+    ((HostAccessibleSpace<typename K::space> && HostAccessibleSpace<typename Exec::memory_space>) ||
      (StreamSpace<Exec> &&
       std::same_as<typename K::space, typename Exec::memory_space>)) class ShardedParameters {
   using Tensor = ShardedTensor<T, typename K::policy>;
