@@ -12,8 +12,9 @@
 int main() {
   zero::testing::UnorderedDeviceCommunicator comm;
   const std::vector<zero::ParameterSpec> params{{"w", 10}};
-  auto layout = std::make_shared<const zero::ShardLayout>(zero::FlatContiguous{}.partition(params, 1));
+  auto layout =
+      std::make_shared<const zero::ShardLayout>(zero::FlatContiguous{}.partition(params, 1));
   zero::ShardedTensor<float, zero::Sharded<zero::FlatContiguous, zero::device_twin>> tensor(comm,
-                                                                                           layout);
+                                                                                            layout);
   return tensor.layout().layer_count() == 1 ? 0 : 1;
 }
