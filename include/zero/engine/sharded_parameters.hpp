@@ -10,9 +10,8 @@
 // hands forward and backward a view in that memory once the gather's collective completed,
 // without waiting for the unpacking of an out-of-order image (forward's kernels are queued after
 // it), the step writes the blocks with work on the stream, and set_layer stages a block through
-// the host (a cold path). Over a stream space in host memory,
-// forward and backward read the layers from the host, so acquire() returns once the queued
-// unpacking has run.
+// the host (a cold path). Over a stream space in host memory, forward and backward read the layers
+// from the host, so acquire() returns once the queued unpacking has run.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/engine/detail/host_staging.hpp"
