@@ -3,6 +3,7 @@
 // in call order, and a failure on the caller's stream fails the collective on every rank instead
 // of sending stale data. (Every collective and element type: collectives_test.cpp, "Staged".)
 
+#include <zero/comm/counting_communicator.hpp>
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/comm/staged_communicator.hpp>
 #include <zero/core/error.hpp>
@@ -59,6 +60,34 @@ TEST(StagedCommunicator, WithoutTheCallersEventItSendsStaleData) {
   EXPECT_EQ(data[0], 0.0f) << "the collective waited for a stream it was not told about";
   held.release();
   s.caller.synchronize();
+}
+
+// Counting the traffic keeps the ordering: the engine sees a counted staged communicator as
+// ordered after its caller stream (no host wait before its collectives), and it is.
+TEST(StagedCommunicator, CountedItStillReadsItsInputAfterTheCallersStream) {
+  using Counted = zero::CountingCommunicator<Staged>;
+  static_assert(zero::OrderedAfterCaller<Counted, HostStreamSpace>);
+  HostStream caller{"caller"};
+  HostStream transfer{"transfer"};
+  HostStream other{"other"};
+  Counted counted{Staged(zero::MpiCommunicator(boost::mpi::communicator()), HostStreamSpace(caller),
+                         HostStreamSpace(transfer))};
+  std::vector<float> data(1000, 0.0f);
+  {
+    zero::CallerScope<Counted, HostStreamSpace> scope(&counted, HostStreamSpace(other));
+    EXPECT_EQ(&counted.caller().stream(), &other);
+    auto held = other.hold();
+    other.enqueue("write the input", [&] { std::fill(data.begin(), data.end(), 2.5f); });
+    zero::Work work = counted.all_reduce(data, ReduceOp::sum);
+    EXPECT_TRUE(work.pending());
+    held.release();
+    work.wait();
+  }
+  EXPECT_EQ(&counted.caller().stream(), &caller) << "the scope restores the caller stream";
+  for (float v : data)
+    ASSERT_EQ(v, 2.5f * static_cast<float>(counted.size()));
+  EXPECT_EQ(counted.stats()[zero::Collective::all_reduce].calls, 1u);
+  EXPECT_EQ(counted.stats()[zero::Collective::all_reduce].elements, 1000u);
 }
 
 TEST(StagedCommunicator, CallsRunInCallOrder) {

@@ -95,6 +95,20 @@ class CountingCommunicator
   C& inner() noexcept { return inner_; }
   const C& inner() const noexcept { return inner_; }
 
+  // Counting keeps the wrapped communicator's ordering after a caller stream (OrderedAfterCaller,
+  // zero/core/stream_space.hpp): without these the engine would see a counted StagedCommunicator
+  // as ordered by the host, and wait on the host before every collective.
+  template <class Space>
+    requires requires(C& comm, Space caller) { comm.set_caller(caller); }
+  void set_caller(Space caller) {
+    inner_.set_caller(std::move(caller));
+  }
+  auto caller() const
+    requires requires(const C& comm) { comm.caller(); }
+  {
+    return inner_.caller();
+  }
+
   const CommStats& stats() const noexcept { return stats_; }
   void reset_stats() noexcept { stats_ = {}; }
 
