@@ -77,7 +77,9 @@ void run_case(StagedSetup& s, const Case& c, bool held = false) {
   using DeviceReduced = zero::Kept<reduced_sharded, Partitioner, DeviceMemory>;
   using DeviceWritten = zero::Kept<written_sharded, Partitioner, DeviceMemory>;
   const zero::ModelLayout layout(
-      test_partitioner<Partitioner>().partition(device_test_model(20000), s.ranks), s.rank, s.rank);
+      test_partitioner<Partitioner>().partition(
+          device_test_model(large_layer_for(c.bucket_elements, 20000)), s.ranks),
+      s.rank, s.rank);
   zero::EngineOptions options;
   options.compute_dtype = zero::dtype_of<T>;
   options.reduce_bucket_elements = c.bucket_elements;

@@ -34,16 +34,6 @@ namespace {
 using namespace zero::testing;
 using zero::DType;
 
-std::vector<zero::ParameterSpec> model() {
-  return device_test_model(40000);
-}
-
-zero::ShardLayout make_layout(int partitioner, int ranks) {
-  if (partitioner == 1) return zero::PerParameter{.alignment = 2}.partition(model(), ranks);
-  if (partitioner == 2) return zero::WholeParameterGreedy{}.partition(model(), ranks);
-  return zero::FlatContiguous{.alignment = 4}.partition(model(), ranks);
-}
-
 std::vector<float> layer_grads(int rank, std::size_t layer, std::size_t numel) {
   std::vector<float> v(numel);
   for (std::size_t i = 0; i < numel; ++i)
@@ -58,10 +48,17 @@ struct Case {
   int partitioner;
 };
 
+zero::ShardLayout make_layout(const Case& c, int ranks) {
+  const auto model = device_test_model(large_layer_for(c.bucket_elements, 40000));
+  if (c.partitioner == 1) return zero::PerParameter{.alignment = 2}.partition(model, ranks);
+  if (c.partitioner == 2) return zero::WholeParameterGreedy{}.partition(model, ranks);
+  return zero::FlatContiguous{.alignment = 4}.partition(model, ranks);
+}
+
 // `comm`: the device communicator (the staged one, or NCCL at one rank).
 template <class Strategy, class DeviceComm>
 void run_case(StagedSetup& s, DeviceComm& comm, const Case& c) {
-  const zero::ShardLayout layout = make_layout(c.partitioner, s.ranks);
+  const zero::ShardLayout layout = make_layout(c, s.ranks);
   const zero::LayerImages images(layout);
   constexpr bool scatter = Strategy::collective == zero::Collective::reduce_scatter;
   std::size_t size = scatter ? layout.shard_numel(s.rank) : 0;
