@@ -99,15 +99,11 @@ class CountingCommunicator
   // zero/core/stream_space.hpp): without these the engine would see a counted StagedCommunicator
   // as ordered by the host, and wait on the host before every collective.
   template <class Space>
-    requires requires(C& comm, Space caller) { comm.set_caller(caller); }
-  void set_caller(Space caller) {
-    inner_.set_caller(std::move(caller));
-  }
-  auto caller() const
-    requires requires(const C& comm) { comm.caller(); }
-  {
-    return inner_.caller();
-  }
+  requires requires(C& comm, Space caller) { comm.set_caller(caller); }
+  void set_caller(Space caller) { inner_.set_caller(std::move(caller)); }
+  template <class Inner = C>
+  requires requires(const Inner& comm) { comm.caller(); }
+  auto caller() const { return inner_.caller(); }
 
   const CommStats& stats() const noexcept { return stats_; }
   void reset_stats() noexcept { stats_ = {}; }
