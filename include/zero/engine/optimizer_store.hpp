@@ -202,9 +202,11 @@ requires HostAccessibleSpace<typename K::space> ||
   const Tensor& tensor(std::size_t t) const { return t == 0 ? master_ : states_[t - 1]; }
   Tensor& tensor(std::size_t t) { return t == 0 ? master_ : states_[t - 1]; }
 
+  // On the engine's agreed layout (ModelLayout): no verification collective, so that a
+  // communicator of device memory, which cannot move the check's host metadata, builds it too.
   template <class Comm>
   Tensor make(Comm& shard) const {
-    return Tensor(shard, K::layout(model_));
+    return Tensor(shard, K::layout(model_), layout_agreed);
   }
   template <class Comm, std::size_t... I>
   std::array<Tensor, states> make_states(Comm& shard, std::index_sequence<I...>) const {
