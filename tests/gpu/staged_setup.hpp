@@ -124,6 +124,11 @@ class ComputeHold {
     }
 #endif
   }
+  // Whether the hold is still on (never when not held): a test checks that the work it meant to
+  // hold was queued while it was.
+  bool holding() const {
+    return std::chrono::steady_clock::now() < end_;
+  }
   // Returns once the hold has ended.
   void ended() const {
     std::this_thread::sleep_until(end_);

@@ -207,6 +207,8 @@ class NcclWork final : public WorkState {
 class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator, cuda> {
  public:
   static constexpr bool supports_variable_counts = true;
+  // The communicator an engine takes beside this one for its host collectives.
+  using host_type = MpiCommunicator;
 
   // One GPU per rank: rank r of `bootstrap` uses device `device` (default: r modulo the device
   // count). Operations start after the work queued on `caller_stream` before their submit (the

@@ -61,6 +61,9 @@ requires Communicator<Host> && Host::memory_space::host_accessible class StagedC
     : public detail::CollectiveApi<StagedCommunicator<Space, Host>, typename Space::memory_space> {
  public:
   static constexpr bool supports_variable_counts = VariableCountCommunicator<Host>;
+  // The communicator an engine takes beside this one for its host collectives (not host(): this
+  // communicator's worker drives that one).
+  using host_type = Host;
 
   // `caller`: the stream whose work produces the inputs (each call waits for it); `transfer`: the
   // stream the staging copies run on. Both streams must outlive the communicator.

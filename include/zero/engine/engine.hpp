@@ -19,6 +19,16 @@
 // types the engine is compiled for (the sixth argument, zero::ComputeTypes<float, half, bfloat16>
 // by default; one type compiles the stores once instead of three times).
 // All ranks must call the same methods in the same order (they are collectives).
+//
+// Over a device (Placement<execute_on<CudaStreamSpace>>, docs/gpu-engine.md) the engine takes two
+// communicators of the same ranks: a host one for its own collectives (agreements, set_layer's
+// broadcast, the norm, checkpoints) and one of device memory for the model states (its
+// host_type names the first), and the stream it queues its kernels on:
+//
+//   zero::Engine<zero::Stage<3>, Staged, zero::Placement<zero::execute_on<zero::CudaStreamSpace>>,
+//                zero::Adam, zero::DynamicLossScaler>
+//       engine(mpi, staged, parameters, adam, scaler, options, zero::CudaStreamSpace(stream));
+// Gradients and acquired layers are then in device memory, ordered on that stream.
 
 #include "zero/checkpoint/saver.hpp"
 #include "zero/comm/agreed.hpp"
@@ -55,10 +65,15 @@ class Engine {
   using Placement = placement_of<Where>;
   static_assert(detail::engine_arguments_fit<Plan, Comm, Placement>());
 
-  using Groups = RankGroups<Plan, Comm>;
+  using Exec = typename Placement::execution_space;
+  using Control = detail::control_communicator_t<Comm>;
+  static constexpr bool separate_control = !std::same_as<Comm, Control>;
+  using Groups = RankGroups<Plan, Comm, Control>;
   using Counted = typename Groups::counted_type;
   template <class T>
-  using States = ModelStates<T, Plan, Counted, Placement, Opt>;
+  using States = ModelStates<T, Plan, Counted, Placement, Opt, typename Groups::control_type>;
+  // Where gradients are handed out: host memory, or the device's.
+  using GradientMemory = HandedOutMemory<typename Placement::gradients>;
 
  public:
   using plan_type = Plan;
@@ -67,27 +82,21 @@ class Engine {
   using scaler_type = Scaler;
   using compute_types = Compute;
 
+  // `exec`: where the stores queue their kernels (for a stream space, the caller's compute stream:
+  // gradients are read and weights written in order with the work queued there). Optional for
+  // the host spaces; CudaStreamSpace names its stream.
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
-         EngineOptions options = {})
-      : options_(detail::validated(std::move(options))), optimizer_(std::move(optimizer)),
-        scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
-        groups_(comm, options_.hpz_partition_size),
-        model_(detail::make_layout_checked<Plan>(groups_.shard(), std::move(parameters)),
-               groups_.shard().rank(), groups_.world().rank()),
-        micro_(*model_.sharded, options_.gradient_accumulation_steps) {
-    detail::agree_on_options(groups_.world(), options_);
-    detail::check_requested_places<Placement>(options_);
-    // The stores agree within the shard group on what can fail on one rank; with several groups
-    // (shard_within), the groups agree too, or one group's failure would leave the others waiting
-    // in the first world collective.
-    auto make_states = [&] {
-      states_.emplace(options_.compute_dtype, groups_.shard(), model_, options_, groups_.hpz());
-    };
-    if (groups_.shard().size() == groups_.world().size())
-      make_states();
-    else
-      agreed(groups_.world(), "building the model states", make_states);
-  }
+         EngineOptions options = {}, Exec exec = {}) requires(!separate_control)
+      : Engine(
+            Build{}, [&](int hpz) { return Groups(comm, hpz); }, std::move(parameters),
+            std::move(optimizer), std::move(scaler), std::move(options), exec) {}
+  // A communicator of device memory for the model states, and `control`, a host communicator of
+  // the same ranks in the same order, for the engine's own collectives.
+  Engine(Control& control, Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer,
+         Scaler scaler, EngineOptions options = {}, Exec exec = {}) requires separate_control
+      : Engine(
+            Build{}, [&](int hpz) { return Groups(control, comm, hpz); }, std::move(parameters),
+            std::move(optimizer), std::move(scaler), std::move(options), exec) {}
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -112,8 +121,9 @@ class Engine {
   // broadcast, so every rank starts from the same weights whatever it passed.
   void set_layer(std::size_t l, View<const float> values) {
     model_.check_layer(l);
-    const std::vector<float> agreed = rank0_values(groups_.world(), values, layout().layer(l).numel,
-                                                   "set_layer: layer " + std::to_string(l));
+    const std::vector<float> agreed =
+        rank0_values(groups_.control_world(), values, layout().layer(l).numel,
+                     "set_layer: layer " + std::to_string(l));
     states_.visit([&](auto& s) {
       s.set_layer(l, View<const float>(agreed));
       baseline_.nvme = s.nvme_traffic(); // setting weights is not part of the next step's traffic
@@ -137,12 +147,12 @@ class Engine {
   // Where backward writes layer l's gradient (its parameters in order, compute type). Every
   // element must be written; hand it over with grads_ready(l).
   template <Element T>
-  View<T> gradients(std::size_t l) {
+  View<T, GradientMemory> gradients(std::size_t l) {
     model_.check_layer(l);
     require(dtype_of<T> == options_.compute_dtype, std::string("gradients: the compute type is ") +
                                                        to_string(options_.compute_dtype) +
                                                        ", not " + to_string(dtype_of<T>));
-    return states_.visit([&](auto& s) -> View<T> {
+    return states_.visit([&](auto& s) -> View<T, GradientMemory> {
       if constexpr (std::is_same_v<typename std::decay_t<decltype(s)>::value_type, T>)
         return s.gradients(l);
       else
@@ -173,7 +183,8 @@ class Engine {
       const double unscale = 1.0 / (result.loss_scale * options_.gradient_accumulation_steps);
       // One all-reduce gives both the norm and the overflow check: a sum of squares is finite
       // exactly when every gradient is, and a NaN or infinity on any rank reaches every rank.
-      const GradNorm norm = global_grad_norm(groups_.shard(), s.local_sum_of_squares(), unscale);
+      const GradNorm norm =
+          global_grad_norm(groups_.control_shard(), s.local_sum_of_squares(), unscale);
       result.seconds.norm = clock.lap();
       result.grad_norm = norm.norm;
       result.applied = norm.finite;
@@ -227,7 +238,7 @@ class Engine {
       const auto manifest =
           detail::describe_run<Plan>(tag, options, groups_.world().size(), groups_.shard().size(),
                                      options_.compute_dtype, layout(), s, optimizer_, scaler_);
-      saver_.begin(groups_.world(), dir, manifest, options, store, writers);
+      saver_.begin(groups_.control_world(), dir, manifest, options, store, writers);
     });
     if (!options.async) wait_for_checkpoint();
   }
@@ -243,7 +254,7 @@ class Engine {
 
   // Completes a save in flight (waits for its writers, then rank 0 publishes it). Collective; a
   // writer that failed on any rank throws here on every rank.
-  void wait_for_checkpoint() { saver_.finish(groups_.world()); }
+  void wait_for_checkpoint() { saver_.finish(groups_.control_world()); }
 
   // Loads DIR/TAG (or the checkpoint DIR/latest names, or DIR when it is one checkpoint), saved
   // at any world size, stage or partitioner: each rank reads only what it now keeps. Restores the
@@ -256,8 +267,8 @@ class Engine {
     wait_for_checkpoint();
     require_between_steps("load_checkpoint");
     return states_.visit([&](auto& s) {
-      LoadedCheckpoint loaded = detail::load_into(groups_.world(), dir, tag, lr_scheduler, layout(),
-                                                  s, optimizer_, scaler_);
+      LoadedCheckpoint loaded = detail::load_into(groups_.control_world(), dir, tag, lr_scheduler,
+                                                  layout(), s, optimizer_, scaler_);
       baseline_.nvme = s.nvme_traffic(); // loading is not part of the next step's traffic
       return loaded;
     });
@@ -279,6 +290,33 @@ class Engine {
   CommStats communication_total() const { return groups_.total(); }
 
  private:
+  struct Build {};
+  template <class MakeGroups>
+  Engine(Build, MakeGroups&& make_groups, std::vector<ParameterSpec> parameters, Opt optimizer,
+         Scaler scaler, EngineOptions options, Exec exec)
+      : options_(detail::validated(std::move(options))), optimizer_(std::move(optimizer)),
+        scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
+        groups_(make_groups(options_.hpz_partition_size)),
+        model_(detail::make_layout_checked<Plan>(groups_.control_shard(), std::move(parameters)),
+               groups_.shard().rank(), groups_.world().rank()),
+        micro_(*model_.sharded, options_.gradient_accumulation_steps) {
+    detail::agree_on_options(groups_.control_world(), options_);
+    detail::check_requested_places<Placement>(options_);
+    // The host stores agree within the shard group on what can fail on one rank; with several
+    // groups (shard_within), the groups agree too, or one group's failure would leave the others
+    // waiting in the first world collective. The device stores cannot agree over their
+    // communicator (an allocation failing on one of the ranks sharing a GPU): the engine agrees for
+    // them over the host one.
+    auto make_states = [&] {
+      states_.emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
+                      options_, groups_.hpz(), exec);
+    };
+    if (!separate_control && groups_.shard().size() == groups_.world().size())
+      make_states();
+    else
+      agreed(groups_.control_world(), "building the model states", make_states);
+  }
+
   // Checkpoints are taken between steps: no micro-step half done, no layer held.
   void require_between_steps(const char* what) {
     require(micro_.at_step_start(), std::string(what) +

@@ -8,6 +8,7 @@
 // The engine owns one of these for the compute type chosen at run time; everything below is typed.
 
 #include "zero/core/nvme.hpp"
+#include "zero/engine/detail/host_staging.hpp"
 #include "zero/engine/gradient_store.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
@@ -24,7 +25,9 @@
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zero {
@@ -62,9 +65,14 @@ constexpr const char* place_name() {
 }
 } // namespace detail
 
-template <Element T, ShardingPlanType Plan, Communicator Comm, PlacementType Where, Optimizer Opt>
+// Comm moves the model states; Control the host values of LAMB's per-parameter sums (the same
+// communicator on the host; a host one beside a communicator of device memory).
+template <Element T, ShardingPlanType Plan, Communicator Comm, PlacementType Where, Optimizer Opt,
+          Communicator Control = Comm>
 class ModelStates {
   using Exec = typename Where::execution_space;
+  // Of the views handed to the caller and between the stores: host for host-accessible memory.
+  using GradientMemory = HandedOutMemory<typename Where::gradients>;
   // How each state is kept, from the plan and the placement: the stores read neither.
   using KeptParams = KeptParameters<Plan, typename Where::parameters>;
   using KeptOptimizer = KeptOptimizerStates<Plan, typename Where::optimizer_states>;
@@ -81,9 +89,18 @@ class ModelStates {
   static_assert(GradientStorage<Gradients, T, Comm>,
                 "zero: the gradient store of this placement does not provide the contract the "
                 "engine calls (zero::GradientStorage, engine/stores.hpp)");
-  // The NVMe tier's optimizer store steps element-wise updates only.
+  // LAMB's step runs on the host, over states in host memory: not on the NVMe tier's store, and
+  // not over a device space (its device passes have no stream-space overloads yet).
   static constexpr bool lamb_on_nvme = TrustRatioUpdate<typename Opt::update_type> &&
                                        std::same_as<typename Where::optimizer_states, nvme>;
+  static constexpr bool lamb_on_device = TrustRatioUpdate<typename Opt::update_type> &&
+                                         !std::same_as<typename Where::optimizer_states, nvme> &&
+                                         !HostAccessibleSpace<typename Where::optimizer_states>;
+  // CUDA's fused step writes a half or bfloat16 compute copy only: an fp32 one over a space of
+  // CUDA memory is refused when the engine is built (an engine compiled for every compute type
+  // still compiles). The twin's kernels are the host's, which write any.
+  static constexpr bool fp32_copy_on_cuda =
+      std::same_as<T, float> && std::same_as<typename Exec::memory_space, cuda>;
   static_assert(OptimizerStateStore<OptimizerStates>,
                 "zero: the optimizer store of this placement does not provide the contract the "
                 "engine calls (zero::OptimizerStateStore, engine/stores.hpp)");
@@ -91,17 +108,29 @@ class ModelStates {
  public:
   using value_type = T;
 
+  // `shard` and `control`: the shard group's communicators (the same one for a host engine).
   // `hpz`: the group of stage 3's secondary weight copy (EngineOptions::hpz_partition_size), or
-  // null.
-  ModelStates(Comm& shard, const ModelLayout& model, const EngineOptions& options,
-              Comm* hpz = nullptr)
-      : shard_(shard), parameters_(shard, model, options, hpz),
-        gradients_(shard, model, options, Exec{}), optimizer_(shard, model, options, Exec{}) {
+  // null. `exec`: where the stores queue their kernels (the caller's compute stream).
+  ModelStates(Comm& shard, Control& control, const ModelLayout& model, const EngineOptions& options,
+              Comm* hpz = nullptr, Exec exec = {})
+      : shard_(shard), control_(control), exec_(exec),
+        parameters_(shard, model, options, hpz, exec), gradients_(shard, model, options, exec),
+        optimizer_(shard, model, options, exec) {
     // Refused when the engine is built rather than at compile time: a program that takes its
-    // optimizer from a config (with_optimizer) compiles every optimizer with every placement.
+    // optimizer from a config (with_optimizer) compiles every optimizer with every placement. The
+    // same on every rank.
     if constexpr (lamb_on_nvme)
       fail(ErrorKind::unsupported, "an optimizer with a trust ratio (LAMB) keeps its states in "
                                    "memory: its step on the NVMe tier is not built");
+    if constexpr (lamb_on_device)
+      fail(ErrorKind::unsupported,
+           std::string("an optimizer with a trust ratio (LAMB) keeps its states in host memory: "
+                       "its step over ") +
+               Exec::name + " is not built");
+    if constexpr (fp32_copy_on_cuda)
+      fail(ErrorKind::unsupported, std::string("compute_dtype float32: the optimizer step over ") +
+                                       Exec::name +
+                                       " writes a float16 or bfloat16 compute copy only");
   }
 
   ModelStates(const ModelStates&) = delete;
@@ -113,7 +142,7 @@ class ModelStates {
   }
   std::vector<float> layer(std::size_t l) { return optimizer_.layer(shard_, l); }
   LayerParameters acquire(std::size_t l) { return parameters_.acquire(l); }
-  View<T> gradients(std::size_t l) { return gradients_.gradients(l); }
+  View<T, GradientMemory> gradients(std::size_t l) { return gradients_.gradients(l); }
   void grads_ready(std::size_t l, MicroSteps::Arrival arrival) { gradients_.ready(l, arrival); }
 
   // The gradients of the step, reduced; `replica` completes the average of shard_within plans.
@@ -137,13 +166,15 @@ class ModelStates {
     gradients_.visit_reduced([&](auto& reduced) {
       using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
       if constexpr (GradientElement<G>) {
-        const auto grads = [&](std::size_t l) { return View<const G>(reduced.block(l)); };
+        const auto grads = [&](std::size_t l) {
+          return handed_out(std::as_const(reduced).block(l));
+        };
         const auto target = [&](std::size_t l) { return parameters_.update_target(l); };
         const auto updated = [&](std::size_t l) { parameters_.layer_updated(l); };
-        if constexpr (lamb_on_nvme)
+        if constexpr (lamb_on_nvme || lamb_on_device || fp32_copy_on_cuda)
           return; // refused at construction
         else if constexpr (TrustRatioUpdate<typename O::update_type>)
-          optimizer_.step(shard_, update, grad_multiplier, grads, target, updated);
+          optimizer_.step(control_, update, grad_multiplier, grads, target, updated);
         else
           optimizer_.step(update, grad_multiplier, grads, target, updated);
       }
@@ -169,8 +200,10 @@ class ModelStates {
       if (open && *open != l) parameters_.layer_updated(*open);
       open = l;
       fill(t, l, part, into);
-      if (t == 0)
-        convert_n(into.data(), parameters_.update_target(l).data() + part.begin, part.size());
+      if (t == 0) // through a host copy when the compute copy is in device memory
+        detail::write_on_host(
+            exec_, parameters_.update_target(l).subview(part.begin, part.size()),
+            [&](View<T> copy) { convert_n(into.data(), copy.data(), part.size()); });
     });
     if (open) parameters_.layer_updated(*open);
   }
@@ -198,6 +231,8 @@ class ModelStates {
 
  private:
   Comm& shard_;
+  Control& control_;
+  Exec exec_;
   Parameters parameters_;
   Gradients gradients_;
   OptimizerStates optimizer_;

@@ -4,26 +4,49 @@
 // states (all ranks, or `shard_within<N>` consecutive ranks) and, for shard_within plans, the
 // replica group of ranks holding the same shard. Each counts its own traffic, so a step's
 // communication can be shown next to the ZeRO paper's volumes.
+//
+// Two kinds of collectives: the stores' move the model states (data), the engine's own move host
+// values (control: the layout's and the options' agreement, set_layer's broadcast, the norm, the
+// checkpoints). A host communicator does both. A communicator of device memory (StagedCommunicator,
+// NcclCommunicator) does the data, and a host communicator given beside it the control, split into
+// the same world and shard groups.
 
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/counting_communicator.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
 #include "zero/stage/plan.hpp"
 
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 namespace zero {
 
-template <ShardingPlanType Plan, Communicator Comm>
+template <ShardingPlanType Plan, Communicator Comm, Communicator Control = Comm>
 class RankGroups {
+  static constexpr bool separate_control = !std::same_as<Comm, Control>;
+
  public:
   using counted_type = CountingCommunicator<Comm>;
+  using control_type = CountingCommunicator<Control>;
 
   // hpz_ranks > 1: also the groups of that many consecutive ranks of the shard group (hpZ).
-  explicit RankGroups(Comm& comm, int hpz_ranks = 1)
+  explicit RankGroups(Comm& comm, int hpz_ranks = 1) requires(!separate_control)
       : world_(comm.split(0, comm.rank())), shard_(make_shard_group(comm)),
         replica_(make_replica_group(comm)), hpz_(make_hpz_group(shard(), hpz_ranks)) {}
+  // Data over `comm`, control over `control`: the same ranks in the same order.
+  RankGroups(Control& control, Comm& comm, int hpz_ranks = 1) requires separate_control
+      : world_(same_ranks(control, comm).split(0, comm.rank())),
+        shard_(make_shard_group(comm)),
+        replica_(make_replica_group(comm)),
+        hpz_(make_hpz_group(shard(), hpz_ranks)),
+        control_(make_control(control)) {}
 
   counted_type& world() noexcept { return world_; }
   counted_type& shard() noexcept { return shard_ ? *shard_ : world_; }
@@ -33,12 +56,30 @@ class RankGroups {
   // The ranks sharing stage 3's secondary weight copy (hpZ), or null without one.
   counted_type* hpz() noexcept { return hpz_ ? &*hpz_ : nullptr; }
 
+  // The same groups for the engine's host collectives.
+  control_type& control_world() noexcept {
+    if constexpr (separate_control)
+      return control_.world;
+    else
+      return world();
+  }
+  control_type& control_shard() noexcept {
+    if constexpr (separate_control)
+      return control_.shard ? *control_.shard : control_.world;
+    else
+      return shard();
+  }
+
   // Everything communicated since construction, all groups.
   CommStats total() const {
     CommStats total = world_.stats();
     if (shard_) total += shard_->stats();
     if (replica_) total += replica_->stats();
     if (hpz_) total += hpz_->stats();
+    if constexpr (separate_control) {
+      total += control_.world.stats();
+      if (control_.shard) total += control_.shard->stats();
+    }
     return total;
   }
   // What the hpZ groups communicated (within a node when they are nodes), part of total().
@@ -73,8 +114,39 @@ class RankGroups {
     return shard.split(shard.rank() / ranks, shard.rank());
   }
 
+  struct ControlGroups {
+    control_type world;
+    std::optional<control_type> shard;
+  };
+  // Collective over `control`, before any over `comm`: every rank sees every rank's place in the
+  // data communicator, so all refuse a mismatch together instead of waiting in different splits.
+  static Comm& same_ranks(Control& control, Comm& comm) {
+    const std::int64_t mine[2] = {comm.rank(), comm.size()};
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(control.size()));
+    control.all_gather(std::span<const std::int64_t>(mine), all).wait();
+    for (int r = 0; r < control.size(); ++r) {
+      const std::int64_t rank = all[2 * std::size_t(r)], size = all[2 * std::size_t(r) + 1];
+      require(rank == r && size == control.size(),
+              "engine: rank " + std::to_string(r) + " of the host communicator (" +
+                  std::to_string(control.size()) + " ranks) is rank " + std::to_string(rank) +
+                  " of " + std::to_string(size) +
+                  " in the data communicator; give the engine "
+                  "two communicators of the same ranks in the same order",
+              ErrorKind::mismatch);
+    }
+    return comm;
+  }
+  static ControlGroups make_control(Control& control) {
+    ControlGroups groups{control_type(control.split(0, control.rank())), std::nullopt};
+    if constexpr (Plan::group_ranks != 0)
+      groups.shard.emplace(control.split(control.rank() / Plan::group_ranks, control.rank()));
+    return groups;
+  }
+
   counted_type world_;
   std::optional<counted_type> shard_, replica_, hpz_;
+  struct NoControl {};
+  [[no_unique_address]] std::conditional_t<separate_control, ControlGroups, NoControl> control_;
 };
 
 } // namespace zero

@@ -23,6 +23,13 @@
 
 namespace zero {
 
+// A view of T in the memory the stores hand out: host for host-accessible memory, a device's own
+// memory space for states there (zero::HandedOutMemory); only that space's kernels and copies take
+// the latter.
+template <class V, class T>
+concept HandedOutView = std::same_as<V, View<T, typename V::memory_space>> &&
+    std::same_as<typename V::memory_space, HandedOutMemory<typename V::memory_space>>;
+
 // The compute copy of the parameters: set, acquired for forward and backward, written by the
 // update layer by layer (update_target, layer_updated) between begin_update and end_update (which
 // shares the new weights), and reported.
@@ -32,7 +39,7 @@ concept ParameterStore = requires(S& s, const S& cs, std::size_t l, View<const f
   { s.acquire(l) } -> std::same_as<LayerParameters>;
   cs.require_nothing_acquired();
   s.begin_update();
-  { s.update_target(l) } -> std::same_as<View<T>>;
+  { s.update_target(l) } -> HandedOutView<T>;
   s.layer_updated(l);
   s.end_update();
   s.end_step();
@@ -48,7 +55,7 @@ concept ParameterStore = requires(S& s, const S& cs, std::size_t l, View<const f
 template <class S, class T, class Comm>
 concept GradientStorage = requires(S& s, const S& cs, std::size_t l, MicroSteps::Arrival arrival,
                                    Comm& replica) {
-  { s.gradients(l) } -> std::same_as<View<T>>;
+  { s.gradients(l) } -> HandedOutView<T>;
   s.ready(l, arrival);
   s.finish();
   s.average_over_replicas(replica);

@@ -10,6 +10,7 @@
 #include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
+#include "zero/core/execution_space.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/model_layout.hpp"
@@ -45,8 +46,11 @@ class NvmeParameters {
   static constexpr std::size_t staging_buffers = 2; // one being filled, one being written
 
  public:
+  // `exec`, the engine's execution space, is not used: the tier gathers on the host thread (a
+  // device space is refused with NVMe, stage/placement.hpp).
+  template <ExecutionSpace Exec = HostThreads>
   NvmeParameters(Comm& shard, const ModelLayout& model, const EngineOptions& options,
-                 Comm* hpz = nullptr)
+                 Comm* hpz = nullptr, Exec /*exec*/ = {})
       : model_(model),
         // What can fail on one rank only is agreed, so that the others do not go on to wait in a
         // collective (see nvme_optimizer_store.hpp).

@@ -128,9 +128,15 @@ constexpr bool check_placement() {
   static_assert(detail::runs_on<Exec, typename P::parameters> &&
                     detail::runs_on<Exec, typename P::gradients> &&
                     detail::runs_on<Exec, typename P::optimizer_states>,
-                "zero: model states in device memory need a CUDA execution space, which is not "
-                "built yet; place them in zero::host or zero::pinned_host (and optimizer states "
-                "or stage-3 parameters on zero::nvme)");
+                "zero: model states must be in memory their execution space reaches: device "
+                "memory needs execute_on<CudaStreamSpace> (docs/gpu-engine.md), host or pinned "
+                "host memory a host space (HostThreads, HostStreamSpace); states in host memory "
+                "beside a device space (ZeRO-Offload) are not built yet");
+  static_assert(!(std::same_as<typename P::parameters, nvme> ||
+                  std::same_as<typename P::optimizer_states, nvme>) ||
+                    Exec::memory_space::host_accessible,
+                "zero: the NVMe tier runs with a host execution space; NVMe beside a device "
+                "space (GPU -> pinned host -> NVMe) is not built yet");
   static_assert(!std::same_as<typename P::gradients, nvme>,
                 "zero: gradients cannot be placed on NVMe: backward writes them and their "
                 "reduction runs while backward does (DeepSpeed offloads no gradients to NVMe "

@@ -1,4 +1,4 @@
-// Must not compile: the engine keeps model states in host memory.
+// Must not compile: model states in device memory with the default (host) execution space.
 #include <zero/comm/self_communicator.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>

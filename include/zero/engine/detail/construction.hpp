@@ -23,6 +23,24 @@
 
 namespace zero::detail {
 
+// The communicator of the engine's own collectives, which move host values
+// (engine/rank_groups.hpp): Comm itself when it moves host memory; for a communicator of device
+// memory, the host communicator it names (StagedCommunicator's and NcclCommunicator's host_type),
+// given to the engine beside it.
+template <class Comm>
+struct control_communicator {
+  using type = Comm;
+};
+template <class Comm>
+requires(!HostAccessibleSpace<typename Comm::memory_space>) && requires {
+  typename Comm::host_type;
+}
+struct control_communicator<Comm> {
+  using type = typename Comm::host_type;
+};
+template <class Comm>
+using control_communicator_t = typename control_communicator<Comm>::type;
+
 // True, or a compile error that says which requirement the engine's arguments miss.
 template <class Plan, class Comm, class Placement>
 consteval bool engine_arguments_fit() {
@@ -44,9 +62,18 @@ consteval bool engine_arguments_fit() {
                 "zero: the plan's partitioner gives ranks blocks of different sizes, which the "
                 "engine reduces and gathers with per-rank counts; this communicator has no "
                 "reduce_scatter / all_gather with counts (zero::VariableCountCommunicator)");
-  static_assert(HostAccessibleSpace<typename Comm::memory_space>,
-                "zero: the engine reduces host buffers; use a host communicator (MpiCommunicator, "
-                "SelfCommunicator)");
+  using Data = typename Comm::memory_space;
+  using Exec = typename Placement::execution_space;
+  static_assert(HostAccessibleSpace<Data> ? HostAccessibleSpace<typename Exec::memory_space>
+                                          : std::same_as<Data, typename Exec::memory_space>,
+                "zero: the engine's communicator moves the model states, which are in its "
+                "execution space's memory: a host communicator (MpiCommunicator, "
+                "SelfCommunicator) for host memory, a communicator of the device's memory "
+                "(StagedCommunicator, NcclCommunicator) for execute_on<CudaStreamSpace>");
+  static_assert(HostAccessibleSpace<typename control_communicator_t<Comm>::memory_space>,
+                "zero: the engine's own collectives (the layout's and the options' agreement, "
+                "set_layer's broadcast, the norm, checkpoints) move host values: a communicator "
+                "of device memory must name the host communicator given beside it (host_type)");
   return true;
 }
 
@@ -86,9 +113,9 @@ void agree_on_options(Counted& world, const EngineOptions& options) {
 }
 
 // A DeepSpeed config names where states go; the placement type decides. They must agree ("cpu"
-// is host memory, where a host engine keeps them anyway).
-inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, const char* key,
-                                  const char* placement) {
+// is host memory, where a host engine keeps them anyway, and a device engine does not).
+inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, bool on_device,
+                                  const char* key, const char* placement) {
   if (asked == config::OffloadDevice::nvme && !on_nvme)
     fail(ErrorKind::unsupported,
          std::string(key) +
@@ -97,6 +124,19 @@ inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, con
   if (asked == config::OffloadDevice::cpu && on_nvme)
     fail(ErrorKind::unsupported,
          std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
+  if (asked != config::OffloadDevice::none && on_device)
+    fail(ErrorKind::unsupported,
+         std::string(key) + " = \"" + config::to_string(asked) +
+             "\", but this engine keeps them in device memory: offloading from a device "
+             "(ZeRO-Offload) is not built yet");
+}
+
+template <class Space>
+constexpr bool in_device_memory() {
+  if constexpr (std::same_as<Space, nvme>)
+    return false;
+  else
+    return !Space::host_accessible;
 }
 
 // The placement's requested places, checked against a config's offload devices.
@@ -104,9 +144,11 @@ template <class Placement>
 void check_requested_places(const EngineOptions& options) {
   check_requested_place(options.offload_optimizer,
                         std::same_as<typename Placement::optimizer_states, nvme>,
+                        in_device_memory<typename Placement::optimizer_states>(),
                         "zero_optimization.offload_optimizer.device",
                         "zero::Placement<zero::optimizer_states_in<zero::nvme>>");
   check_requested_place(options.offload_param, std::same_as<typename Placement::parameters, nvme>,
+                        in_device_memory<typename Placement::parameters>(),
                         "zero_optimization.offload_param.device",
                         "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
                         "zero::parameters_in<zero::nvme>> (stage 3)");
