@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -120,9 +121,8 @@ template <class Plan, class T>
 using HostEngine = zero::Engine<Plan, zero::MpiCommunicator, zero::host, zero::Adam,
                                 zero::StaticLossScaler, zero::ComputeTypes<T>>;
 template <class Plan, class T>
-using DeviceEngine =
-    zero::Engine<Plan, Staged, OnTheDevice, zero::Adam, zero::StaticLossScaler,
-                 zero::ComputeTypes<T>>;
+using DeviceEngine = zero::Engine<Plan, Staged, OnTheDevice, zero::Adam, zero::StaticLossScaler,
+                                  zero::ComputeTypes<T>>;
 
 zero::Adam adam() {
   return zero::Adam({.lr = 0.01, .weight_decay = 0.01});
@@ -167,7 +167,9 @@ void device_steps(StagedSetup& s, EngineType& engine, const Scenario& run, int f
     }
     s.compute().fence();
     std::vector<zero::Buffer<T, zero::pinned_host>> pinned; // until the stream ran the copies
-    ComputeHold hold(s, run.held);
+    // Longer than the stores' tests' holds: a check below fails if backward outlasts it (on a
+    // loaded two-core machine under a sanitizer, say).
+    ComputeHold hold(s, run.held, std::chrono::milliseconds(300));
     for (int micro = 0; micro < run.accumulation; ++micro)
       // example-begin device-backward
       for (std::size_t l = engine.layers(); l-- > 0;) {
@@ -205,8 +207,7 @@ Outcome train_on_device(StagedSetup& s, const Scenario& run) {
   // example-begin device-engine
   // world(): a host MpiCommunicator (the engine's own collectives); s.comm: a StagedCommunicator
   // of the same ranks (the model states); s.compute(): the stream the stores queue their work on.
-  zero::Engine<Plan, Staged, OnTheDevice, zero::Adam, zero::StaticLossScaler,
-               zero::ComputeTypes<T>>
+  zero::Engine<Plan, Staged, OnTheDevice, zero::Adam, zero::StaticLossScaler, zero::ComputeTypes<T>>
       engine(world(), s.comm, model(), zero::Adam({.lr = 0.01, .weight_decay = 0.01}),
              zero::StaticLossScaler{}, options_for(run), s.compute());
   // example-end device-engine
@@ -339,9 +340,8 @@ TEST(DeviceEngine, CheckpointsMoveBetweenTheDeviceAndTheHost) {
   StagedSetup s;
   SharedDir dir;
   const Scenario run{.dtype = DType::bfloat16};
-  DeviceEngine<zero::Stage<1>, zero::bfloat16> saved(world(), s.comm, model(), adam(),
-                                            zero::StaticLossScaler{}, options_for(run),
-                                            s.compute());
+  DeviceEngine<zero::Stage<1>, zero::bfloat16> saved(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
   set_weights(saved);
   Outcome ignored;
   device_steps<zero::bfloat16>(s, saved, run, 0, 2, ignored);
@@ -352,9 +352,8 @@ TEST(DeviceEngine, CheckpointsMoveBetweenTheDeviceAndTheHost) {
   host.load_checkpoint(dir.path, "device");
   expect_same_weights(finish(host, {}), at_save, "loaded by the host engine");
 
-  DeviceEngine<zero::Stage<3>, zero::bfloat16> loaded(world(), s.comm, model(), adam(),
-                                             zero::StaticLossScaler{}, options_for(run),
-                                             s.compute());
+  DeviceEngine<zero::Stage<3>, zero::bfloat16> loaded(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
   loaded.load_checkpoint(dir.path, "device");
   expect_same_weights(finish(loaded, {}), at_save, "loaded by a stage 3 device engine");
   Outcome on_host, on_device;
@@ -376,14 +375,14 @@ TEST(DeviceEngine, RefusesAConfigsOffload) {
   zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
   options.offload_optimizer = zero::config::OffloadDevice::cpu;
   try {
-    DeviceEngine<zero::Stage<1>, zero::bfloat16> engine(world(), s.comm, model(), adam(),
-                                                        zero::StaticLossScaler{}, options,
-                                                        s.compute());
+    DeviceEngine<zero::Stage<1>, zero::bfloat16> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
     ADD_FAILURE() << "the engine ignored offload_optimizer.device = cpu";
   } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("offload_optimizer.device = \"cpu\", but this engine keeps "
-                                         "them in device memory"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("offload_optimizer.device = \"cpu\", but this engine keeps "
+                                   "them in device memory"),
+        std::string::npos)
         << e.what();
   }
 }

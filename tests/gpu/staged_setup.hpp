@@ -110,13 +110,15 @@ struct StagedSetup {
   }
 };
 
-// Over the twin, with `held`: the compute stream starts no work for 150 ms, from now
+// Over the twin, with `held`: the compute stream starts no work for `duration`, from now
 // (HostStream::hold_for, which ends by itself, so the code under test may synchronize on the
 // stream meanwhile), so that work ordered wrongly after it runs before it, every run. On a GPU it
 // does nothing.
 class ComputeHold {
  public:
-  ComputeHold([[maybe_unused]] StagedSetup& s, [[maybe_unused]] bool held) {
+  ComputeHold(
+      [[maybe_unused]] StagedSetup& s, [[maybe_unused]] bool held,
+      [[maybe_unused]] std::chrono::milliseconds duration = std::chrono::milliseconds(150)) {
 #if ZERO_TEST_TWIN
     if (held) {
       s.streams.compute.hold_for(duration);
@@ -135,7 +137,6 @@ class ComputeHold {
   }
 
  private:
-  static constexpr std::chrono::milliseconds duration{150};
   std::chrono::steady_clock::time_point end_; // the epoch when not held: no wait
 };
 
