@@ -22,6 +22,18 @@ inline std::vector<zero::ParameterSpec> device_test_model(std::size_t large_laye
   return params;
 }
 
+// The engine tests' model (tests/engine): layers of awkward sizes, a weight and a bias each, for
+// the optimizer store's and the engine's device tests.
+inline std::vector<zero::ParameterSpec> engine_test_model() {
+  const std::size_t shapes[][2] = {{12 * 7, 12}, {5, 1}, {40 * 33, 40}, {3, 3}, {257 * 8, 8}};
+  std::vector<zero::ParameterSpec> params;
+  for (int l = 0; l < 5; ++l) {
+    params.push_back({"w" + std::to_string(l), shapes[l][0], DType::float32, l});
+    params.push_back({"b" + std::to_string(l), shapes[l][1], DType::float32, l});
+  }
+  return params;
+}
+
 // The large layer's size for a case's bucket: buckets of a few elements cut the usual layer into
 // thousands of collectives (seconds at three ranks sharing two cores or one GPU) and cover nothing
 // that a tenth of it does not.

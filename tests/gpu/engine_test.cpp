@@ -8,6 +8,7 @@
 // HostThreads engine given the same gradients: the same weights bit for bit, and the same norms.
 // Run under mpirun at 1-3 ranks.
 
+#include "device_model.hpp"
 #include "staged_setup.hpp"
 #include "test_outcome.hpp"
 
@@ -38,15 +39,8 @@ using zero::DType;
 
 using OnTheDevice = zero::Placement<zero::execute_on<DeviceSpace>>;
 
-// Layers of awkward sizes, a weight and a bias each (the engine tests' model).
 std::vector<zero::ParameterSpec> model() {
-  const std::size_t shapes[][2] = {{12 * 7, 12}, {5, 1}, {40 * 33, 40}, {3, 3}, {257 * 8, 8}};
-  std::vector<zero::ParameterSpec> params;
-  for (int l = 0; l < 5; ++l) {
-    params.push_back({"w" + std::to_string(l), shapes[l][0], DType::float32, l});
-    params.push_back({"b" + std::to_string(l), shapes[l][1], DType::float32, l});
-  }
-  return params;
+  return engine_test_model();
 }
 
 float initial_value(std::size_t layer, std::size_t i) {

@@ -8,6 +8,7 @@
 // on the agreed layout) and steps on a stream that is not the communicator's caller. Runs at 1-3
 // ranks (sharing one GPU).
 
+#include "device_model.hpp"
 #include "staged_setup.hpp"
 
 #include <zero/core/bfloat16.hpp>
@@ -36,17 +37,6 @@ namespace {
 using namespace zero::testing;
 using zero::bfloat16;
 
-// Layers of awkward sizes, a weight and a bias each (the engine tests' model).
-std::vector<zero::ParameterSpec> model_parameters() {
-  const std::size_t shapes[][2] = {{12 * 7, 12}, {5, 1}, {40 * 33, 40}, {3, 3}, {257 * 8, 8}};
-  std::vector<zero::ParameterSpec> params;
-  for (int l = 0; l < 5; ++l) {
-    params.push_back({"w" + std::to_string(l), shapes[l][0], zero::DType::float32, l});
-    params.push_back({"b" + std::to_string(l), shapes[l][1], zero::DType::float32, l});
-  }
-  return params;
-}
-
 template <class T>
 std::vector<std::uint32_t> bits(const std::vector<T>& values) {
   std::vector<std::uint32_t> out(values.size());
@@ -62,7 +52,7 @@ template <bool Sharded>
 void expect_device_store_equals_host() {
   using HostKept = zero::Kept<Sharded, zero::FlatContiguous, zero::host>;
   using DeviceKept = zero::Kept<Sharded, zero::FlatContiguous, DeviceMemory>;
-  const std::vector<zero::ParameterSpec> params = model_parameters();
+  const std::vector<zero::ParameterSpec> params = engine_test_model();
   const int rank = world().rank();
   const zero::ModelLayout model(zero::make_layout(world(), zero::FlatContiguous{}, params), rank,
                                 rank);
