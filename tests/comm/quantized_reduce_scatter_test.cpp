@@ -208,8 +208,9 @@ TEST(QuantizedReduceScatter, RefusesWhatItCannotDo) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(nodes.reduce_scatter(in, out, counts, ReduceOp::sum, BlockQuantization{.bits = 2}),
-               zero::Error);
+  EXPECT_THROW(
+      (void)nodes.reduce_scatter(in, out, counts, ReduceOp::sum, BlockQuantization{.bits = 2}),
+      zero::Error);
 }
 
 TEST(QuantizedReduceScatter, RanksAskingForDifferentBitsFailOnEveryRank) {
