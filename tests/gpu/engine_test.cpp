@@ -15,6 +15,7 @@
 #include <zero/core/bfloat16.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>
+#include <zero/optim/lamb.hpp>
 #include <zero/stage/placement.hpp>
 #include <zero/stage/plan.hpp>
 #if !ZERO_TEST_TWIN
@@ -377,6 +378,24 @@ TEST(DeviceEngine, RefusesAConfigsOffload) {
         std::string(e.what()).find("offload_optimizer.device = \"cpu\", but this engine keeps "
                                    "them in device memory"),
         std::string::npos)
+        << e.what();
+  }
+}
+
+// LAMB's step keeps its states in host memory: over a device space it is refused when the engine
+// is built, naming the space (it compiles, as a program taking its optimizer from a config must).
+TEST(DeviceEngine, RefusesLamb) {
+  StagedSetup s;
+  using LambOnTheDevice = zero::Engine<zero::Stage<1>, Staged, OnTheDevice, zero::Lamb,
+                                       zero::StaticLossScaler, zero::ComputeTypes<zero::bfloat16>>;
+  try {
+    LambOnTheDevice engine(world(), s.comm, model(), zero::Lamb{}, zero::StaticLossScaler{},
+                           options_for({.dtype = DType::bfloat16}), s.compute());
+    ADD_FAILURE() << "LAMB over a device space was accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(LAMB) keeps its states in host memory: its step over " +
+                                         std::string(DeviceSpace::name) + " is not built"),
+              std::string::npos)
         << e.what();
   }
 }
