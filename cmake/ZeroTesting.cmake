@@ -126,7 +126,7 @@ endfunction()
 #   skipped) when no CUDA device is present, so CPU-only machines report it as skipped, not passed.
 #   With ZERO_GPU_TESTS=syntax (tools/zero-test sets it where no device is present) the sources are
 #   only checked by the compiler (-fsyntax-only: parsed, every template instantiated, no code), which
-#   takes a quarter of the time of building them, and the test reports skipped saying so.
+#   takes 30% of the time of building them, and the test reports skipped saying so.
 set(ZERO_GPU_TESTS "programs" CACHE STRING
     "The GPU tests: programs (built, run where a device is present) or syntax (checked by the compiler only)")
 set_property(CACHE ZERO_GPU_TESTS PROPERTY STRINGS programs syntax)
