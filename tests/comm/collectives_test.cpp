@@ -2,10 +2,11 @@
 // locally from every rank's input, for all element types, all reductions, odd sizes (0, 1, primes,
 // not divisible by the world size) and in-place and out-of-place calls. Registered at 1, 2 and 3
 // ranks, with the shared-memory transport, with tiny chunks (many pipeline steps) and with the
-// chunked-MPI transport.
+// chunked-MPI transport. Under ThreadSanitizer, two element types and two reductions (sweep.hpp).
 
 #include "comm_test.hpp"
 #include "reference.hpp"
+#include "sweep.hpp"
 
 #include <zero/comm/communicator.hpp>
 #include <zero/comm/staged_communicator.hpp>
@@ -29,6 +30,8 @@ using zero::ReduceOp;
 constexpr DType all_dtypes[] = {DType::float32, DType::float64, DType::int32,   DType::int64,
                                 DType::uint8,   DType::float16, DType::bfloat16};
 constexpr ReduceOp all_ops[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
+// ReduceToEveryRoot: one type of each width and kind (it runs once per root).
+constexpr DType reduce_dtypes[] = {DType::float32, DType::int64, DType::float16, DType::bfloat16};
 constexpr std::size_t sizes[] = {0, 1, 2, 7, 64, 1031, 40009};
 
 // Rank r's element i and the expected results: the collective benchmark's reference, so that the
@@ -133,10 +136,10 @@ class Collectives : public ::testing::Test {
 TYPED_TEST_SUITE(Collectives, CollectiveCommunicators, CollectiveCommunicatorName);
 
 TYPED_TEST(Collectives, AllReduce) {
-  for (DType dtype : all_dtypes)
+  for (DType dtype : zero::testing::swept(all_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
-      for (ReduceOp op : all_ops)
+      for (ReduceOp op : zero::testing::swept(all_ops))
         for (std::size_t n : sizes) {
           const std::string what = std::string("all_reduce ") + zero::to_string(dtype) + " " +
                                    zero::to_string(op) + " n=" + std::to_string(n);
@@ -155,10 +158,10 @@ TYPED_TEST(Collectives, AllReduce) {
 TYPED_TEST(Collectives, ReduceScatter) {
   const auto world = static_cast<std::size_t>(this->ranks);
   const auto me = static_cast<std::size_t>(this->rank);
-  for (DType dtype : all_dtypes)
+  for (DType dtype : zero::testing::swept(all_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
-      for (ReduceOp op : all_ops)
+      for (ReduceOp op : zero::testing::swept(all_ops))
         for (std::size_t block : sizes) {
           const std::string what = std::string("reduce_scatter ") + zero::to_string(dtype) + " " +
                                    zero::to_string(op) + " block=" + std::to_string(block);
@@ -181,7 +184,7 @@ TYPED_TEST(Collectives, ReduceScatter) {
 TYPED_TEST(Collectives, AllGather) {
   const auto world = static_cast<std::size_t>(this->ranks);
   const auto me = static_cast<std::size_t>(this->rank);
-  for (DType dtype : all_dtypes)
+  for (DType dtype : zero::testing::swept(all_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       for (std::size_t block : sizes) {
@@ -207,7 +210,7 @@ TYPED_TEST(Collectives, AllGather) {
 }
 
 TYPED_TEST(Collectives, BroadcastFromEveryRoot) {
-  for (DType dtype : all_dtypes)
+  for (DType dtype : zero::testing::swept(all_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       for (int root = 0; root < this->ranks; ++root)
@@ -227,10 +230,10 @@ TYPED_TEST(Collectives, BroadcastFromEveryRoot) {
 }
 
 TYPED_TEST(Collectives, ReduceToEveryRoot) {
-  for (DType dtype : {DType::float32, DType::int64, DType::float16, DType::bfloat16})
+  for (DType dtype : zero::testing::swept(reduce_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
-      for (ReduceOp op : all_ops)
+      for (ReduceOp op : zero::testing::swept(all_ops))
         for (int root = 0; root < this->ranks; ++root)
           for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1031}}) {
             const std::string what = std::string("reduce ") + zero::to_string(dtype) + " " +

@@ -7,6 +7,7 @@
 // chunked MPI.
 
 #include "comm_test.hpp"
+#include "sweep.hpp"
 
 #include <zero/comm/communicator.hpp>
 #include <zero/core/dtype.hpp>
@@ -148,11 +149,11 @@ class VariableCounts : public ::testing::Test {
 TYPED_TEST_SUITE(VariableCounts, zero::testing::HostCommunicators, zero::testing::CommunicatorName);
 
 TYPED_TEST(VariableCounts, ReduceScatterHasTheBitsOfEqualBlocksAndAllReduce) {
-  for (DType dtype : reduced_dtypes)
+  for (DType dtype : zero::testing::swept(reduced_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       for (const Layout& layout : layouts(this->ranks, chunk_elements(this->comm, sizeof(T))))
-        for (ReduceOp op : all_ops) {
+        for (ReduceOp op : zero::testing::swept(all_ops)) {
           const Counts& counts = layout.counts;
           const Counts starts = [&] {
             Counts s(counts.size());
@@ -201,7 +202,7 @@ TYPED_TEST(VariableCounts, ReduceScatterHasTheBitsOfEqualBlocksAndAllReduce) {
 }
 
 TYPED_TEST(VariableCounts, AllGatherPlacesEveryBlock) {
-  for (DType dtype : all_dtypes)
+  for (DType dtype : zero::testing::swept(all_dtypes))
     zero::visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       for (const Layout& layout : layouts(this->ranks, chunk_elements(this->comm, sizeof(T)))) {
