@@ -2,7 +2,8 @@
 // locally from every rank's input, for all element types, all reductions, odd sizes (0, 1, primes,
 // not divisible by the world size) and in-place and out-of-place calls. Registered at 1, 2 and 3
 // ranks, with the shared-memory transport, with tiny chunks (many pipeline steps) and with the
-// chunked-MPI transport. Under ThreadSanitizer, two element types and two reductions (sweep.hpp).
+// chunked-MPI transport. The sanitizer presets narrow the sweeps of types and reductions
+// (sweep.hpp).
 
 #include "comm_test.hpp"
 #include "reference.hpp"

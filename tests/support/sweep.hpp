@@ -1,37 +1,58 @@
 #pragma once
-// How much of a sweep over element types and reductions a test covers: all of it by default;
-// with ZERO_TEST_SWEEP=ends only the first and the last of each list (float32 and bfloat16, whose
-// reductions accumulate in a float scratch buffer; sum and min). The ThreadSanitizer preset sets
-// it: the threads, queues and hand-offs of a collective do not depend on the element type or the
-// reduction beyond that (the other builds sweep every one), while under TSan each combination
-// costs oversubscribed MPI rounds of tens of milliseconds: the communicator suite at 3 ranks took
-// 67 s, most of it in the sweeps.
+// How much of a sweep over element types and reductions a test covers, from ZERO_TEST_SWEEP:
+//   all     every one (the default);
+//   widths  one element type of each width (1, 2, 4 and 8 bytes: the offsets and lengths a
+//           transport computes depend on the width), and the first and last of other lists;
+//   ends    the first and the last of each list (float32 and bfloat16, whose reductions accumulate
+//           in a float scratch buffer; sum and min).
+// The sanitizer presets narrow the sweeps where what they check does not depend on the rest:
+// ThreadSanitizer runs every communicator test with `ends` (threads, queues and hand-offs are the
+// same for every type and reduction; each combination costs oversubscribed MPI rounds of tens of
+// milliseconds there, and the suite at 3 ranks took 67 s, most of it in the sweeps), and
+// AddressSanitizer runs the transport variants (tiny chunks, the MPI transport, two nodes) with
+// `widths`, after the default transports' full sweep. The dev build sweeps everything everywhere.
 
+#include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace zero::testing {
 
-inline bool sweep_ends_only() {
-  static const bool ends = [] {
+enum class Sweep { all, widths, ends };
+
+inline Sweep sweep() {
+  static const Sweep chosen = [] {
     const char* value = std::getenv("ZERO_TEST_SWEEP");
     const std::string v = value ? value : "all";
-    if (v != "all" && v != "ends")
-      fail(ErrorKind::invalid_argument,
-           "ZERO_TEST_SWEEP=" + v + ": expected all (the default) or ends");
-    return v == "ends";
+    if (v == "all") return Sweep::all;
+    if (v == "widths") return Sweep::widths;
+    if (v == "ends") return Sweep::ends;
+    fail(ErrorKind::invalid_argument,
+         "ZERO_TEST_SWEEP=" + v + ": expected all (the default), widths or ends");
   }();
-  return ends;
+  return chosen;
 }
 
-// `all`, or its first and last elements under ZERO_TEST_SWEEP=ends.
+// The part of `all` that the sweep covers.
 template <class T, std::size_t N>
 std::vector<T> swept(const T (&all)[N]) {
-  if (!sweep_ends_only() || N <= 2) return std::vector<T>(all, all + N);
+  const Sweep s = sweep();
+  if (s == Sweep::all || N <= 2) return std::vector<T>(all, all + N);
+  if constexpr (std::is_same_v<T, DType>) {
+    if (s == Sweep::widths) {
+      std::vector<DType> kept;
+      for (DType d : all)
+        if (std::ranges::none_of(kept, [&](DType k) { return size_of(k) == size_of(d); }))
+          kept.push_back(d);
+      return kept;
+    }
+  }
   return {all[0], all[N - 1]};
 }
 
