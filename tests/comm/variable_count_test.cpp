@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace variable_count_test {
 
 using zero::DType;
 using zero::ReduceOp;
@@ -447,4 +447,4 @@ TEST(VariableCountMismatch, ThrowsOnEveryRankWithAndWithoutValidation) {
   }
 }
 
-} // namespace
+} // namespace variable_count_test

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-namespace {
+namespace config_keys_test {
 
 using zero::Collective;
 using namespace zero::testing;
@@ -122,4 +122,4 @@ TEST(EngineComputeTypes, AnFp32OnlyEngineGivesTheSameBitsAndRefusesHalf) {
       "engine: compute_dtype half: this engine was compiled for float only");
 }
 
-} // namespace
+} // namespace config_keys_test

@@ -22,7 +22,7 @@
 #include <limits>
 #include <vector>
 
-namespace {
+namespace engine_test {
 
 using zero::DType;
 using namespace zero::testing;
@@ -428,9 +428,9 @@ TEST(Engine, RanksGivenDifferentOptionsAreToldWhich) {
       "rank 1 was given a different EngineOptions::reduce_bucket_elements than rank 0");
 }
 
-} // namespace
+} // namespace engine_test
 
-namespace {
+namespace engine_test {
 
 TEST(EngineEntryPoints, RanksRegisteringDifferentModelsAreToldWhich) {
   auto& world = zero::testing::world();
@@ -476,4 +476,4 @@ TEST(EngineEntryPoints, AStepOnOneRankWhileAnotherReadsALayerIsAnErrorOnEveryRan
   expect_step_against_get_layer_fails_everywhere<zero::Stage<3>>();
 }
 
-} // namespace
+} // namespace engine_test

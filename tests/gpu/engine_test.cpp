@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace device_engine_test {
 
 using namespace zero::testing;
 using zero::DType;
@@ -418,4 +418,4 @@ TEST(DeviceEngine, RefusesCommunicatorsOfDifferentRankOrders) {
   }
 }
 
-} // namespace
+} // namespace device_engine_test

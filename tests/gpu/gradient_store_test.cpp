@@ -37,7 +37,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace {
+namespace device_gradient_store_test {
 
 using namespace zero::testing;
 using zero::DType;
@@ -195,4 +195,4 @@ TEST(DeviceGradientStore, WholeParametersGiveTheHostBits) {
   every_stage<zero::half, zero::WholeParameterGreedy>(s);
 }
 
-} // namespace
+} // namespace device_gradient_store_test

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace integrity_test {
 
 using namespace zero::testing;
 using zero::BounceBuffers;
@@ -181,4 +181,4 @@ TEST(Integrity, AWriteThatRunsOutOfSpaceMidwayNamesTheByte) {
   EXPECT_GT(tier.stats().bytes_written, 0u) << "nothing was written before the disk was full";
 }
 
-} // namespace
+} // namespace integrity_test

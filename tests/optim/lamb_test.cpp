@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace lamb_test {
 
 struct Case {
   std::string name;
@@ -262,4 +262,4 @@ TEST(Lamb, RefusesBadOptions) {
   EXPECT_THROW(zero::Lamb({.weight_decay = -0.1}), zero::Error);
 }
 
-} // namespace
+} // namespace lamb_test

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace stream_step_test {
 
 using zero::bfloat16;
 using zero::half;
@@ -319,4 +319,4 @@ TEST(StreamStep, SizeMismatchFailsTheCallWithNothingQueued) {
   }
 }
 
-} // namespace
+} // namespace stream_step_test

@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-namespace {
+namespace grad_checks_test {
 
 using zero::bfloat16;
 using zero::half;
@@ -218,4 +218,4 @@ TEST(MasterWeightCast, ThreadedCastsMatchTheScalarConversions) {
   EXPECT_THROW(zero::cast_copy(zero::view(a), zero::view(b)), zero::Error);
 }
 
-} // namespace
+} // namespace grad_checks_test

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace run_tables_test {
 
 using zero::CopyRun;
 using zero::RunTable;
@@ -212,4 +212,4 @@ TEST(LayerImageTables, GiveThePackingBitsQueuedOnAHostStream) {
   check_tables(zero::HostStreamSpace(stream));
 }
 
-} // namespace
+} // namespace run_tables_test
