@@ -65,7 +65,7 @@ function(zero_test_unity_build target)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
     # GCC warns about a class template's member of a type from a test's anonymous namespace once
     # the test file is an included one, as in a unity source; that is no error in a test program.
-    target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-subobject-linkage>)
   endif()
 endfunction()
 

@@ -4,7 +4,7 @@
 // out of place; empty blocks (this rank's too, and everyone's), blocks longer than a pipeline
 // chunk; size errors; counts that differ between ranks, with and without validation; and counts
 // that do not outlive the call. Part of zero_test_collectives: 1, 2 and 3 ranks, tiny chunks, and
-// chunked MPI.
+// chunked MPI. The sanitizer presets narrow the sweeps of types and reductions (sweep.hpp).
 
 #include "comm_test.hpp"
 #include "sweep.hpp"

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <string>
 
-namespace {
+namespace quantized_gradients_test {
 
 using namespace zero::testing;
 
@@ -132,4 +132,4 @@ TEST(QuantizedGradients, StageZeroRefusesIt) {
       "gradient_quantization_bits must be 4 or 8, not 3");
 }
 
-} // namespace
+} // namespace quantized_gradients_test

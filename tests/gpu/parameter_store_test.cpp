@@ -27,7 +27,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace {
+namespace device_parameter_store_test {
 
 using namespace zero::testing;
 using zero::DType;
@@ -218,4 +218,4 @@ TEST(DeviceShardedParameters, GathersStartAfterTheStepsWrites) {
 }
 #endif
 
-} // namespace
+} // namespace device_parameter_store_test
