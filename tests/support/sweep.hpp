@@ -29,23 +29,24 @@ namespace zero::testing {
 
 enum class Sweep { all, widths, ends };
 
+// ZERO_TEST_SWEEP's value (null: unset, the full sweep); anything else is refused by name.
+inline Sweep parse_sweep(const char* value) {
+  const std::string v = value ? value : "all";
+  if (v == "all") return Sweep::all;
+  if (v == "widths") return Sweep::widths;
+  if (v == "ends") return Sweep::ends;
+  fail(ErrorKind::invalid_argument,
+       "ZERO_TEST_SWEEP=" + v + ": expected all (the default), widths or ends");
+}
+
 inline Sweep sweep() {
-  static const Sweep chosen = [] {
-    const char* value = std::getenv("ZERO_TEST_SWEEP");
-    const std::string v = value ? value : "all";
-    if (v == "all") return Sweep::all;
-    if (v == "widths") return Sweep::widths;
-    if (v == "ends") return Sweep::ends;
-    fail(ErrorKind::invalid_argument,
-         "ZERO_TEST_SWEEP=" + v + ": expected all (the default), widths or ends");
-  }();
+  static const Sweep chosen = parse_sweep(std::getenv("ZERO_TEST_SWEEP"));
   return chosen;
 }
 
-// The part of `all` that the sweep covers.
+// The part of `all` that sweep `s` covers (tests/support/sweep_test.cpp).
 template <class T, std::size_t N>
-std::vector<T> swept(const T (&all)[N]) {
-  const Sweep s = sweep();
+std::vector<T> swept(const T (&all)[N], Sweep s) {
   if (s == Sweep::all || N <= 2) return std::vector<T>(all, all + N);
   if (s == Sweep::ends) return {all[0], all[N - 1]};
   if constexpr (std::is_same_v<T, DType>) {
@@ -57,6 +58,12 @@ std::vector<T> swept(const T (&all)[N]) {
   } else {
     return std::vector<T>(all, all + N);
   }
+}
+
+// The part of `all` that this run's ZERO_TEST_SWEEP covers.
+template <class T, std::size_t N>
+std::vector<T> swept(const T (&all)[N]) {
+  return swept(all, sweep());
 }
 
 } // namespace zero::testing
