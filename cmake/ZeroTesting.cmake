@@ -53,6 +53,16 @@ function(zero_skip_groups prefix)
   set(${prefix}_filters ${filters} PARENT_SCOPE)
 endfunction()
 
+# ZERO_TEST_COMPILE_OPTIONS (tests/CMakeLists.txt), each option for C++ sources only: the list
+# that add_compile_options takes, one generator expression per option.
+function(zero_test_compile_options out)
+  set(options "")
+  foreach(option IN LISTS ZERO_TEST_COMPILE_OPTIONS)
+    list(APPEND options "$<$<COMPILE_LANGUAGE:CXX>:${option}>")
+  endforeach()
+  set(${out} ${options} PARENT_SCOPE)
+endfunction()
+
 # Each test binary's sources compile as one translation unit (CMake's unity build): they parse the
 # same headers and instantiate the same engines, and zero_test_engine's seven sources took 76 s as
 # one against 266 s apart (GCC with the dev preset's flags, side by side). So the file-scope names
