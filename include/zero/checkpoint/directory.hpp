@@ -34,7 +34,9 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace zero::checkpoint {

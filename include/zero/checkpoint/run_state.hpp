@@ -12,6 +12,7 @@
 #include "zero/schedule/lr_scheduler.hpp"
 #include "zero/shard/parameter.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>

@@ -13,6 +13,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <exception>

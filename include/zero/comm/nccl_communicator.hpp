@@ -52,10 +52,13 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace zero {
 namespace detail {

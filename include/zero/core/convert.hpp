@@ -7,6 +7,7 @@
 #include "zero/core/dtype.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 

@@ -6,6 +6,7 @@
 #include "zero/core/error.hpp"
 #include "zero/core/half.hpp"
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -18,6 +18,7 @@
 #include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <string>

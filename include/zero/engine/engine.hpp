@@ -51,10 +51,12 @@
 #include "zero/stage/plan.hpp"
 
 #include <concepts>
+#include <cstddef>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zero {

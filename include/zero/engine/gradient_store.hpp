@@ -44,6 +44,7 @@
 #include "zero/shard/sharded_tensor.hpp"
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <functional>

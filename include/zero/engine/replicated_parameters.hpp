@@ -30,6 +30,7 @@
 #include "zero/shard/sharded_tensor.hpp"
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <optional>
 #include <type_traits>

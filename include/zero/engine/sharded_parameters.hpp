@@ -27,6 +27,7 @@
 #include "zero/core/execution_space.hpp"
 #include "zero/core/stream_space.hpp"
 
+#include <concepts>
 #include <cstddef>
 
 namespace zero {

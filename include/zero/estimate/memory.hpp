@@ -16,6 +16,7 @@
 
 #include "zero/core/error.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>

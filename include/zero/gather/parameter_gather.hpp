@@ -51,6 +51,7 @@
 #include "zero/shard/layer_images.hpp"
 #include "zero/shard/shard_layout.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>

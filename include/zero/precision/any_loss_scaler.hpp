@@ -8,6 +8,7 @@
 #include "zero/core/dtype.hpp"
 #include "zero/precision/loss_scaler.hpp"
 
+#include <utility>
 #include <variant>
 
 namespace zero {

@@ -13,6 +13,7 @@
 #include "zero/residual/kept_input_tier.hpp"
 #include "zero/shard/parameter.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>

@@ -31,6 +31,7 @@
 #include "zero/residual/activation_memory.hpp"
 #include "zero/residual/checkpoint_plan.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace zero {
 

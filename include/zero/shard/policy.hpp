@@ -27,7 +27,9 @@
 #include "zero/shard/shard_layout.hpp"
 
 #include <concepts>
+#include <cstddef>
 #include <span>
+#include <utility>
 
 namespace zero {
 

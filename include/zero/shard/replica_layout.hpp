@@ -10,6 +10,7 @@
 #include "zero/shard/layout_builder.hpp"
 #include "zero/shard/shard_layout.hpp"
 
+#include <cstddef>
 #include <string>
 #include <utility>
 

@@ -33,6 +33,8 @@
 #include "zero/shard/shard_layout.hpp"
 #include "zero/shard/verify.hpp"
 
+#include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <memory>

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <string>
 
 namespace zero::detail {

@@ -10,9 +10,11 @@
 #include "zero/comm/progress/termination_report.hpp"
 #include "zero/comm/progress/thread_work.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>

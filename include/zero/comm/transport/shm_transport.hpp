@@ -46,6 +46,7 @@
 #include <new>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace zero::detail {

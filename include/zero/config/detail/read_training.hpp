@@ -9,8 +9,12 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 
 namespace zero::config::detail {
 

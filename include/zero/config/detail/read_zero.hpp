@@ -6,6 +6,8 @@
 #include "zero/config/detail/json_reader.hpp"
 #include "zero/config/zero_optimization.hpp"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 

@@ -16,6 +16,7 @@
 #include "zero/stage/plan.hpp"
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
