@@ -79,8 +79,16 @@ function(zero_test_unity_build target)
   endif()
 endfunction()
 
+# A preset may leave out test binaries whose checks another build makes (the tsan preset:
+# zero_test_engine_lamb, docs/reliability.md): zero_add_test and zero_add_mpi_test neither build
+# nor register those named here.
+set(ZERO_TEST_EXCLUDED_BINARIES "" CACHE STRING "Test binaries not to build or run (a list)")
+
 function(zero_add_test name)
   cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;CAN_SKIP" ${ARGN})
+  if(name IN_LIST ZERO_TEST_EXCLUDED_BINARIES)
+    return()
+  endif()
   add_executable(${name} ${arg_SOURCES})
   zero_test_unity_build(${name})
   target_link_libraries(${name} PRIVATE zero::zero zero_build_flags zero_test_main ${arg_LIBRARIES})
@@ -127,6 +135,9 @@ endfunction()
 
 function(zero_add_mpi_test name)
   cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;RANKS;ENVIRONMENT;CAN_SKIP" ${ARGN})
+  if(name IN_LIST ZERO_TEST_EXCLUDED_BINARIES)
+    return()
+  endif()
   if(NOT arg_RANKS)
     set(arg_RANKS ${ZERO_TEST_RANKS})
   endif()
