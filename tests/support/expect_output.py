@@ -2,7 +2,7 @@
 """Runs a test's command, echoes its output, and passes only when both its exit status and its
 output are what the test expects:
 
-    expect_output.py --matches REGEX [--fails | --status N] -- COMMAND ARGS...
+    expect_output.py --matches REGEX [--fails | --status N] [--save FILE] -- COMMAND ARGS...
 
 The output (stdout and stderr together) must match REGEX, a regular expression in which '.' also
 matches a newline, as in CMake's. The status must be 0, or with --fails a status from 1 to 127
@@ -22,6 +22,8 @@ def main():
     parser.add_argument("--matches", required=True, help="a regular expression over the output")
     parser.add_argument("--fails", action="store_true", help="the command must refuse (1-127)")
     parser.add_argument("--status", type=int, help="the exact exit status the command must give")
+    parser.add_argument("--save", metavar="FILE",
+                        help="also write the output to FILE (for tests that read it afterwards)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -30,6 +32,9 @@ def main():
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     output = done.stdout.decode(errors="replace")
     sys.stdout.write(output)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as saved:
+            saved.write(output)
     status = done.returncode
     if status == 77 and args.status is None:
         return 77
