@@ -52,6 +52,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
