@@ -82,11 +82,22 @@ endfunction()
 # A preset may leave out test binaries whose checks another build makes (the tsan preset:
 # zero_test_engine_lamb, docs/reliability.md): zero_add_test and zero_add_mpi_test neither build
 # nor register those named here.
-set(ZERO_TEST_EXCLUDED_BINARIES "" CACHE STRING "Test binaries not to build or run (a list)")
+# Only a binary that no other test names (the multinode tests run zero_test_engine, say).
+set(ZERO_TEST_EXCLUDED_BINARIES "" CACHE STRING
+    "Test binaries not to build or run (a list; none that another test runs)")
+function(zero_test_excluded name out)
+  set_property(GLOBAL APPEND PROPERTY zero_test_binaries ${name})
+  if(name IN_LIST ZERO_TEST_EXCLUDED_BINARIES)
+    set(${out} TRUE PARENT_SCOPE)
+  else()
+    set(${out} FALSE PARENT_SCOPE)
+  endif()
+endfunction()
 
 function(zero_add_test name)
   cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;CAN_SKIP" ${ARGN})
-  if(name IN_LIST ZERO_TEST_EXCLUDED_BINARIES)
+  zero_test_excluded(${name} excluded)
+  if(excluded)
     return()
   endif()
   add_executable(${name} ${arg_SOURCES})
@@ -135,7 +146,8 @@ endfunction()
 
 function(zero_add_mpi_test name)
   cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;RANKS;ENVIRONMENT;CAN_SKIP" ${ARGN})
-  if(name IN_LIST ZERO_TEST_EXCLUDED_BINARIES)
+  zero_test_excluded(${name} excluded)
+  if(excluded)
     return()
   endif()
   if(NOT arg_RANKS)
@@ -201,17 +213,29 @@ endfunction()
 #   other cases' reports mention too): the report holds every case's.
 function(zero_add_compile_fail_tests group)
   cmake_parse_arguments(arg "" "SOURCE" "CASES;LIBRARIES" ${ARGN})
+  list(LENGTH arg_CASES items)
+  math(EXPR odd "${items} % 2")
+  if(arg_UNPARSED_ARGUMENTS OR NOT arg_SOURCE OR items EQUAL 0 OR odd)
+    message(FATAL_ERROR "zero_add_compile_fail_tests(${group}): give SOURCE and CASES as pairs of "
+                        "a test name and its pattern")
+  endif()
   add_executable(${group} EXCLUDE_FROM_ALL ${arg_SOURCE})
   target_link_libraries(${group} PRIVATE zero::zero ${arg_LIBRARIES})
+  # Every case's message in the report: clang stops after 20 errors unless told otherwise.
+  target_compile_options(${group} PRIVATE $<$<CXX_COMPILER_ID:Clang>:-ferror-limit=0>)
   set(report ${CMAKE_CURRENT_BINARY_DIR}/${group}.report)
   add_test(NAME ${group}.compile
            COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/support/expect_output.py
                    --matches "error" --fails --save ${report}
-                   -- ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${group} --config $<CONFIG>)
+                   -- ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${group}
+                      --config $<CONFIG>)
   set_tests_properties(${group}.compile PROPERTIES LABELS "compile_fail" TIMEOUT 300
                                                    FIXTURES_SETUP ${group})
   while(arg_CASES)
     list(POP_FRONT arg_CASES name regex)
+    if(regex STREQUAL "")
+      message(FATAL_ERROR "zero_add_compile_fail_tests(${group}): ${name} has an empty pattern")
+    endif()
     zero_add_output_test(${name} MATCHES "${regex}" COMMAND ${CMAKE_COMMAND} -E cat ${report})
     set_tests_properties(${name} PROPERTIES LABELS "compile_fail" FIXTURES_REQUIRED ${group})
   endwhile()
