@@ -27,6 +27,24 @@ namespace train {
 // The engine for the plan and placement the flags ask for.
 History run_stage(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
                   InitialWeights& init) {
+  if (f.device == "cuda") {
+#if ZERO_TRAIN_MLP_CUDA
+    switch (f.stage) {
+    case 0:
+      return run_stage0_cuda(world, f, data, init);
+    case 1:
+      return run_stage1_cuda(world, f, data, init);
+    case 2:
+      return run_stage2_cuda(world, f, data, init);
+    default:
+      return run_stage3_cuda(world, f, data, init);
+    }
+#else
+    zero::fail(zero::ErrorKind::unsupported,
+               "--device cuda: this train_mlp was built without its CUDA engines (no CUDA "
+               "toolkit, or a build that only checks the GPU code: ZERO_GPU_TESTS=syntax)");
+#endif
+  }
 #if ZERO_TRAIN_MLP_NVME
   if (f.parameters_on_nvme) return run_stage3_nvme_params(world, f, data, init);
   if (f.optimizer_on_nvme) {
@@ -111,7 +129,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
         }()
             .c_str(),
         zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum,
-        f.grad_accum > 1 ? "s" : "", data.rows, nvme_summary(f).c_str());
+        f.grad_accum > 1 ? "s" : "", data.rows,
+        (nvme_summary(f) + (f.device == "cuda" ? ", model states and model on the GPU" : ""))
+            .c_str());
 
   const train::History h = train::run_stage(world, f, data, init);
   // --print-every, else the config's steps_per_print (at steps N, 2N, ... as DeepSpeed), else
@@ -145,6 +165,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       std::printf("nothing to train: the checkpoint has done all %d steps\n", f.steps);
     else
       train::print_summary(f, h, memory, ranks, world.quantizes_on_wire());
+    if (!h.steps.empty() && !h.device_name.empty()) train::print_device_memory(f, h);
     if (!f.json.empty())
       train::write_json(f.json, f, h, memory, ranks, world.transport(), world.nodes());
     if (!f.save_npy.empty()) {

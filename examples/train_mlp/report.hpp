@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -179,8 +180,9 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   h.fused_kernel_seconds * 1e3, after / h.fused_kernel_seconds);
     else
       std::printf("; the fused optimizer pass alone: not timed (%s)\n",
-                  f.optimizer_on_nvme ? "it would hold the states on NVMe in memory"
-                                      : "--no-reference-pass");
+                  f.optimizer_on_nvme   ? "it would hold the states on NVMe in memory"
+                  : f.device == "cuda" ? "the host's pass is no yardstick for the GPU's step"
+                                       : "--no-reference-pass");
   }
 }
 
@@ -189,10 +191,17 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
                        const std::vector<RankMemory>& memory, int ranks,
                        const std::string& transport, int nodes) {
   std::ostringstream out; // written whole, then to the disk under path (never a part there)
+  // Every digit a double has (std::to_string's six decimals made a loss of 1e-7 zero and equal
+  // losses unequal to compare), and null where it is not finite (a skipped step's gradient
+  // norm): JSON has no inf or nan.
   auto list = [&](const auto& values) {
     std::string s = "[";
-    for (std::size_t i = 0; i < values.size(); ++i)
-      s += (i ? ", " : "") + std::to_string(double(values[i]));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const double v = double(values[i]);
+      std::array<char, 32> digits{};
+      std::snprintf(digits.data(), digits.size(), "%.17g", v);
+      s += (i ? ", " : "") + (std::isfinite(v) ? std::string(digits.data()) : "null");
+    }
     return s + "]";
   };
   out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"transport\": \""
@@ -235,9 +244,32 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
         << ", \"step_update_seconds\": " << h.steps[s].seconds.update
         << ", \"step_after_reduction_seconds\": " << h.steps[s].seconds.after_reduction() << "}";
   }
-  out << "]\n}\n";
+  out << "]";
+  if (!h.device_name.empty()) // --device cuda: cudaMemGetInfo's bytes in use (print_device_memory)
+    out << ",\n  \"device\": {\"name\": \"" << h.device_name << "\", \"communicator\": \""
+        << h.device_communicator << "\", \"memory_before_engine\": " << h.device_before
+        << ", \"memory_built\": " << h.device_built
+        << ", \"memory_after_first_step\": " << h.device_first_step
+        << ", \"memory_after_last_step\": " << h.device_last_step << "}";
+  out << "\n}\n";
   const std::string text = out.str();
   examples::write_file_atomically(path, {std::span<const char>(text)});
+}
+
+// --device cuda: the GPU, its collectives, and its memory in use (cudaMemGetInfo, rank 0's view:
+// every process on the GPU counts) before the engine, once built, and after the run's first and
+// last steps, which must be equal: nothing the loop allocates may stay.
+inline void print_device_memory(const Flags& f, const History& h) {
+  auto mb = [](std::size_t bytes) { return double(bytes) / 1e6; };
+  const long grew = long(h.device_last_step) - long(h.device_first_step);
+  const std::string verdict = grew == 0  ? "flat"
+                              : grew > 0 ? "grew by " + std::to_string(grew) + " bytes"
+                                         : "shrank by " + std::to_string(-grew) + " bytes";
+  std::printf("\nGPU: %s, collectives: %s\n", h.device_name.c_str(), h.device_communicator.c_str());
+  std::printf("device memory in use (MB, cudaMemGetInfo): %.1f before the engine, %.1f with the "
+              "engine and the model's buffers, %.1f after step %d, %.1f after step %d: %s\n",
+              mb(h.device_before), mb(h.device_built), mb(h.device_first_step), h.first_step + 1,
+              mb(h.device_last_step), f.steps, verdict.c_str());
 }
 
 } // namespace train

@@ -60,5 +60,10 @@ History run_stage2_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, In
 History run_stage3_nvme(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
 History run_stage3_nvme_params(zero::MpiCommunicator&, const Flags&, const Dataset&,
                                InitialWeights&);
+// Every model state on a CUDA device (--device cuda; built with zero::cuda, device_training.hpp).
+History run_stage0_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage1_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage2_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+History run_stage3_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
 
 } // namespace train

@@ -42,11 +42,15 @@ struct History {
   std::size_t psi = 0, padded = 0;
   int shard_ranks = 1;
   Weights final_weights; // gathered for --save-npy only: they cost 4 bytes per parameter
+  // --device cuda: the device's memory in use (cudaMemGetInfo, total less free: every process's)
+  // before the engine was built, once built (with the model's buffers), after the first step and
+  // after the last; all 0 on the host.
+  std::size_t device_before = 0, device_built = 0, device_first_step = 0, device_last_step = 0;
+  std::string device_name, device_communicator; // --device cuda: which GPU, and which collectives
 };
 
-template <class Engine>
-Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
-                   typename Engine::optimizer_type optimizer) {
+// The engine's options from the flags (and the config they were merged with).
+inline zero::EngineOptions engine_options(const Flags& f) {
   zero::EngineOptions options =
       f.ds ? zero::EngineOptions::from_config(*f.ds) : zero::EngineOptions{};
   options.compute_dtype = f.dtype;
@@ -70,7 +74,13 @@ Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
   options.gradient_quantization_bits = f.gradient_bits;
   if (f.quantization_block) options.quantization_block = *f.quantization_block;
   options.nvme.remove_stale = f.remove_stale_swap;
-  return Engine(world, f.shape.specs(), std::move(optimizer), make_scaler(f), options);
+  return options;
+}
+
+template <class Engine>
+Engine make_engine(zero::MpiCommunicator& world, const Flags& f,
+                   typename Engine::optimizer_type optimizer) {
+  return Engine(world, f.shape.specs(), std::move(optimizer), make_scaler(f), engine_options(f));
 }
 
 // One micro-step's forward and backward on `rows` rows starting at data row `first`.
@@ -146,6 +156,22 @@ double forward_backward(Engine& engine, const Flags& f, const Dataset& data, std
       std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_done).count();
   return loss;
 }
+
+// The model's side of a step, as train() calls it: a micro-step's forward and backward on the
+// host (forward_backward above), and nothing to do after the step. The device's is in
+// device_training.hpp.
+template <class Engine>
+struct HostModel {
+  Engine& engine;
+  const Flags& f;
+  const Dataset& data;
+
+  template <class T>
+  double micro_step(std::size_t first, std::size_t rows, History& h) {
+    return forward_backward<T>(engine, f, data, first, rows, h);
+  }
+  void after_step(int /*step*/) {}
+};
 
 // The fused optimizer pass alone, on fresh buffers the size of what this rank updates in every
 // step (its shard, or everything under stage 0), in the run's types: the yardstick for step().
@@ -233,8 +259,9 @@ int resume(Engine& engine, const Flags& f, std::optional<zero::LrScheduler>& sch
   return done;
 }
 
-template <class Engine>
-History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Dataset& data) {
+template <class Engine, class Model>
+History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Dataset& data,
+              Model& model) {
   History h;
   const int ranks = world.size(), rank = world.rank();
   const std::size_t micro_rows = f.batch / std::size_t(f.grad_accum) / std::size_t(ranks);
@@ -254,13 +281,13 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
       // rank r the r-th contiguous share of that.
       const std::size_t first = cursor + std::size_t(micro) * micro_rows * std::size_t(ranks) +
                                 std::size_t(rank) * micro_rows;
-      loss += engine.visit_compute_type([&](auto tag) {
-        return forward_backward<decltype(tag)>(engine, f, data, first, micro_rows, h);
-      });
+      loss += engine.visit_compute_type(
+          [&](auto tag) { return model.template micro_step<decltype(tag)>(first, micro_rows, h); });
     }
     cursor = (cursor + f.batch) % data.rows;
     const auto update_start = std::chrono::steady_clock::now();
     zero::StepResult r = engine.step();
+    model.after_step(step);
     h.update_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
     double seconds =
@@ -307,6 +334,12 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     for (std::size_t l = 0; l < engine.layers(); ++l)
       h.final_weights.push_back(engine.get_layer(l));
   return h;
+}
+
+template <class Engine>
+History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Dataset& data) {
+  HostModel<Engine> model{engine, f, data};
+  return train(world, f, engine, data, model);
 }
 
 } // namespace train

@@ -1,0 +1,212 @@
+// The demo's model on a CUDA device: cuBLAS for the Linear layers' products (fp32, as the host
+// model's OpenBLAS calls), grid-stride kernels for the rest. See device_mlp.hpp.
+
+#include "device_mlp.hpp"
+
+#include <zero/core/cuda_check.hpp>
+#include <zero/core/error.hpp>
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <string>
+
+namespace mlp {
+namespace {
+
+void check_blas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    zero::fail(zero::ErrorKind::cuda, std::string(call) + " failed: " +
+                                        cublasGetStatusName(status) + " (" +
+                                        cublasGetStatusString(status) + ")");
+}
+
+cublasHandle_t handle(void* blas) { return static_cast<cublasHandle_t>(blas); }
+
+constexpr int threads = 256;
+// Enough blocks to fill the device with a grid-stride loop, never more than the elements need.
+unsigned blocks(std::size_t n) {
+  return unsigned(std::clamp<std::size_t>((n + threads - 1) / threads, 1, 4096));
+}
+
+void check_launch() { ZERO_CHECK_CUDA(cudaGetLastError()); }
+
+#define GRID_STRIDE(i, n)                                                                         \
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n);               \
+       i += std::size_t(gridDim.x) * blockDim.x)
+
+__global__ void gather_rows_kernel(const float* source, std::size_t source_rows, std::size_t width,
+                                   std::size_t first, std::size_t rows, float* out) {
+  GRID_STRIDE(i, rows * width) {
+    const std::size_t r = i / width, c = i % width;
+    out[i] = source[((first + r) % source_rows) * width + c];
+  }
+}
+
+// z[r, o] = b[o], before the product adds x W^T.
+__global__ void broadcast_bias_kernel(const float* b, float* z, std::size_t rows, std::size_t out) {
+  GRID_STRIDE(i, rows * out) { z[i] = b[i % out]; }
+}
+
+__global__ void fill_kernel(float* data, std::size_t n, float value) {
+  GRID_STRIDE(i, n) { data[i] = value; }
+}
+
+__device__ float activate_one(Activation a, float z) {
+  if (a == Activation::tanh) return tanhf(z);
+  return 0.5f * z * (1.0f + erff(z * 0.70710678f));
+}
+
+__device__ float slope_one(Activation a, float z, float value) {
+  if (a == Activation::tanh) return 1.0f - value * value;
+  const float cdf = 0.5f * (1.0f + erff(z * 0.70710678f));
+  const float pdf = 0.39894228f * expf(-0.5f * z * z);
+  return cdf + z * pdf;
+}
+
+__global__ void activate_kernel(Activation a, const float* z, float* out, std::size_t n) {
+  GRID_STRIDE(i, n) { out[i] = activate_one(a, z[i]); }
+}
+
+__global__ void activation_backward_kernel(Activation a, const float* z, const float* value,
+                                           float* delta, std::size_t n) {
+  GRID_STRIDE(i, n) { delta[i] *= slope_one(a, z[i], value[i]); }
+}
+
+// Each block sums its share of the squared differences and adds it to *loss_sum once.
+__global__ void mse_kernel(const float* prediction, const float* target, float* gradient,
+                           std::size_t n, float scale, double* loss_sum) {
+  __shared__ double partial[threads];
+  double mine = 0;
+  GRID_STRIDE(i, n) {
+    const double d = double(prediction[i]) - double(target[i]);
+    mine += d * d;
+    gradient[i] = static_cast<float>(2.0 * d / double(n)) * scale;
+  }
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(loss_sum, partial[0] / double(n));
+}
+
+// Softmax cross-entropy against a target distribution: a thread per row.
+__global__ void cross_entropy_kernel(const float* prediction, const float* target,
+                                     float* gradient, std::size_t rows, std::size_t outputs,
+                                     float scale, double* loss_sum) {
+  GRID_STRIDE(r, rows) {
+    const float* p = prediction + r * outputs;
+    float top = p[0];
+    for (std::size_t o = 1; o < outputs; ++o)
+      top = fmaxf(top, p[o]);
+    double sum = 0;
+    for (std::size_t o = 0; o < outputs; ++o)
+      sum += exp(double(p[o] - top));
+    double total = 0;
+    for (std::size_t o = 0; o < outputs; ++o) {
+      const double log_softmax = double(p[o] - top) - log(sum);
+      const double t = target[r * outputs + o];
+      total -= t * log_softmax;
+      gradient[r * outputs + o] =
+          static_cast<float>((exp(log_softmax) - t) / double(rows)) * scale;
+    }
+    atomicAdd(loss_sum, total / double(rows));
+  }
+}
+
+} // namespace
+
+DeviceModel::DeviceModel(cudaStream_t stream, std::size_t max_rows) : stream_(stream) {
+  cublasHandle_t h = nullptr;
+  check_blas(cublasCreate(&h), "cublasCreate");
+  blas_ = h;
+  check_blas(cublasSetStream(h, stream), "cublasSetStream");
+  // fp32 products in fp32: cuBLAS's default math uses no TF32 for cublasSgemm (torch's
+  // allow_tf32 = False). CUBLAS_PEDANTIC_MATH gave the same losses within 3e-4 of the host's but
+  // a 1.21x slower step than torch's on the H100 (2026-11-28).
+  check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  ZERO_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ones_), std::max<std::size_t>(max_rows, 1) *
+                                                                    sizeof(float)));
+  fill_kernel<<<blocks(max_rows), threads, 0, stream_>>>(ones_, max_rows, 1.0f);
+  check_launch();
+}
+
+DeviceModel::~DeviceModel() {
+  if (ones_) ZERO_LOG_CUDA(cudaFree(ones_));
+  if (blas_) cublasDestroy(handle(blas_));
+}
+
+void DeviceModel::gather_rows(const float* source, std::size_t source_rows, std::size_t width,
+                              std::size_t first, std::size_t rows, float* out) const {
+  if (rows * width == 0) return;
+  gather_rows_kernel<<<blocks(rows * width), threads, 0, stream_>>>(source, source_rows, width,
+                                                                   first, rows, out);
+  check_launch();
+}
+
+// Row-major [rows, cols] is column-major [cols, rows]: cuBLAS sees every matrix transposed, so
+// z^T = W x^T with W^T stored (ld in) and x^T stored (ld in).
+void DeviceModel::linear_forward(const float* x, const float* w, const float* b, float* z,
+                                 std::size_t rows, std::size_t in, std::size_t out) const {
+  if (rows == 0) return;
+  broadcast_bias_kernel<<<blocks(rows * out), threads, 0, stream_>>>(b, z, rows, out);
+  check_launch();
+  const float one = 1.0f;
+  check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in),
+                         &one, w, int(in), x, int(in), &one, z, int(out)),
+             "cublasSgemm (forward)");
+}
+
+// dW^T = x^T dz (column-major [in, out]); db = dz^T 1, a product with ones (a thread per column
+// summing its rows, the host's loop, leaves most of the GPU idle); dx^T = W^T dz^T (column-major
+// [in, rows]).
+void DeviceModel::linear_backward(const float* x, const float* w, const float* dz, float* dw,
+                                  float* db, float* dx, std::size_t rows, std::size_t in,
+                                  std::size_t out) const {
+  if (rows == 0) {
+    ZERO_CHECK_CUDA(cudaMemsetAsync(dw, 0, out * in * sizeof(float), stream_));
+    ZERO_CHECK_CUDA(cudaMemsetAsync(db, 0, out * sizeof(float), stream_));
+    return;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  check_blas(cublasSgemv(handle(blas_), CUBLAS_OP_N, int(out), int(rows), &one, dz, int(out),
+                         ones_, 1, &zero, db, 1),
+             "cublasSgemv (bias gradient)");
+  check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_N, CUBLAS_OP_T, int(in), int(out), int(rows),
+                         &one, x, int(in), dz, int(out), &zero, dw, int(in)),
+             "cublasSgemm (weight gradient)");
+  if (dx)
+    check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_N, CUBLAS_OP_N, int(in), int(rows), int(out),
+                           &one, w, int(in), dz, int(out), &zero, dx, int(in)),
+               "cublasSgemm (input gradient)");
+}
+
+void DeviceModel::activate(Activation a, const float* z, float* out, std::size_t n) const {
+  if (n == 0) return;
+  activate_kernel<<<blocks(n), threads, 0, stream_>>>(a, z, out, n);
+  check_launch();
+}
+
+void DeviceModel::activation_backward(Activation a, const float* z, const float* value,
+                                      float* delta, std::size_t n) const {
+  if (n == 0) return;
+  activation_backward_kernel<<<blocks(n), threads, 0, stream_>>>(a, z, value, delta, n);
+  check_launch();
+}
+
+void DeviceModel::loss_and_gradient(Loss loss, const float* prediction, const float* target,
+                                    float* gradient, std::size_t rows, std::size_t outputs,
+                                    float scale, double* loss_sum) const {
+  if (rows == 0) return;
+  if (loss == Loss::mse)
+    mse_kernel<<<blocks(rows * outputs), threads, 0, stream_>>>(prediction, target, gradient,
+                                                                rows * outputs, scale, loss_sum);
+  else
+    cross_entropy_kernel<<<blocks(rows), threads, 0, stream_>>>(prediction, target, gradient, rows,
+                                                                outputs, scale, loss_sum);
+  check_launch();
+}
+
+} // namespace mlp

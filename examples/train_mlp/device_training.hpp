@@ -1,0 +1,274 @@
+#pragma once
+// train_mlp --device cuda: every model state in the GPU's memory (the engine over
+// CudaStreamSpace, docs/gpu-engine.md), the model's forward and backward as cuBLAS calls and
+// kernels on one compute stream (device_mlp.hpp), the same flags and training loop as the host
+// run (training.hpp's train(), with DeviceMlp as its model). One rank per GPU talks through
+// NCCL; ranks that share a GPU (NCCL refuses them) through StagedCommunicator, which carries
+// device buffers through pinned host memory over MPI. Instantiated once per stage
+// (stage0_cuda.cpp ... stage3_cuda.cpp).
+
+#include "device_mlp.hpp"
+#include "run.hpp"
+
+#include <zero/comm/nccl_communicator.hpp>
+#include <zero/comm/staged_communicator.hpp>
+#include <zero/core/cuda_check.hpp>
+#include <zero/core/cuda_stream_space.hpp>
+#include <zero/engine/cuda_engine.hpp>
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace train {
+
+using OnTheGpu = zero::Placement<zero::execute_on<zero::CudaStreamSpace>>;
+// CUDA's fused step writes a half or bfloat16 compute copy only (docs/gpu-engine.md).
+using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
+using StagedOverMpi = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
+
+// The device's memory in use: total less free, as cudaMemGetInfo sees it (every process's).
+inline std::size_t device_bytes_in_use() {
+  std::size_t free = 0, total = 0;
+  ZERO_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+  return total - free;
+}
+
+// The streams of one rank: the trainer's compute stream (the engine's), and the staged
+// communicator's caller and transfer streams. Destroyed after everything that queues on them.
+struct GpuStreams {
+  std::array<cudaStream_t, 3> streams{};
+  GpuStreams() {
+    for (cudaStream_t& s : streams)
+      ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  ~GpuStreams() {
+    for (cudaStream_t s : streams)
+      ZERO_LOG_CUDA(cudaStreamDestroy(s));
+  }
+  GpuStreams(const GpuStreams&) = delete;
+  GpuStreams& operator=(const GpuStreams&) = delete;
+  zero::CudaStreamSpace compute() const { return zero::CudaStreamSpace(streams[0]); }
+  zero::CudaStreamSpace caller() const { return zero::CudaStreamSpace(streams[1]); }
+  zero::CudaStreamSpace transfer() const { return zero::CudaStreamSpace(streams[2]); }
+};
+
+// A CUDA event that keeps time (zero::CudaEvent orders only): forward's and backward's GPU time.
+class TimingEvent {
+ public:
+  TimingEvent() { ZERO_CHECK_CUDA(cudaEventCreate(&event_)); }
+  ~TimingEvent() { ZERO_LOG_CUDA(cudaEventDestroy(event_)); }
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+  void record(cudaStream_t stream) { ZERO_CHECK_CUDA(cudaEventRecord(event_, stream)); }
+  // Seconds from `start` to this event, both completed.
+  double seconds_since(const TimingEvent& start) const {
+    float ms = 0;
+    ZERO_CHECK_CUDA(cudaEventElapsedTime(&ms, start.event_, event_));
+    return ms / 1e3;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Which GPU this rank uses (its rank among the node's ranks, modulo the node's GPUs; made current
+// here) and whether every rank has one of its own, which NCCL needs. Collective: every rank
+// learns the same answer.
+struct GpuPlace {
+  int device = 0;
+  bool own_gpu = true; // on every rank
+};
+
+inline GpuPlace place_on_gpu(zero::MpiCommunicator& world) {
+  int devices = 0;
+  const cudaError_t found = cudaGetDeviceCount(&devices);
+  zero::require(found == cudaSuccess && devices > 0,
+                "--device cuda: rank " + std::to_string(world.rank()) + " finds no CUDA device (" +
+                    cudaGetErrorString(found) + ")",
+                zero::ErrorKind::unsupported);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_Comm(world.boost_communicator()), MPI_COMM_TYPE_SHARED, world.rank(),
+                      MPI_INFO_NULL, &node);
+  int local_rank = 0, local_ranks = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  GpuPlace place{local_rank % devices, local_ranks <= devices};
+  ZERO_CHECK_CUDA(cudaSetDevice(place.device));
+  std::array<int, 1> own{place.own_gpu ? 1 : 0};
+  world.all_reduce(std::span<int>(own), zero::ReduceOp::min).wait();
+  place.own_gpu = own[0] == 1;
+  return place;
+}
+
+// The demo's model on the GPU, as train() calls it: the data in device memory once, the
+// activations of a micro-step in buffers allocated once (so that device memory stays flat from
+// step to step), forward and backward queued on the engine's stream.
+template <class Engine>
+class DeviceMlp {
+ public:
+  DeviceMlp(Engine& engine, const Flags& f, const Dataset& data, zero::CudaStreamSpace compute,
+            std::size_t micro_rows)
+      : engine_(engine), f_(f), data_(data), compute_(compute), model_(compute.stream(), micro_rows),
+        x_(upload(data.x)), y_(upload(data.y)), rows_(micro_rows) {
+    const mlp::Shape& shape = f.shape;
+    std::size_t widest = 0, largest_layer = 0;
+    for (std::size_t l = 0; l < shape.layers(); ++l) {
+      pre_.emplace_back(rows_ * shape.out(l), zero::uninitialized);
+      act_.emplace_back(rows_ * shape.in(l), zero::uninitialized);
+      widest = std::max({widest, shape.in(l), shape.out(l)});
+      largest_layer = std::max(largest_layer, shape.out(l) * shape.in(l) + shape.out(l));
+    }
+    target_ = zero::Buffer<float, zero::cuda>(rows_ * shape.widths.back(), zero::uninitialized);
+    delta_ = zero::Buffer<float, zero::cuda>(rows_ * widest, zero::uninitialized);
+    previous_ = zero::Buffer<float, zero::cuda>(rows_ * widest, zero::uninitialized);
+    weights_ = zero::Buffer<float, zero::cuda>(largest_layer, zero::uninitialized);
+    grads_ = zero::Buffer<float, zero::cuda>(largest_layer, zero::uninitialized);
+  }
+
+  template <class T>
+  double micro_step(std::size_t first, std::size_t rows, History& h) {
+    const mlp::Shape& shape = f_.shape;
+    const std::size_t layers = shape.layers();
+    const cudaStream_t stream = compute_.stream();
+    started_.record(stream);
+    model_.gather_rows(x_.data(), data_.rows, data_.inputs, first, rows, act_[0].data());
+    model_.gather_rows(y_.data(), data_.rows, data_.outputs, first, rows, target_.data());
+    for (std::size_t l = 0; l < layers; ++l) {
+      const zero::LayerParameters p = engine_.acquire(l); // stage 3: gathered, ready on the stream
+      const float* w = widen<T>(p);
+      const std::size_t in = shape.in(l), out = shape.out(l);
+      model_.linear_forward(act_[l].data(), w, w + out * in, pre_[l].data(), rows, in, out);
+      if (l + 1 < layers) model_.activate(shape.activation, pre_[l].data(), act_[l + 1].data(),
+                                          rows * out);
+    }
+    forward_done_.record(stream);
+    ZERO_CHECK_CUDA(cudaMemsetAsync(loss_.data(), 0, sizeof(double), stream));
+    model_.loss_and_gradient(shape.loss, pre_[layers - 1].data(), target_.data(), delta_.data(),
+                             rows, shape.widths.back(), static_cast<float>(engine_.loss_scale()),
+                             loss_.data());
+    for (std::size_t l = layers; l-- > 0;) {
+      const zero::LayerParameters p = engine_.acquire(l);
+      const float* w = widen<T>(p);
+      const std::size_t in = shape.in(l), out = shape.out(l);
+      model_.linear_backward(act_[l].data(), w, delta_.data(), grads_.data(),
+                             grads_.data() + out * in, l > 0 ? previous_.data() : nullptr, rows,
+                             in, out);
+      // fp32 gradients rounded into the engine's buffer, on the stream; the reduction that
+      // grads_ready starts is ordered after them.
+      const std::size_t numel = out * in + out;
+      const zero::View<T, zero::cuda> g = engine_.template gradients<T>(l);
+      zero::convert(compute_, zero::View<const float, zero::cuda>(grads_.data(), numel),
+                    g.first(numel));
+      engine_.grads_ready(l);
+      if (l > 0) {
+        model_.activation_backward(shape.activation, pre_[l - 1].data(), act_[l].data(),
+                                   previous_.data(), rows * in);
+        std::swap(delta_, previous_);
+      }
+    }
+    backward_done_.record(stream);
+    zero::copy(compute_, zero::View<const double, zero::cuda>(loss_.view()), loss_host_.view());
+    compute_.fence(); // the loss, for the step's line; the GPU's times of forward and backward
+    h.forward_seconds += forward_done_.seconds_since(started_);
+    h.backward_seconds += backward_done_.seconds_since(forward_done_);
+    return loss_host_[0];
+  }
+
+  // Device memory after the run's first step and after its last: what a test checks stays flat.
+  void after_step(int /*step*/) {
+    after_last_step_ = device_bytes_in_use();
+    if (after_first_step_ == 0) after_first_step_ = after_last_step_;
+  }
+  std::size_t after_first_step() const noexcept { return after_first_step_; }
+  std::size_t after_last_step() const noexcept { return after_last_step_; }
+
+ private:
+  static zero::Buffer<float, zero::cuda> upload(const std::vector<float>& host) {
+    zero::Buffer<float, zero::cuda> device(host.size(), zero::uninitialized);
+    ZERO_CHECK_CUDA(cudaMemcpy(device.data(), host.data(), host.size() * sizeof(float),
+                               cudaMemcpyHostToDevice));
+    return device;
+  }
+
+  // The layer's weights in float for cuBLAS, on the stream.
+  template <class T>
+  const float* widen(const zero::LayerParameters& p) {
+    const zero::View<const T, zero::cuda> values = p.values<T, zero::cuda>();
+    zero::convert(compute_, values, weights_.view().first(values.size()));
+    return weights_.data();
+  }
+
+  Engine& engine_;
+  const Flags& f_;
+  const Dataset& data_;
+  zero::CudaStreamSpace compute_;
+  mlp::DeviceModel model_;
+  zero::Buffer<float, zero::cuda> x_, y_; // the whole dataset
+  std::size_t rows_;
+  std::size_t after_first_step_ = 0, after_last_step_ = 0;
+  std::vector<zero::Buffer<float, zero::cuda>> pre_, act_; // per layer: z, and the layer's input
+  zero::Buffer<float, zero::cuda> target_, delta_, previous_, weights_, grads_;
+  zero::Buffer<double, zero::cuda> loss_{1};
+  zero::Buffer<double, zero::pinned_host> loss_host_{1};
+  TimingEvent started_, forward_done_, backward_done_;
+};
+
+template <class Plan, class Comm, class Optimizer>
+History run_on_gpu_with(zero::MpiCommunicator& world, Comm& comm, const GpuStreams& streams,
+                        const Flags& f, const Dataset& data, InitialWeights& init,
+                        Optimizer optimizer) {
+  using Engine = zero::Engine<Plan, Comm, OnTheGpu, Optimizer, AnyLossScaler, GpuComputeTypes>;
+  const std::size_t before = device_bytes_in_use();
+  Engine engine(world, comm, f.shape.specs(), std::move(optimizer), make_scaler(f),
+                engine_options(f), streams.compute());
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    engine.set_layer(l, init.layer(l));
+  const std::size_t micro_rows = f.batch / std::size_t(f.grad_accum) / std::size_t(world.size());
+  DeviceMlp<Engine> model(engine, f, data, streams.compute(), micro_rows);
+  ZERO_CHECK_CUDA(cudaStreamSynchronize(streams.compute().stream()));
+  const std::size_t built = device_bytes_in_use();
+  History h = train(world, f, engine, data, model);
+  h.device_before = before;
+  h.device_built = built;
+  h.device_first_step = model.after_first_step();
+  h.device_last_step = model.after_last_step();
+  return h;
+}
+
+// Builds the communicator the ranks can use and trains with every model state on the GPU.
+template <class Plan>
+History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                   InitialWeights& init) {
+  const GpuPlace place = place_on_gpu(world);
+  zero::require(!(f.communicator == "nccl" && !place.own_gpu),
+                "--communicator nccl: NCCL needs a GPU per rank, and ranks here share one; "
+                "--communicator staged carries device buffers over MPI instead",
+                zero::ErrorKind::unsupported);
+  const bool nccl = f.communicator == "nccl" || (f.communicator == "auto" && place.own_gpu);
+  const GpuStreams streams;
+  cudaDeviceProp properties{};
+  ZERO_CHECK_CUDA(cudaGetDeviceProperties(&properties, place.device));
+  History h = zero::with_optimizer(optimizer_config(f), [&](auto optimizer) {
+    if (nccl) {
+      zero::NcclCommunicator comm(world, place.device);
+      return run_on_gpu_with<Plan>(world, comm, streams, f, data, init, std::move(optimizer));
+    }
+    StagedOverMpi comm(zero::MpiCommunicator(world.boost_communicator()), streams.caller(),
+                       streams.transfer());
+    return run_on_gpu_with<Plan>(world, comm, streams, f, data, init, std::move(optimizer));
+  });
+  h.device_name = properties.name;
+  h.device_communicator = nccl ? "NCCL" : "staged through pinned host memory over MPI";
+  return h;
+}
+
+} // namespace train

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""`train_mlp --device cuda` on a GPU, checked against the host run and timed (issue 28).
+
+Run by tools/zero-gpu-check (step train-mlp-gpu) with the pack's environment: train_mlp and
+mpirun on PATH. Only the standard library. Each check prints one line the check's report keeps:
+"correctness ...: ok|FAILED" (a failure fails the step: exit 1), "result ..." (figures) and
+"target ...: PASS|FAIL" (the issue's speed goals: a report, not a failure).
+
+  correctness  the GPU run (NCCL, one rank) against the host run of the same flags, bf16, ZeRO-3:
+               every step's loss within --bound (relative; cuBLAS and OpenBLAS order their sums
+               differently, and bf16 weights round the difference into the next step)
+  correctness  the GPU's stages 0 and 3 at one rank: the same losses, bit for bit
+  correctness  2 and 3 ranks sharing the GPU (StagedCommunicator) against one rank, within --bound
+  correctness  device memory flat over 100 steps (cudaMemGetInfo after the first and last step)
+  correctness  fp16 with a loss scale of 2^32: the first steps overflow and are skipped, at 1 and
+               2 ranks alike (the same skipped steps and scales), and training goes on
+  target       stage 3's step at most 1.2x stage 0's on the same model (median step time), with
+               train_mlp's reduction bucket and with DeepSpeed's
+  target       stage 0's step at most torch's (tools/gpu_mlp_torch.py's JSON, when it ran)
+Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-mlp/.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+failed = False
+
+
+def line(text):
+    print(text, flush=True)
+
+
+def verdict(name, ok, detail):
+    global failed
+    failed |= not ok
+    line(f"correctness {name}: {'ok' if ok else 'FAILED'} ({detail})")
+
+
+def train(tmp, name, flags, ranks=1, timeout=120):
+    """Runs train_mlp with `flags`, returns its JSON (None, with the output shown, if it failed)."""
+    out = os.path.join(tmp, name + ".json")
+    command = ["train_mlp", *flags, "--json", out]
+    if ranks > 1:
+        command = ["mpirun", "--oversubscribe", "-np", str(ranks), *command]
+    # zero-gpu-check runs Python with the machine's libraries; the packed programs need the pack's.
+    env = dict(os.environ)
+    if "ZERO_GPU_PACK_LD_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = env["ZERO_GPU_PACK_LD_LIBRARY_PATH"]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        line(f"correctness {name}: FAILED (timed out after {timeout} s: {' '.join(command)})")
+        return None
+    with open(os.path.join(tmp, name + ".out"), "w") as f:
+        f.write(run.stdout + run.stderr)
+    if run.returncode != 0 or not os.path.exists(out):
+        line(f"correctness {name}: FAILED (exit {run.returncode}: {' '.join(command)})")
+        print((run.stdout + run.stderr)[-3000:])
+        return None
+    with open(out) as f:
+        return json.load(f)
+
+
+def relative_gap(a, b):
+    return max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+
+
+def median_step(run, warmup):
+    return statistics.median(run["step_seconds"][warmup:])
+
+
+def main():
+    global failed
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bound", type=float, default=0.05)
+    logs = os.environ.get("ZERO_GPU_CHECK_LOGS")
+    p.add_argument("--torch-json", default=logs and os.path.join(logs, "mlp-torch.json"),
+                   help="tools/gpu_mlp_torch.py's --out, for the speed target (default: "
+                        "$ZERO_GPU_CHECK_LOGS/mlp-torch.json)")
+    p.add_argument("--speed-layers", default="1024,4096,4096,4096,1024")
+    p.add_argument("--speed-batch", default="1024")
+    a = p.parse_args()
+    small = ["--layers", "32,256,256,8", "--batch", "96", "--dtype", "bf16", "--seed", "3"]
+    cuda = ["--device", "cuda"]
+    kept = os.path.join(logs, "train-mlp") if logs else None
+    if kept:
+        os.makedirs(kept, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = kept or scratch  # under zero-gpu-check, each run's JSON and output come back
+        host = train(tmp, "host-stage3", ["--stage", "3", "--steps", "100", *small])
+        gpu3 = train(tmp, "gpu-stage3", ["--stage", "3", "--steps", "100", *small, *cuda])
+        if host and gpu3:
+            gap = relative_gap(host["loss"], gpu3["loss"])
+            verdict("gpu-vs-host", gap <= a.bound,
+                    f"100 steps, bf16, ZeRO-3: largest relative loss gap {gap:.2e}, bound "
+                    f"{a.bound}; loss {gpu3['loss'][0]:.4f} -> {gpu3['loss'][-1]:.4f} on the GPU, "
+                    f"{host['loss'][0]:.4f} -> {host['loss'][-1]:.4f} on the host")
+            d = gpu3["device"]
+            verdict("memory-flat", d["memory_after_first_step"] == d["memory_after_last_step"],
+                    f"{d['memory_after_first_step']} bytes in use after step 1, "
+                    f"{d['memory_after_last_step']} after step 100, {d['name']}")
+        gpu0 = train(tmp, "gpu-stage0", ["--stage", "0", "--steps", "100", *small, *cuda])
+        if gpu0 and gpu3:
+            same = gpu0["loss"] == gpu3["loss"]
+            verdict("stages-0-and-3", same,
+                    "the same losses bit for bit" if same
+                    else f"largest relative gap {relative_gap(gpu0['loss'], gpu3['loss']):.2e}")
+        for ranks in (2, 3):
+            shared = train(tmp, f"gpu-stage3-np{ranks}",
+                           ["--stage", "3", "--steps", "100", *small, *cuda], ranks=ranks)
+            if shared and gpu3:
+                gap = relative_gap(gpu3["loss"], shared["loss"])
+                verdict(f"staged-np{ranks}", gap <= a.bound,
+                        f"{ranks} ranks sharing the GPU ({shared['device']['communicator']}) "
+                        f"against one: largest relative loss gap {gap:.2e}")
+        # Overflow: fp16 starting at a loss scale of 2^32 overflows until the scale comes down.
+        config = os.path.join(tmp, "overflow.json")
+        with open(config, "w") as f:
+            json.dump({"train_batch_size": 64, "fp16": {"enabled": True,
+                       "initial_scale_power": 32}, "zero_optimization": {"stage": 3}}, f)
+        flags = ["--config", config, "--steps", "20", "--layers", "32,256,256,8", *cuda]
+        one = train(tmp, "overflow-np1", flags)
+        two = train(tmp, "overflow-np2", flags, ranks=2)
+        if one and two:
+            skipped = one["applied"].count(False)
+            ok = (skipped > 0 and one["applied"][-1] and one["applied"] == two["applied"]
+                  and one["loss_scale"] == two["loss_scale"])
+            verdict("overflow-skips", ok,
+                    f"{skipped} of 20 steps skipped at 1 rank, {two['applied'].count(False)} at 2 "
+                    f"ranks, the same steps and scales: {one['applied'] == two['applied']}; scale "
+                    f"{one['loss_scale'][0]:.4g} -> {one['loss_scale'][-1]:.4g}")
+        # Speed: stage 3 against stage 0, and stage 0 against torch, on a larger model; with
+        # train_mlp's reduction bucket (65536 elements: many buckets, so that reduction overlaps
+        # backward on the demo's small models) and DeepSpeed's (5e8: one bucket here).
+        big = ["--layers", a.speed_layers, "--batch", a.speed_batch, "--dtype", "bf16",
+               "--steps", "30", "--data-rows", a.speed_batch, "--print-every", "30", *cuda]
+        warmup = 5
+        torch_step = None
+        if a.torch_json and os.path.exists(a.torch_json):
+            with open(a.torch_json) as f:
+                t = json.load(f)
+            torch_step = (t["step_seconds_median"], t["torch"])
+        for bucket in ("65536", "500000000"):
+            fast = {}
+            for stage in ("0", "3"):
+                run = train(tmp, f"speed-stage{stage}-bucket{bucket}",
+                            ["--stage", stage, "--bucket", bucket, *big], timeout=180)
+                if run:
+                    fast[stage] = run
+                    r, steps = run["rank0_seconds"], len(run["step_seconds"])
+                    line(f"result train_mlp --device cuda bf16 layers={a.speed_layers} batch="
+                         f"{a.speed_batch} psi={run['psi']} stage {stage} bucket {bucket}: step "
+                         f"{median_step(run, warmup) * 1e3:.3f} ms (median after {warmup} "
+                         f"warm-up steps); means over {steps} steps: forward "
+                         f"{r['forward'] / steps * 1e3:.3f} ms, backward "
+                         f"{r['backward'] / steps * 1e3:.3f} ms (GPU time), step() "
+                         f"{r['step'] / steps * 1e3:.3f} ms (reduction wait "
+                         f"{r['step_reduction_wait'] / steps * 1e3:.3f}, update "
+                         f"{r['step_update'] / steps * 1e3:.3f})")
+            if len(fast) < 2:
+                continue
+            s0, s3 = median_step(fast["0"], warmup), median_step(fast["3"], warmup)
+            line(f"target stage 3 step <= 1.2x stage 0 (bucket {bucket}): "
+                 f"{'PASS' if s3 <= 1.2 * s0 else 'FAIL'} ({s3 / s0:.3f}x)")
+            if torch_step:
+                ts, version = torch_step
+                line(f"target stage 0 step <= torch's (fused Adam, fp32, {version}; bucket "
+                     f"{bucket}): {'PASS' if s0 <= ts else 'FAIL'} ({s0 * 1e3:.3f} ms against "
+                     f"{ts * 1e3:.3f} ms, {s0 / ts:.3f}x)")
+        if not torch_step:
+            line("result no torch timing to compare with (mlp-torch did not run)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
