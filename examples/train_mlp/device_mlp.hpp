@@ -2,8 +2,8 @@
 // The demo's model on a CUDA device (--device cuda): mlp.hpp's Linear layers, activation and
 // loss as cuBLAS calls and small kernels on one stream, in float. The weights come from the
 // engine in the compute type (bf16 or fp16) and are widened to float first (zero::convert over
-// the stream space), as the host model does, so that the two differ only in how cuBLAS and OpenBLAS order their sums.
-// Compiled in device_mlp.cu; this header needs only the CUDA runtime's types.
+// the stream space), as the host model does, so that the two differ only in how cuBLAS and OpenBLAS
+// order their sums. Compiled in device_mlp.cu; this header needs only the CUDA runtime's types.
 
 #include "mlp.hpp"
 
@@ -42,14 +42,14 @@ class DeviceModel {
                            std::size_t n) const;
   // The loss's gradient (scaled by `scale`, mean over rows, and over outputs for MSE) into
   // `gradient`, and the loss itself added to *loss_sum (one double in device memory).
-  void loss_and_gradient(Loss loss, const float* prediction, const float* target,
-                         float* gradient, std::size_t rows, std::size_t outputs, float scale,
+  void loss_and_gradient(Loss loss, const float* prediction, const float* target, float* gradient,
+                         std::size_t rows, std::size_t outputs, float scale,
                          double* loss_sum) const;
 
  private:
   cudaStream_t stream_;
-  void* blas_ = nullptr;   // cublasHandle_t, bound to stream_ (cuBLAS stays out of this header)
-  float* ones_ = nullptr;  // max_rows ones: the bias gradient is a product with them
+  void* blas_ = nullptr;  // cublasHandle_t, bound to stream_ (cuBLAS stays out of this header)
+  float* ones_ = nullptr; // max_rows ones: the bias gradient is a product with them
 };
 
 } // namespace mlp

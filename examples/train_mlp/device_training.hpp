@@ -117,8 +117,9 @@ class DeviceMlp {
  public:
   DeviceMlp(Engine& engine, const Flags& f, const Dataset& data, zero::CudaStreamSpace compute,
             std::size_t micro_rows)
-      : engine_(engine), f_(f), data_(data), compute_(compute), model_(compute.stream(), micro_rows),
-        x_(upload(data.x)), y_(upload(data.y)), rows_(micro_rows) {
+      : engine_(engine), f_(f), data_(data), compute_(compute),
+        model_(compute.stream(), micro_rows), x_(upload(data.x)), y_(upload(data.y)),
+        rows_(micro_rows) {
     const mlp::Shape& shape = f.shape;
     std::size_t widest = 0, largest_layer = 0;
     for (std::size_t l = 0; l < shape.layers(); ++l) {
@@ -147,8 +148,8 @@ class DeviceMlp {
       const float* w = widen<T>(p);
       const std::size_t in = shape.in(l), out = shape.out(l);
       model_.linear_forward(act_[l].data(), w, w + out * in, pre_[l].data(), rows, in, out);
-      if (l + 1 < layers) model_.activate(shape.activation, pre_[l].data(), act_[l + 1].data(),
-                                          rows * out);
+      if (l + 1 < layers)
+        model_.activate(shape.activation, pre_[l].data(), act_[l + 1].data(), rows * out);
     }
     forward_done_.record(stream);
     ZERO_CHECK_CUDA(cudaMemsetAsync(loss_.data(), 0, sizeof(double), stream));
@@ -160,8 +161,8 @@ class DeviceMlp {
       const float* w = widen<T>(p);
       const std::size_t in = shape.in(l), out = shape.out(l);
       model_.linear_backward(act_[l].data(), w, delta_.data(), grads_.data(),
-                             grads_.data() + out * in, l > 0 ? previous_.data() : nullptr, rows,
-                             in, out);
+                             grads_.data() + out * in, l > 0 ? previous_.data() : nullptr, rows, in,
+                             out);
       // fp32 gradients rounded into the engine's buffer, on the stream; the reduction that
       // grads_ready starts is ordered after them.
       const std::size_t numel = out * in + out;

@@ -180,7 +180,7 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                   h.fused_kernel_seconds * 1e3, after / h.fused_kernel_seconds);
     else
       std::printf("; the fused optimizer pass alone: not timed (%s)\n",
-                  f.optimizer_on_nvme   ? "it would hold the states on NVMe in memory"
+                  f.optimizer_on_nvme  ? "it would hold the states on NVMe in memory"
                   : f.device == "cuda" ? "the host's pass is no yardstick for the GPU's step"
                                        : "--no-reference-pass");
   }
