@@ -41,7 +41,9 @@ def verdict(name, ok, detail):
 
 
 def train(tmp, name, flags, ranks=1, timeout=120):
-    """Runs train_mlp with `flags`, returns its JSON (None, with the output shown, if it failed)."""
+    """Runs train_mlp with `flags`, returns its JSON (None, with the output shown, if it failed:
+    a run that crashes or hangs fails the check, not only the comparisons it would have fed)."""
+    global failed
     out = os.path.join(tmp, name + ".json")
     command = ["train_mlp", *flags, "--json", out]
     if ranks > 1:
@@ -54,18 +56,24 @@ def train(tmp, name, flags, ranks=1, timeout=120):
         run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         line(f"correctness {name}: FAILED (timed out after {timeout} s: {' '.join(command)})")
+        failed = True
         return None
     with open(os.path.join(tmp, name + ".out"), "w") as f:
         f.write(run.stdout + run.stderr)
     if run.returncode != 0 or not os.path.exists(out):
         line(f"correctness {name}: FAILED (exit {run.returncode}: {' '.join(command)})")
         print((run.stdout + run.stderr)[-3000:])
+        failed = True
         return None
     with open(out) as f:
         return json.load(f)
 
 
 def relative_gap(a, b):
+    """The largest relative difference of two loss curves; infinite when their lengths differ or
+    a loss is not finite (null in train_mlp's JSON), so that any bound fails."""
+    if len(a) != len(b) or None in a or None in b:
+        return float("inf")
     return max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
 
 
@@ -105,7 +113,7 @@ def main():
                     f"{d['memory_after_last_step']} after step 100, {d['name']}")
         gpu0 = train(tmp, "gpu-stage0", ["--stage", "0", "--steps", "100", *small, *cuda])
         if gpu0 and gpu3:
-            same = gpu0["loss"] == gpu3["loss"]
+            same = gpu0["loss"] == gpu3["loss"] and None not in gpu0["loss"]
             verdict("stages-0-and-3", same,
                     "the same losses bit for bit" if same
                     else f"largest relative gap {relative_gap(gpu0['loss'], gpu3['loss']):.2e}")

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace mlp {
 namespace {
@@ -31,25 +32,30 @@ unsigned blocks(std::size_t n) {
 
 void check_launch() { ZERO_CHECK_CUDA(cudaGetLastError()); }
 
-#define GRID_STRIDE(i, n)                                                                         \
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n);               \
+// Calls f(i) for every i < n this thread takes in a grid-stride loop (the launch's threads take
+// every index once, whatever the grid's size).
+template <class F>
+__device__ void for_each_index(std::size_t n, F f) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
+    f(i);
+}
 
 __global__ void gather_rows_kernel(const float* source, std::size_t source_rows, std::size_t width,
                                    std::size_t first, std::size_t rows, float* out) {
-  GRID_STRIDE(i, rows * width) {
+  for_each_index(rows * width, [&](std::size_t i) {
     const std::size_t r = i / width, c = i % width;
     out[i] = source[((first + r) % source_rows) * width + c];
-  }
+  });
 }
 
 // z[r, o] = b[o], before the product adds x W^T.
 __global__ void broadcast_bias_kernel(const float* b, float* z, std::size_t rows, std::size_t out) {
-  GRID_STRIDE(i, rows * out) { z[i] = b[i % out]; }
+  for_each_index(rows * out, [&](std::size_t i) { z[i] = b[i % out]; });
 }
 
 __global__ void fill_kernel(float* data, std::size_t n, float value) {
-  GRID_STRIDE(i, n) { data[i] = value; }
+  for_each_index(n, [&](std::size_t i) { data[i] = value; });
 }
 
 __device__ float activate_one(Activation a, float z) {
@@ -65,24 +71,27 @@ __device__ float slope_one(Activation a, float z, float value) {
 }
 
 __global__ void activate_kernel(Activation a, const float* z, float* out, std::size_t n) {
-  GRID_STRIDE(i, n) { out[i] = activate_one(a, z[i]); }
+  for_each_index(n, [&](std::size_t i) { out[i] = activate_one(a, z[i]); });
 }
 
 __global__ void activation_backward_kernel(Activation a, const float* z, const float* value,
                                            float* delta, std::size_t n) {
-  GRID_STRIDE(i, n) { delta[i] *= slope_one(a, z[i], value[i]); }
+  for_each_index(n, [&](std::size_t i) { delta[i] *= slope_one(a, z[i], value[i]); });
 }
 
-// Each block sums its share of the squared differences and adds it to *loss_sum once.
+// Each block sums its share of the squared differences and adds it to *loss_sum once. The
+// blocks' additions come in no fixed order, so the reported loss (not the gradients, nor the
+// training) may differ in its last bits from run to run: a fixed-order sum of the blocks'
+// partials is to do (docs/gpu-engine.md).
 __global__ void mse_kernel(const float* prediction, const float* target, float* gradient,
                            std::size_t n, float scale, double* loss_sum) {
   __shared__ double partial[threads];
   double mine = 0;
-  GRID_STRIDE(i, n) {
+  for_each_index(n, [&](std::size_t i) {
     const double d = double(prediction[i]) - double(target[i]);
     mine += d * d;
     gradient[i] = static_cast<float>(2.0 * d / double(n)) * scale;
-  }
+  });
   partial[threadIdx.x] = mine;
   __syncthreads();
   for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
@@ -96,7 +105,7 @@ __global__ void mse_kernel(const float* prediction, const float* target, float* 
 __global__ void cross_entropy_kernel(const float* prediction, const float* target,
                                      float* gradient, std::size_t rows, std::size_t outputs,
                                      float scale, double* loss_sum) {
-  GRID_STRIDE(r, rows) {
+  for_each_index(rows, [&](std::size_t r) {
     const float* p = prediction + r * outputs;
     float top = p[0];
     for (std::size_t o = 1; o < outputs; ++o)
@@ -113,7 +122,7 @@ __global__ void cross_entropy_kernel(const float* prediction, const float* targe
           static_cast<float>((exp(log_softmax) - t) / double(rows)) * scale;
     }
     atomicAdd(loss_sum, total / double(rows));
-  }
+  });
 }
 
 } // namespace
@@ -122,20 +131,27 @@ DeviceModel::DeviceModel(cudaStream_t stream, std::size_t max_rows) : stream_(st
   cublasHandle_t h = nullptr;
   check_blas(cublasCreate(&h), "cublasCreate");
   blas_ = h;
-  check_blas(cublasSetStream(h, stream), "cublasSetStream");
-  // fp32 products in fp32: cuBLAS's default math uses no TF32 for cublasSgemm (torch's
-  // allow_tf32 = False). CUBLAS_PEDANTIC_MATH gave the same losses within 3e-4 of the host's but
-  // a 1.21x slower step than torch's on the H100 (2026-11-28).
-  check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  ZERO_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ones_), std::max<std::size_t>(max_rows, 1) *
-                                                                    sizeof(float)));
-  fill_kernel<<<blocks(max_rows), threads, 0, stream_>>>(ones_, max_rows, 1.0f);
-  check_launch();
+  try { // a failure past here gives back what was taken (the destructor does not run)
+    check_blas(cublasSetStream(h, stream), "cublasSetStream");
+    // fp32 products in fp32: cuBLAS's default math uses no TF32 for cublasSgemm (torch's
+    // allow_tf32 = False). With CUBLAS_PEDANTIC_MATH and a thread per column for the bias
+    // gradient, stage 0 took 7.08 ms against 6.78 with both changed (H100, 2026-11-28).
+    check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    ZERO_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ones_),
+                               std::max<std::size_t>(max_rows, 1) * sizeof(float)));
+    fill_kernel<<<blocks(max_rows), threads, 0, stream_>>>(ones_, max_rows, 1.0f);
+    check_launch();
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
-DeviceModel::~DeviceModel() {
-  if (ones_) ZERO_LOG_CUDA(cudaFree(ones_));
-  if (blas_) cublasDestroy(handle(blas_));
+DeviceModel::~DeviceModel() { release(); }
+
+void DeviceModel::release() noexcept {
+  if (ones_) ZERO_LOG_CUDA(cudaFree(std::exchange(ones_, nullptr)));
+  if (blas_) cublasDestroy(handle(std::exchange(blas_, nullptr)));
 }
 
 void DeviceModel::gather_rows(const float* source, std::size_t source_rows, std::size_t width,

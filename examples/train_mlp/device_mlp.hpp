@@ -1,9 +1,9 @@
 #pragma once
 // The demo's model on a CUDA device (--device cuda): mlp.hpp's Linear layers, activation and
-// loss as cuBLAS calls and small kernels on one stream, in float. The weights come from the
-// engine in the compute type (bf16 or fp16) and are widened to float first (zero::convert over
-// the stream space), as the host model does, so that the two differ only in how cuBLAS and OpenBLAS
-// order their sums. Compiled in device_mlp.cu; this header needs only the CUDA runtime's types.
+// loss as cuBLAS calls and small kernels on one stream, in float, on weights the caller widened
+// to float from the engine's compute type (device_training.hpp, as the host model does), so that
+// the two differ only in how cuBLAS and OpenBLAS order their sums. Compiled in device_mlp.cu; no
+// cuBLAS type appears here (mlp.hpp brings Activation, Loss and OpenBLAS's header).
 
 #include "mlp.hpp"
 
@@ -50,6 +50,8 @@ class DeviceModel {
   cudaStream_t stream_;
   void* blas_ = nullptr;  // cublasHandle_t, bound to stream_ (cuBLAS stays out of this header)
   float* ones_ = nullptr; // max_rows ones: the bias gradient is a product with them
+
+  void release() noexcept;
 };
 
 } // namespace mlp

@@ -46,18 +46,26 @@ inline std::size_t device_bytes_in_use() {
 struct GpuStreams {
   std::array<cudaStream_t, 3> streams{};
   GpuStreams() {
-    for (cudaStream_t& s : streams)
-      ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    try {
+      for (cudaStream_t& s : streams)
+        ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    } catch (...) {
+      destroy(); // the ones created (the destructor does not run)
+      throw;
+    }
   }
-  ~GpuStreams() {
-    for (cudaStream_t s : streams)
-      ZERO_LOG_CUDA(cudaStreamDestroy(s));
-  }
+  ~GpuStreams() { destroy(); }
   GpuStreams(const GpuStreams&) = delete;
   GpuStreams& operator=(const GpuStreams&) = delete;
   zero::CudaStreamSpace compute() const { return zero::CudaStreamSpace(streams[0]); }
   zero::CudaStreamSpace caller() const { return zero::CudaStreamSpace(streams[1]); }
   zero::CudaStreamSpace transfer() const { return zero::CudaStreamSpace(streams[2]); }
+
+ private:
+  void destroy() noexcept {
+    for (cudaStream_t s : streams)
+      if (s) ZERO_LOG_CUDA(cudaStreamDestroy(s));
+  }
 };
 
 // A CUDA event that keeps time (zero::CudaEvent orders only): forward's and backward's GPU time.
@@ -193,10 +201,13 @@ class DeviceMlp {
   std::size_t after_last_step() const noexcept { return after_last_step_; }
 
  private:
+  // A pageable cudaMemcpy may return before its copy lands, and the compute stream does not
+  // wait for the legacy stream: the device finishes it before the model starts.
   static zero::Buffer<float, zero::cuda> upload(const std::vector<float>& host) {
     zero::Buffer<float, zero::cuda> device(host.size(), zero::uninitialized);
     ZERO_CHECK_CUDA(cudaMemcpy(device.data(), host.data(), host.size() * sizeof(float),
                                cudaMemcpyHostToDevice));
+    ZERO_CHECK_CUDA(cudaDeviceSynchronize()); // once, at construction; never in a step
     return device;
   }
 
@@ -250,10 +261,9 @@ template <class Plan>
 History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
                    InitialWeights& init) {
   const GpuPlace place = place_on_gpu(world);
-  zero::require(!(f.communicator == "nccl" && !place.own_gpu),
-                "--communicator nccl: NCCL needs a GPU per rank, and ranks here share one; "
-                "--communicator staged carries device buffers over MPI instead",
-                zero::ErrorKind::unsupported);
+  // `--communicator nccl` is taken at its word: where a launcher shows each rank only its own
+  // GPU (CUDA_VISIBLE_DEVICES per rank), the node's ranks outnumber the devices a rank sees, yet
+  // each has one of its own; NCCL itself refuses ranks that share one.
   const bool nccl = f.communicator == "nccl" || (f.communicator == "auto" && place.own_gpu);
   const GpuStreams streams;
   cudaDeviceProp properties{};

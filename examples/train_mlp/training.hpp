@@ -287,11 +287,11 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     cursor = (cursor + f.batch) % data.rows;
     const auto update_start = std::chrono::steady_clock::now();
     zero::StepResult r = engine.step();
-    model.after_step(step);
     h.update_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    model.after_step(step); // outside the step's time (the device's asks cudaMemGetInfo)
     std::array<double, 2> both{loss / f.grad_accum / ranks, seconds};
     world.all_reduce(std::span<double>(both.data(), 1), zero::ReduceOp::sum).wait();
     world.all_reduce(std::span<double>(both.data() + 1, 1), zero::ReduceOp::max).wait();
