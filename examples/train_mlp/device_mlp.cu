@@ -17,12 +17,14 @@ namespace {
 
 void check_blas(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    zero::fail(zero::ErrorKind::cuda, std::string(call) + " failed: " +
-                                        cublasGetStatusName(status) + " (" +
-                                        cublasGetStatusString(status) + ")");
+    zero::fail(zero::ErrorKind::cuda, std::string(call) +
+                                          " failed: " + cublasGetStatusName(status) + " (" +
+                                          cublasGetStatusString(status) + ")");
 }
 
-cublasHandle_t handle(void* blas) { return static_cast<cublasHandle_t>(blas); }
+cublasHandle_t handle(void* blas) {
+  return static_cast<cublasHandle_t>(blas);
+}
 
 constexpr int threads = 256;
 // Enough blocks to fill the device with a grid-stride loop, never more than the elements need.
@@ -30,7 +32,9 @@ unsigned blocks(std::size_t n) {
   return unsigned(std::clamp<std::size_t>((n + threads - 1) / threads, 1, 4096));
 }
 
-void check_launch() { ZERO_CHECK_CUDA(cudaGetLastError()); }
+void check_launch() {
+  ZERO_CHECK_CUDA(cudaGetLastError());
+}
 
 // Calls f(i) for every i < n this thread takes in a grid-stride loop (the launch's threads take
 // every index once, whatever the grid's size).
@@ -102,9 +106,9 @@ __global__ void mse_kernel(const float* prediction, const float* target, float* 
 }
 
 // Softmax cross-entropy against a target distribution: a thread per row.
-__global__ void cross_entropy_kernel(const float* prediction, const float* target,
-                                     float* gradient, std::size_t rows, std::size_t outputs,
-                                     float scale, double* loss_sum) {
+__global__ void cross_entropy_kernel(const float* prediction, const float* target, float* gradient,
+                                     std::size_t rows, std::size_t outputs, float scale,
+                                     double* loss_sum) {
   for_each_index(rows, [&](std::size_t r) {
     const float* p = prediction + r * outputs;
     float top = p[0];
@@ -118,8 +122,7 @@ __global__ void cross_entropy_kernel(const float* prediction, const float* targe
       const double log_softmax = double(p[o] - top) - log(sum);
       const double t = target[r * outputs + o];
       total -= t * log_softmax;
-      gradient[r * outputs + o] =
-          static_cast<float>((exp(log_softmax) - t) / double(rows)) * scale;
+      gradient[r * outputs + o] = static_cast<float>((exp(log_softmax) - t) / double(rows)) * scale;
     }
     atomicAdd(loss_sum, total / double(rows));
   });
@@ -147,7 +150,9 @@ DeviceModel::DeviceModel(cudaStream_t stream, std::size_t max_rows) : stream_(st
   }
 }
 
-DeviceModel::~DeviceModel() { release(); }
+DeviceModel::~DeviceModel() {
+  release();
+}
 
 void DeviceModel::release() noexcept {
   if (ones_) ZERO_LOG_CUDA(cudaFree(std::exchange(ones_, nullptr)));
@@ -158,7 +163,7 @@ void DeviceModel::gather_rows(const float* source, std::size_t source_rows, std:
                               std::size_t first, std::size_t rows, float* out) const {
   if (rows * width == 0) return;
   gather_rows_kernel<<<blocks(rows * width), threads, 0, stream_>>>(source, source_rows, width,
-                                                                   first, rows, out);
+                                                                    first, rows, out);
   check_launch();
 }
 
@@ -187,8 +192,8 @@ void DeviceModel::linear_backward(const float* x, const float* w, const float* d
     return;
   }
   const float one = 1.0f, zero = 0.0f;
-  check_blas(cublasSgemv(handle(blas_), CUBLAS_OP_N, int(out), int(rows), &one, dz, int(out),
-                         ones_, 1, &zero, db, 1),
+  check_blas(cublasSgemv(handle(blas_), CUBLAS_OP_N, int(out), int(rows), &one, dz, int(out), ones_,
+                         1, &zero, db, 1),
              "cublasSgemv (bias gradient)");
   check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_N, CUBLAS_OP_T, int(in), int(out), int(rows),
                          &one, x, int(in), dz, int(out), &zero, dw, int(in)),
