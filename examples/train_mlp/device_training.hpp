@@ -126,19 +126,19 @@ class DeviceMlp {
   DeviceMlp(Engine& engine, const Flags& f, const Dataset& data, zero::CudaStreamSpace compute,
             std::size_t micro_rows)
       : engine_(engine), f_(f), data_(data), compute_(compute),
-        model_(compute.stream(), micro_rows), x_(upload(data.x)), y_(upload(data.y)),
-        rows_(micro_rows) {
+        model_(compute.stream(), micro_rows), x_(upload(data.x)), y_(upload(data.y)) {
     const mlp::Shape& shape = f.shape;
     std::size_t widest = 0, largest_layer = 0;
     for (std::size_t l = 0; l < shape.layers(); ++l) {
-      pre_.emplace_back(rows_ * shape.out(l), zero::uninitialized);
-      act_.emplace_back(rows_ * shape.in(l), zero::uninitialized);
+      pre_.emplace_back(micro_rows * shape.out(l), zero::uninitialized);
+      act_.emplace_back(micro_rows * shape.in(l), zero::uninitialized);
       widest = std::max({widest, shape.in(l), shape.out(l)});
       largest_layer = std::max(largest_layer, shape.out(l) * shape.in(l) + shape.out(l));
     }
-    target_ = zero::Buffer<float, zero::cuda>(rows_ * shape.widths.back(), zero::uninitialized);
-    delta_ = zero::Buffer<float, zero::cuda>(rows_ * widest, zero::uninitialized);
-    previous_ = zero::Buffer<float, zero::cuda>(rows_ * widest, zero::uninitialized);
+    target_ =
+        zero::Buffer<float, zero::cuda>(micro_rows * shape.widths.back(), zero::uninitialized);
+    delta_ = zero::Buffer<float, zero::cuda>(micro_rows * widest, zero::uninitialized);
+    previous_ = zero::Buffer<float, zero::cuda>(micro_rows * widest, zero::uninitialized);
     weights_ = zero::Buffer<float, zero::cuda>(largest_layer, zero::uninitialized);
     grads_ = zero::Buffer<float, zero::cuda>(largest_layer, zero::uninitialized);
   }
@@ -201,13 +201,12 @@ class DeviceMlp {
   std::size_t after_last_step() const noexcept { return after_last_step_; }
 
  private:
-  // A pageable cudaMemcpy may return before its copy lands, and the compute stream does not
-  // wait for the legacy stream: the device finishes it before the model starts.
-  static zero::Buffer<float, zero::cuda> upload(const std::vector<float>& host) {
+  // The host's values in device memory, there for the compute stream's work once this returns
+  // (from pageable memory CUDA may return before the copy lands: the stream is waited for).
+  zero::Buffer<float, zero::cuda> upload(const std::vector<float>& host) const {
     zero::Buffer<float, zero::cuda> device(host.size(), zero::uninitialized);
-    ZERO_CHECK_CUDA(cudaMemcpy(device.data(), host.data(), host.size() * sizeof(float),
-                               cudaMemcpyHostToDevice));
-    ZERO_CHECK_CUDA(cudaDeviceSynchronize()); // once, at construction; never in a step
+    zero::copy(compute_, zero::View<const float>(host), device.view());
+    compute_.fence(); // once, at construction; never in a step
     return device;
   }
 
@@ -225,7 +224,6 @@ class DeviceMlp {
   zero::CudaStreamSpace compute_;
   mlp::DeviceModel model_;
   zero::Buffer<float, zero::cuda> x_, y_; // the whole dataset
-  std::size_t rows_;
   std::size_t after_first_step_ = 0, after_last_step_ = 0;
   std::vector<zero::Buffer<float, zero::cuda>> pre_, act_; // per layer: z, and the layer's input
   zero::Buffer<float, zero::cuda> target_, delta_, previous_, weights_, grads_;
