@@ -17,6 +17,19 @@ mpirun on PATH. Only the standard library. Each check prints one line the check'
   target       stage 3's step at most 1.2x stage 0's on the same model (median step time), with
                train_mlp's reduction bucket and with DeepSpeed's
   target       stage 0's step at most torch's (tools/gpu_mlp_torch.py's JSON, when it ran)
+ZeRO-Offload (--offload-optimizer: the optimizer states in pinned host memory, the update on the
+CPU; docs/zero-offload.md):
+  correctness  offloaded ZeRO-3 against the GPU's own ZeRO-3 run, within --bound (the CPU's Adam
+               and the GPU's round differently); device memory flat over its 100 steps
+  correctness  offloaded ZeRO-2 at 2 ranks sharing the GPU against 1 rank, within --bound
+  correctness  offloaded to NVMe (--nvme, GPU -> pinned host -> NVMe) against offloaded to host
+               memory, ZeRO-3: the same losses, bit for bit (the NVMe tier's update is the
+               in-memory one)
+  result       the offloaded step on the speed model: forward, backward, update (the gradients'
+               trip to the host, the CPU's Adam and the weights' trip back), against the step
+               that keeps everything on the GPU, and the step against forward + backward + update
+               and against max(forward + backward, update) (the issue's goal: at most 1.2x; nothing
+               overlaps the update with backward yet)
 Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-mlp/.
 """
 import argparse
@@ -40,9 +53,11 @@ def verdict(name, ok, detail):
     line(f"correctness {name}: {'ok' if ok else 'FAILED'} ({detail})")
 
 
-def train(tmp, name, flags, ranks=1, timeout=120):
+def train(tmp, name, flags, ranks=1, timeout=120, unavailable=None):
     """Runs train_mlp with `flags`, returns its JSON (None, with the output shown, if it failed:
-    a run that crashes or hangs fails the check, not only the comparisons it would have fed)."""
+    a run that crashes or hangs fails the check, not only the comparisons it would have fed).
+    `unavailable`: text in the output of a run the machine cannot make (its kernel refusing
+    io_uring, say), which then prints a "skipped" line instead of failing."""
     global failed
     out = os.path.join(tmp, name + ".json")
     command = ["train_mlp", *flags, "--json", out]
@@ -60,6 +75,9 @@ def train(tmp, name, flags, ranks=1, timeout=120):
         return None
     with open(os.path.join(tmp, name + ".out"), "w") as f:
         f.write(run.stdout + run.stderr)
+    if run.returncode != 0 and unavailable and unavailable in run.stdout + run.stderr:
+        line(f"result {name}: skipped, this machine cannot run it ({unavailable})")
+        return None
     if run.returncode != 0 or not os.path.exists(out):
         line(f"correctness {name}: FAILED (exit {run.returncode}: {' '.join(command)})")
         print((run.stdout + run.stderr)[-3000:])
@@ -141,6 +159,41 @@ def main():
                     f"{skipped} of 20 steps skipped at 1 rank, {two['applied'].count(False)} at 2 "
                     f"ranks, the same steps and scales: {one['applied'] == two['applied']}; scale "
                     f"{one['loss_scale'][0]:.4g} -> {one['loss_scale'][-1]:.4g}")
+        # ZeRO-Offload: the optimizer states in pinned host memory, the update on the CPU.
+        offload = ["--offload-optimizer"]
+        off3 = train(tmp, "offload-stage3", ["--stage", "3", "--steps", "100", *small, *cuda,
+                                             *offload])
+        if off3 and gpu3:
+            gap = relative_gap(gpu3["loss"], off3["loss"])
+            verdict("offload-vs-gpu", gap <= a.bound,
+                    f"100 steps, bf16, ZeRO-3, optimizer on the CPU against on the GPU: largest "
+                    f"relative loss gap {gap:.2e}, bound {a.bound}; loss {off3['loss'][0]:.4f} -> "
+                    f"{off3['loss'][-1]:.4f}")
+            d = off3["device"]
+            verdict("offload-memory-flat",
+                    d["memory_after_first_step"] == d["memory_after_last_step"],
+                    f"{d['memory_after_first_step']} bytes in use after step 1, "
+                    f"{d['memory_after_last_step']} after step 100")
+        off2 = train(tmp, "offload-stage2", ["--stage", "2", "--steps", "100", *small, *cuda,
+                                             *offload])
+        off2_np2 = train(tmp, "offload-stage2-np2", ["--stage", "2", "--steps", "100", *small,
+                                                     *cuda, *offload], ranks=2)
+        if off2 and off2_np2:
+            gap = relative_gap(off2["loss"], off2_np2["loss"])
+            verdict("offload-np2", gap <= a.bound,
+                    f"offloaded ZeRO-2, 2 ranks sharing the GPU against one: largest relative "
+                    f"loss gap {gap:.2e}")
+        swap = os.path.join(tmp, "swap")
+        os.makedirs(swap, exist_ok=True)
+        nvme3 = train(tmp, "offload-nvme-stage3", ["--stage", "3", "--steps", "100", *small,
+                                                   *cuda, "--nvme", swap], timeout=150,
+                      unavailable="needs io_uring")
+        if nvme3 and off3:
+            same = nvme3["loss"] == off3["loss"] and None not in nvme3["loss"]
+            verdict("offload-nvme-vs-cpu", same,
+                    "the same losses bit for bit" if same
+                    else f"largest relative gap {relative_gap(nvme3['loss'], off3['loss']):.2e}")
+
         # Speed: stage 3 against stage 0, and stage 0 against torch, on a larger model; with
         # train_mlp's reduction bucket (65536 elements: many buckets, so that reduction overlaps
         # backward on the demo's small models) and DeepSpeed's (5e8: one bucket here).
@@ -152,6 +205,7 @@ def main():
             with open(a.torch_json) as f:
                 t = json.load(f)
             torch_step = (t["step_seconds_median"], t["torch"])
+        speed3 = {}  # stage 3's run per bucket, the offloaded run's baseline below
         for bucket in ("65536", "500000000"):
             fast = {}
             for stage in ("0", "3"):
@@ -159,6 +213,8 @@ def main():
                             ["--stage", stage, "--bucket", bucket, *big], timeout=180)
                 if run:
                     fast[stage] = run
+                    if stage == "3":
+                        speed3[bucket] = run
                     r, steps = run["rank0_seconds"], len(run["step_seconds"])
                     line(f"result train_mlp --device cuda bf16 layers={a.speed_layers} batch="
                          f"{a.speed_batch} psi={run['psi']} stage {stage} bucket {bucket}: step "
@@ -181,6 +237,27 @@ def main():
                      f"{ts * 1e3:.3f} ms, {s0 / ts:.3f}x)")
         if not torch_step:
             line("result no torch timing to compare with (mlp-torch did not run)")
+        # ZeRO-Offload's step on the speed model, against the same stage kept on the GPU.
+        on_gpu = speed3.get("500000000")
+        off = train(tmp, "speed-offload-stage3",
+                    ["--stage", "3", "--bucket", "500000000", *big, "--offload-optimizer"],
+                    timeout=180)
+        if off and on_gpu:
+            r, steps = off["rank0_seconds"], len(off["step_seconds"])
+            forward_backward = (r["forward"] + r["backward"]) / steps
+            update = r["step_update"] / steps
+            step = median_step(off, warmup)
+            line(f"result offloaded ZeRO-3 layers={a.speed_layers} psi={off['psi']}: step "
+                 f"{step * 1e3:.3f} ms (median), forward+backward {forward_backward * 1e3:.3f} ms, "
+                 f"update {update * 1e3:.3f} ms (gradients down, CPU Adam, weights up), reduction "
+                 f"wait {r['step_reduction_wait'] / steps * 1e3:.3f} ms; on the GPU "
+                 f"{median_step(on_gpu, warmup) * 1e3:.3f} ms")
+            # Nothing overlaps the update with forward and backward yet (no DPU; the gradients
+            # leave at the step), so the step is their sum at best: the issue's 1.2x max() goal
+            # is reported against both.
+            line(f"result offloaded step against forward+backward+update: "
+                 f"{step / (forward_backward + update):.3f}x; against max(forward+backward, "
+                 f"update): {step / max(forward_backward, update):.3f}x (goal: at most 1.2x)")
     return 1 if failed else 0
 
 

@@ -4,8 +4,10 @@
 // kernels on one compute stream (device_mlp.hpp), the same flags and training loop as the host
 // run (training.hpp's train(), with DeviceMlp as its model). One rank per GPU talks through
 // NCCL; ranks that share a GPU (NCCL refuses them) through StagedCommunicator, which carries
-// device buffers through pinned host memory over MPI. Instantiated once per stage
-// (stage0_cuda.cpp ... stage3_cuda.cpp).
+// device buffers through pinned host memory over MPI. With --offload-optimizer (or --nvme) the
+// optimizer states are on the host instead, updated by the CPU (ZeRO-Offload,
+// docs/zero-offload.md). Instantiated once per stage (stage0_cuda.cpp ... stage3_cuda.cpp), and
+// per stage and offloaded placement (stage1_cuda_offload.cpp ... stage3_cuda_offload.cpp).
 
 #include "device_mlp.hpp"
 #include "run.hpp"
@@ -15,6 +17,10 @@
 #include <zero/core/cuda_check.hpp>
 #include <zero/core/cuda_stream_space.hpp>
 #include <zero/engine/cuda_engine.hpp>
+#include <zero/offload/offloaded_optimizer_store.hpp>
+#if ZERO_TRAIN_MLP_NVME
+#include <zero/offload/nvme_stores.hpp>
+#endif
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -30,6 +36,13 @@
 namespace train {
 
 using OnTheGpu = zero::Placement<zero::execute_on<zero::CudaStreamSpace>>;
+// ZeRO-Offload: the optimizer states in host memory (pageable: every copy to and from the GPU
+// goes through the store's pinned staging, so pinning the states would only lock memory), or on
+// NVMe.
+using OffloadedToCpu =
+    zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::optimizer_states_in<zero::host>>;
+using OffloadedToNvme =
+    zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::optimizer_states_in<zero::nvme>>;
 // CUDA's fused step writes a half or bfloat16 compute copy only (docs/gpu-engine.md).
 using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
 using StagedOverMpi = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
@@ -232,11 +245,11 @@ class DeviceMlp {
   TimingEvent started_, forward_done_, backward_done_;
 };
 
-template <class Plan, class Comm, class Optimizer>
+template <class Plan, class Where, class Comm, class Optimizer>
 History run_on_gpu_with(zero::MpiCommunicator& world, Comm& comm, const GpuStreams& streams,
                         const Flags& f, const Dataset& data, InitialWeights& init,
                         Optimizer optimizer) {
-  using Engine = zero::Engine<Plan, Comm, OnTheGpu, Optimizer, AnyLossScaler, GpuComputeTypes>;
+  using Engine = zero::Engine<Plan, Comm, Where, Optimizer, AnyLossScaler, GpuComputeTypes>;
   const std::size_t before = device_bytes_in_use();
   Engine engine(world, comm, f.shape.specs(), std::move(optimizer), make_scaler(f),
                 engine_options(f), streams.compute());
@@ -254,8 +267,9 @@ History run_on_gpu_with(zero::MpiCommunicator& world, Comm& comm, const GpuStrea
   return h;
 }
 
-// Builds the communicator the ranks can use and trains with every model state on the GPU.
-template <class Plan>
+// Builds the communicator the ranks can use and trains with the model states on the GPU (Where:
+// all of them, or all but the optimizer's).
+template <class Plan, class Where = OnTheGpu>
 History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
                    InitialWeights& init) {
   const GpuPlace place = place_on_gpu(world);
@@ -269,15 +283,31 @@ History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& 
   History h = zero::with_optimizer(optimizer_config(f), [&](auto optimizer) {
     if (nccl) {
       zero::NcclCommunicator comm(world, place.device);
-      return run_on_gpu_with<Plan>(world, comm, streams, f, data, init, std::move(optimizer));
+      return run_on_gpu_with<Plan, Where>(world, comm, streams, f, data, init,
+                                          std::move(optimizer));
     }
     StagedOverMpi comm(zero::MpiCommunicator(world.boost_communicator()), streams.caller(),
                        streams.transfer());
-    return run_on_gpu_with<Plan>(world, comm, streams, f, data, init, std::move(optimizer));
+    return run_on_gpu_with<Plan, Where>(world, comm, streams, f, data, init, std::move(optimizer));
   });
   h.device_name = properties.name;
   h.device_communicator = nccl ? "NCCL" : "staged through pinned host memory over MPI";
   return h;
+}
+
+// ZeRO-Offload's engines for a stage: the optimizer states in host memory, or on NVMe.
+template <class Plan>
+History run_offloaded_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
+                             InitialWeights& init) {
+  if (f.optimizer_on_nvme) {
+#if ZERO_TRAIN_MLP_NVME
+    return run_on_gpu<Plan, OffloadedToNvme>(world, f, data, init);
+#else
+    zero::fail(zero::ErrorKind::unsupported,
+               "this train_mlp was built without the NVMe tier (liburing was not found)");
+#endif
+  }
+  return run_on_gpu<Plan, OffloadedToCpu>(world, f, data, init);
 }
 
 } // namespace train

@@ -43,6 +43,10 @@ inline const char* usage =
     "  --nvme DIR              fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
     "                          (without --config: a pipelined step, pipeline_read/write on)\n"
     "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
+    "  --offload-optimizer     with --device cuda: ZeRO-Offload, the fp32 master weights and\n"
+    "                          optimizer states in host memory, updated by the CPU (also\n"
+    "                          offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
+    "                          on NVMe through the host)\n"
     "  --quantized-weights     stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
     "                          zero_quantized_weights in --config)\n"
     "  --quantized-gradients   stages 1-3: gradients cross between nodes as 4-bit blocks\n"
@@ -103,6 +107,9 @@ struct Flags {
   std::optional<zero::config::Config> ds; // the parsed --config
   // The NVMe tier (from --config, overridden by --nvme and friends).
   bool optimizer_on_nvme = false, parameters_on_nvme = false;
+  // ZeRO-Offload with --device cuda: the optimizer states in host memory, updated by the
+  // CPU (--offload-optimizer, or the config's offload_optimizer.device "cpu").
+  bool optimizer_on_cpu = false;
   std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
@@ -236,6 +243,8 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.nvme_path = value;
     } else if (flag == "--nvme-params")
       f.parameters_on_nvme = true;
+    else if (flag == "--offload-optimizer")
+      f.optimizer_on_cpu = true;
     else if (flag == "--sub-group-size")
       f.sub_group_size = std::size_t(whole(1, size_max));
     else if (flag == "--remove-stale-swap")
@@ -298,8 +307,9 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
       continue;
     }
     if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
-        flag == "--no-reference-pass" || flag == "--async-checkpoint" ||
-        flag == "--quantized-weights" || flag == "--quantized-gradients") {
+        flag == "--offload-optimizer" || flag == "--no-reference-pass" ||
+        flag == "--async-checkpoint" || flag == "--quantized-weights" ||
+        flag == "--quantized-gradients") {
       pairs.push_back({flag, "1"});
       continue;
     }
@@ -356,14 +366,17 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
     using zero::config::OffloadDevice;
     const auto& z = c.zero_optimization;
     f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
+    f.optimizer_on_cpu = z.offload_optimizer.device == OffloadDevice::cpu;
     f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
   }
   apply_flags(f, pairs);
   // Errors name what set the value: the flag when it was given, else the config's key.
+  auto flagged = [&](const char* flag) {
+    return std::any_of(pairs.begin(), pairs.end(),
+                       [&](const auto& pair) { return pair.first == flag; });
+  };
   auto named = [&](const char* flag, const char* key) -> std::string {
-    const bool flagged = std::any_of(pairs.begin(), pairs.end(),
-                                     [&](const auto& pair) { return pair.first == flag; });
-    return flagged || !f.ds ? std::string(flag) : f.config + ": " + key;
+    return flagged(flag) || !f.ds ? std::string(flag) : f.config + ": " + key;
   };
   const std::string stage =
       " (" + named("--stage", "zero_optimization.stage") + " is " + std::to_string(f.stage) + ")";
@@ -399,12 +412,28 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
                   "--device cuda computes in bf16 or fp16 (CUDA's fused step writes a half or "
                   "bfloat16 compute copy): give --dtype bf16 or --dtype fp16",
                   zero::ErrorKind::unsupported);
-    zero::require(f.optimizer != "lamb",
-                  "--device cuda: LAMB's step runs on the host; use adam, adamw or sgd",
+    // ZeRO-Offload (docs/zero-offload.md): the optimizer states in host memory or on NVMe.
+    const std::string on_cpu =
+        named("--offload-optimizer", "zero_optimization.offload_optimizer.device \"cpu\"");
+    const std::string on_nvme =
+        named("--nvme", "zero_optimization.offload_optimizer.device \"nvme\"");
+    zero::require(!(f.optimizer_on_cpu && f.optimizer_on_nvme),
+                  on_cpu + " and " + on_nvme +
+                      ": the optimizer states go to one place, host memory or NVMe");
+    zero::require(!f.optimizer_on_cpu || f.stage >= 1,
+                  "offloading the optimizer (" + on_cpu +
+                      ") needs ZeRO stage 1, 2 or 3, as DeepSpeed's" + stage);
+    zero::require(f.optimizer != "lamb" || f.optimizer_on_cpu,
+                  f.optimizer_on_nvme
+                      ? "--device cuda: LAMB's step on the NVMe tier is not built (" + on_nvme +
+                            "); offload to host memory (--offload-optimizer) or use adam, adamw "
+                            "or sgd"
+                      : std::string("--device cuda: LAMB's step runs on the host; offload the "
+                                    "optimizer (--offload-optimizer) or use adam, adamw or sgd"),
                   zero::ErrorKind::unsupported);
-    zero::require(!f.optimizer_on_nvme,
-                  "--device cuda: states on NVMe from a GPU (GPU -> pinned host -> NVMe) are "
-                  "ZeRO-Offload's, not built yet",
+    zero::require(!f.parameters_on_nvme,
+                  "--device cuda: " + parameters_on_nvme +
+                      ": parameters offloaded from a GPU (offload_param) are not built yet",
                   zero::ErrorKind::unsupported);
     zero::require(!f.async_checkpoint,
                   "--device cuda: --async-checkpoint is untested over a device; save without it",
@@ -413,6 +442,10 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
   }
   zero::require(f.communicator == "auto" || f.device == "cuda",
                 "--communicator " + f.communicator + " needs --device cuda");
+  // A config's "cpu" is where a host run keeps the states anyway; the flag asks for the GPU's.
+  zero::require(f.device == "cuda" || !flagged("--offload-optimizer"),
+                "--offload-optimizer needs --device cuda (without it the optimizer states are in "
+                "host memory already)");
   zero::require(f.clip >= 0, "--clip must be non-negative");
   zero::require(f.lr >= 0, "--lr must be non-negative");
   return f;

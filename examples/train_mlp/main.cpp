@@ -29,6 +29,11 @@ History run_stage(zero::MpiCommunicator& world, const Flags& f, const Dataset& d
                   InitialWeights& init) {
   if (f.device == "cuda") {
 #if ZERO_TRAIN_MLP_CUDA
+    if (f.optimizer_on_cpu || f.optimizer_on_nvme) { // stages 1-3 (flags.hpp)
+      if (f.stage == 1) return run_stage1_cuda_offload(world, f, data, init);
+      if (f.stage == 2) return run_stage2_cuda_offload(world, f, data, init);
+      return run_stage3_cuda_offload(world, f, data, init);
+    }
     switch (f.stage) {
     case 0:
       return run_stage0_cuda(world, f, data, init);
@@ -87,6 +92,16 @@ std::string nvme_summary(const train::Flags& f) {
   return ", optimizer states on NVMe in " + optimizer + ", parameters in " + parameters;
 }
 
+// Where a --device cuda run keeps what, for the run's first line.
+std::string device_summary(const train::Flags& f) {
+  if (f.device != "cuda") return "";
+  if (f.optimizer_on_nvme) return ", parameters, gradients and model on the GPU (ZeRO-Offload)";
+  if (f.optimizer_on_cpu)
+    return ", parameters, gradients and model on the GPU, optimizer states in host memory "
+           "(ZeRO-Offload)";
+  return ", model states and model on the GPU";
+}
+
 // How the ranks talk: "shm transport" on one node, "hierarchical transport, 2 nodes" across nodes.
 std::string links(const zero::MpiCommunicator& world) {
   std::string s = std::string(world.transport()) + " transport";
@@ -129,9 +144,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
         }()
             .c_str(),
         zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum,
-        f.grad_accum > 1 ? "s" : "", data.rows,
-        (nvme_summary(f) + (f.device == "cuda" ? ", model states and model on the GPU" : ""))
-            .c_str());
+        f.grad_accum > 1 ? "s" : "", data.rows, (nvme_summary(f) + device_summary(f)).c_str());
 
   const train::History h = train::run_stage(world, f, data, init);
   // --print-every, else the config's steps_per_print (at steps N, 2N, ... as DeepSpeed), else

@@ -65,5 +65,12 @@ History run_stage0_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, In
 History run_stage1_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
 History run_stage2_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
 History run_stage3_cuda(zero::MpiCommunicator&, const Flags&, const Dataset&, InitialWeights&);
+// ZeRO-Offload: --device cuda with the optimizer states on the host (stages 1-3, as DeepSpeed).
+History run_stage1_cuda_offload(zero::MpiCommunicator&, const Flags&, const Dataset&,
+                                InitialWeights&);
+History run_stage2_cuda_offload(zero::MpiCommunicator&, const Flags&, const Dataset&,
+                                InitialWeights&);
+History run_stage3_cuda_offload(zero::MpiCommunicator&, const Flags&, const Dataset&,
+                                InitialWeights&);
 
 } // namespace train

@@ -36,11 +36,15 @@ namespace detail {
 // The stores for each place, given how they keep their states (engine/kept.hpp). Memory here; the
 // NVMe tier's stores are in <zero/offload/nvme_stores.hpp>, which a program placing states on
 // zero::nvme includes (with the zero::nvme link target): without it these specialisations stay
-// incomplete types.
+// incomplete types. So does ZeRO-Offload's (optimizer states in host memory beside a device
+// space), which <zero/offload/offloaded_optimizer_store.hpp> defines.
 template <class Opt, class K, class Exec>
 struct optimizer_store_for {
   using type = OptimizerStore<Opt, K, Exec>;
 };
+template <class Opt, class K, class Exec>
+requires offloaded_from<typename K::space, Exec>
+struct optimizer_store_for<Opt, K, Exec>;
 template <class Opt, class Partitioner, class Exec>
 struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec>;
 
@@ -55,6 +59,12 @@ struct parameter_store_for<T, K, Updated, Comm, Exec, false> {
 };
 template <class T, class Partitioner, class Updated, class Comm, class Exec>
 struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true>;
+
+// Whether a store's specialisation is defined: the header that defines it was included.
+template <class For>
+concept defined_store = requires {
+  typename For::type;
+};
 
 template <class Space>
 constexpr const char* place_name() {
@@ -76,6 +86,19 @@ class ModelStates {
   // How each state is kept, from the plan and the placement: the stores read neither.
   using KeptParams = KeptParameters<Plan, typename Where::parameters>;
   using KeptOptimizer = KeptOptimizerStates<Plan, typename Where::optimizer_states>;
+  // The stores defined in offload/, whose headers a program includes when its placement needs them.
+  static constexpr bool offloaded_to_memory =
+      detail::offloaded_from<typename Where::optimizer_states, Exec> &&
+      !std::same_as<typename Where::optimizer_states, nvme>;
+  static constexpr bool stores_defined =
+      detail::defined_store<detail::optimizer_store_for<Opt, KeptOptimizer, Exec>> &&
+      detail::defined_store<detail::parameter_store_for<T, KeptParams, KeptOptimizer, Comm, Exec>>;
+  static_assert(stores_defined || !offloaded_to_memory,
+                "zero: this placement offloads the optimizer states from a device to host memory "
+                "(ZeRO-Offload): include <zero/offload/offloaded_optimizer_store.hpp>");
+  static_assert(stores_defined || offloaded_to_memory,
+                "zero: this placement keeps states on the NVMe tier: include "
+                "<zero/offload/nvme_stores.hpp> (and link zero::nvme)");
   using Parameters =
       typename detail::parameter_store_for<T, KeptParams, KeptOptimizer, Comm, Exec>::type;
   // The reduced gradient is kept as the optimizer states are (they are updated together), in the
@@ -101,6 +124,9 @@ class ModelStates {
   // still compiles). The twin's kernels are the host's, which write any.
   static constexpr bool fp32_copy_on_cuda =
       std::same_as<T, float> && std::same_as<typename Exec::memory_space, cuda>;
+  // ZeRO-Offload: the optimizer states on the host beside a device space. Their store moves host
+  // memory, so it is given the host communicator of the shard group.
+  static constexpr bool offloaded = detail::offloaded_from<typename Where::optimizer_states, Exec>;
   static_assert(OptimizerStateStore<OptimizerStates>,
                 "zero: the optimizer store of this placement does not provide the contract the "
                 "engine calls (zero::OptimizerStateStore, engine/stores.hpp)");
@@ -115,7 +141,7 @@ class ModelStates {
               Comm* hpz = nullptr, Exec exec = {})
       : shard_(shard), control_(control), exec_(exec),
         parameters_(shard, model, options, hpz, exec), gradients_(shard, model, options, exec),
-        optimizer_(shard, model, options, exec) {
+        optimizer_(optimizer_group(shard, control), model, options, exec) {
     // Refused when the engine is built rather than at compile time: a program that takes its
     // optimizer from a config (with_optimizer) compiles every optimizer with every placement. The
     // same on every rank.
@@ -127,10 +153,22 @@ class ModelStates {
            std::string("an optimizer with a trust ratio (LAMB) keeps its states in host memory: "
                        "its step over ") +
                Exec::name + " is not built");
+    // The offloaded store sized its staging for the reduced gradient the gradient store keeps.
+    if constexpr (offloaded)
+      gradients_.visit_reduced([&](auto& reduced) {
+        using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
+        require(dtype_of<G> == options.reduced_gradient_dtype(),
+                std::string("offloaded optimizer: the gradient store reduces into ") +
+                    to_string(dtype_of<G>) + ", EngineOptions::reduced_gradient_dtype() says " +
+                    to_string(options.reduced_gradient_dtype()),
+                ErrorKind::mismatch);
+      });
     if constexpr (fp32_copy_on_cuda)
-      fail(ErrorKind::unsupported, std::string("compute_dtype float32: the optimizer step over ") +
-                                       Exec::name +
-                                       " writes a float16 or bfloat16 compute copy only");
+      fail(ErrorKind::unsupported,
+           std::string("compute_dtype float32: the optimizer step over ") + Exec::name +
+               (offloaded ? " (offloaded to the host) is built and tested for a float16 or "
+                            "bfloat16 compute copy only"
+                          : " writes a float16 or bfloat16 compute copy only"));
   }
 
   ModelStates(const ModelStates&) = delete;
@@ -140,7 +178,9 @@ class ModelStates {
     parameters_.set_layer(l, values);
     optimizer_.set_layer(l, values);
   }
-  std::vector<float> layer(std::size_t l) { return optimizer_.layer(shard_, l); }
+  std::vector<float> layer(std::size_t l) {
+    return optimizer_.layer(optimizer_group(shard_, control_), l);
+  }
   LayerParameters acquire(std::size_t l) { return parameters_.acquire(l); }
   View<T, GradientMemory> gradients(std::size_t l) { return gradients_.gradients(l); }
   void grads_ready(std::size_t l, MicroSteps::Arrival arrival) { gradients_.ready(l, arrival); }
@@ -230,6 +270,14 @@ class ModelStates {
   }
 
  private:
+  // The shard group's communicator the optimizer store moves its states with.
+  static auto& optimizer_group(Comm& shard, Control& control) {
+    if constexpr (offloaded)
+      return control;
+    else
+      return shard;
+  }
+
   Comm& shard_;
   Control& control_;
   Exec exec_;

@@ -121,12 +121,13 @@ requires HostAccessibleSpace<typename K::space> ||
     const std::size_t row = 2 * layout.parameter_count(); // one rank's sums: (w^2, u^2) each
     std::vector<double> sums(static_cast<std::size_t>(layout.world_size()) * row, 0.0);
     for (std::size_t l = 0; l < model_.layers(); ++l) {
-      const auto g = grads(l);
+      const auto g = handed_out(grads(l)); // host views of pinned memory too
       for (const ParameterPiece& piece : pieces_->layer(l)) {
         const auto part = [&](auto view) { return view.subview(piece.position, piece.length); };
         const ParameterSums s = trust_ratio_prepare(
-            update, View<const float>(part(master_.block(l))),
-            {part(states_[0].block(l)), part(states_[1].block(l))}, part(g), grad_multiplier);
+            update, View<const float>(part(handed_out(master_.block(l)))),
+            {part(handed_out(states_[0].block(l))), part(handed_out(states_[1].block(l)))}, part(g),
+            grad_multiplier);
         double* into = sums.data() + static_cast<std::size_t>(piece.rank) * row;
         into[2 * piece.parameter] += s.param;
         into[2 * piece.parameter + 1] += s.direction;
@@ -141,9 +142,10 @@ requires HostAccessibleSpace<typename K::space> ||
       neg_step[p] = update.neg_step(total.param, total.direction);
     }
     for (std::size_t l = 0; l < model_.layers(); ++l) {
-      const View<float> master = master_.block(l);
-      const auto copy = out(l);
-      const View<const float> m = states_[0].block(l), v = states_[1].block(l);
+      const View<float> master = handed_out(master_.block(l));
+      const auto copy = handed_out(out(l));
+      const View<const float> m = handed_out(states_[0].block(l));
+      const View<const float> v = handed_out(states_[1].block(l));
       std::size_t next = 0; // padding between pieces is zero: its compute copy is converted
       const auto copy_gap = [&](std::size_t end) {
         if (!copy.empty() && end > next)

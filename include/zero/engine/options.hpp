@@ -80,6 +80,13 @@ struct EngineOptions {
   config::OffloadDevice offload_param = config::OffloadDevice::none;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
+  // The element type of the reduced gradient the optimizer step reads (the gradient store's
+  // choice): float32 when micro-steps are added up or the reduction is in float32, else the
+  // compute type.
+  DType reduced_gradient_dtype() const noexcept {
+    const bool wide = gradient_accumulation_steps > 1 || reduction_dtype() == DType::float32;
+    return wide ? DType::float32 : compute_dtype;
+  }
   std::optional<BlockQuantization> weight_quantization() const {
     if (!quantized_weights) return std::nullopt;
     return BlockQuantization{quantization_block};

@@ -14,12 +14,20 @@
 #include "zero/engine/model_states.hpp"
 #include "zero/offload/nvme_optimizer_store.hpp"
 #include "zero/offload/nvme_parameters.hpp"
+#include "zero/offload/offloaded_optimizer_store.hpp"
 
 namespace zero::detail {
 
 template <class Opt, class Partitioner, class Exec>
 struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
   using type = NvmeOptimizerStore<Opt, Kept<true, Partitioner, nvme>, Exec>;
+};
+// Beside a device space (GPU -> pinned host -> NVMe): the host's store, behind the device.
+template <class Opt, class Partitioner, class Exec>
+requires offloaded_from<nvme, Exec>
+struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
+  using K = Kept<true, Partitioner, nvme>;
+  using type = OffloadedOptimizerStore<NvmeOptimizerStore<Opt, K, HostThreads>, K, Exec>;
 };
 
 // The NVMe tier gathers its layers on the host thread, whatever the engine's execution space.

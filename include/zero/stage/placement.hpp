@@ -119,6 +119,15 @@ using placement_of = typename detail::placement_of<Where>::type;
 namespace detail {
 template <class Exec, class Space>
 inline constexpr bool runs_on = std::same_as<Space, nvme> || can_access<Exec, Space>;
+// Beside a device space, the optimizer states may stay on the host (ZeRO-Offload): the host's
+// threads update them (offload/offloaded_optimizer_store.hpp).
+template <class Exec, class Space>
+inline constexpr bool updated_from = runs_on<Exec, Space> || Space::host_accessible;
+// Whether a store keeping its states in `Space` beside execution space Exec is an offloaded one:
+// Exec runs on a device, and the states are on the host (in its memory or on the NVMe tier).
+template <class Space, class Exec>
+inline constexpr bool offloaded_from =
+    !Exec::memory_space::host_accessible && !std::same_as<Space, typename Exec::memory_space>;
 } // namespace detail
 
 // The rules a placement must follow for a plan, as readable compile errors at the point of use.
@@ -127,16 +136,15 @@ constexpr bool check_placement() {
   using Exec = typename P::execution_space;
   static_assert(detail::runs_on<Exec, typename P::parameters> &&
                     detail::runs_on<Exec, typename P::gradients> &&
-                    detail::runs_on<Exec, typename P::optimizer_states>,
+                    detail::updated_from<Exec, typename P::optimizer_states>,
                 "zero: model states must be in memory their execution space reaches: device "
                 "memory needs execute_on<CudaStreamSpace> (docs/gpu-engine.md), host or pinned "
-                "host memory a host space (HostThreads, HostStreamSpace); states in host memory "
-                "beside a device space (ZeRO-Offload) are not built yet");
-  static_assert(!(std::same_as<typename P::parameters, nvme> ||
-                  std::same_as<typename P::optimizer_states, nvme>) ||
-                    Exec::memory_space::host_accessible,
-                "zero: the NVMe tier runs with a host execution space; NVMe beside a device "
-                "space (GPU -> pinned host -> NVMe) is not built yet");
+                "host memory a host space (HostThreads, HostStreamSpace); beside a device space "
+                "only the optimizer states may be on the host (ZeRO-Offload, "
+                "docs/zero-offload.md)");
+  static_assert(!std::same_as<typename P::parameters, nvme> || Exec::memory_space::host_accessible,
+                "zero: parameters on NVMe beside a device space (offload_param) are not built "
+                "yet; the optimizer states may be (GPU -> pinned host -> NVMe)");
   static_assert(!std::same_as<typename P::gradients, nvme>,
                 "zero: gradients cannot be placed on NVMe: backward writes them and their "
                 "reduction runs while backward does (DeepSpeed offloads no gradients to NVMe "

@@ -2,6 +2,8 @@
 // every one in a single run, and each case's test (tests/engine/CMakeLists.txt) looks for its own
 // message in that report (zero_add_compile_fail_tests, cmake/ZeroTesting.cmake).
 #include <zero/comm/self_communicator.hpp>
+#include <zero/comm/staged_communicator.hpp>
+#include <zero/core/host_stream_space.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>
 #include <zero/shard/whole_parameter_greedy.hpp>
@@ -146,5 +148,33 @@ void instantiate() {
       engine(comm, {}, zero::Adam{}, zero::StaticLossScaler{});
 }
 } // namespace optimizer_states_on_nvme_at_stage0
+
+namespace parameters_on_the_host_beside_a_device {
+// Beside a device space only the optimizer states may stay on the host (ZeRO-Offload);
+// offload_param is not built.
+void instantiate() {
+  using Where = zero::Placement<zero::execute_on<zero::DeviceTwinSpace>,
+                                zero::parameters_in<zero::pinned_host>>;
+  zero::SelfCommunicator comm;
+  zero::Engine<zero::Stage<3>, zero::SelfCommunicator, Where, zero::Adam, zero::StaticLossScaler>
+      engine(comm, {}, zero::Adam{}, zero::StaticLossScaler{});
+}
+} // namespace parameters_on_the_host_beside_a_device
+
+namespace offloaded_without_its_header {
+// The optimizer states in pinned host memory beside a device space (ZeRO-Offload) without
+// <zero/offload/offloaded_optimizer_store.hpp>, which defines their store.
+void instantiate() {
+  using Where = zero::Placement<zero::execute_on<zero::DeviceTwinSpace>,
+                                zero::optimizer_states_in<zero::pinned_host>>;
+  using Staged = zero::StagedCommunicator<zero::DeviceTwinSpace, zero::SelfCommunicator>;
+  zero::SelfCommunicator control;
+  zero::HostStream stream{"compute"};
+  Staged staged(zero::SelfCommunicator{}, zero::DeviceTwinSpace(stream),
+                zero::DeviceTwinSpace(stream));
+  zero::Engine<zero::Stage<2>, Staged, Where, zero::Adam, zero::StaticLossScaler> engine(
+      control, staged, {}, zero::Adam{}, zero::StaticLossScaler{});
+}
+} // namespace offloaded_without_its_header
 
 int main() {}

@@ -114,9 +114,15 @@ void agree_on_options(Counted& world, const EngineOptions& options) {
 }
 
 // A DeepSpeed config names where states go; the placement type decides. They must agree ("cpu"
-// is host memory, where a host engine keeps them anyway, and a device engine does not).
+// is host memory, where a host engine keeps them anyway, and a device engine only when its
+// placement offloads them).
 inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, bool on_device,
-                                  const char* key, const char* placement) {
+                                  const char* key, const char* placement,
+                                  const char* offloaded_placement) {
+  if (asked != config::OffloadDevice::none && on_device)
+    fail(ErrorKind::unsupported, std::string(key) + " = \"" + config::to_string(asked) +
+                                     "\", but this engine keeps them in device memory: " +
+                                     offloaded_placement + " (docs/zero-offload.md)");
   if (asked == config::OffloadDevice::nvme && !on_nvme)
     fail(ErrorKind::unsupported,
          std::string(key) +
@@ -125,11 +131,6 @@ inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, boo
   if (asked == config::OffloadDevice::cpu && on_nvme)
     fail(ErrorKind::unsupported,
          std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
-  if (asked != config::OffloadDevice::none && on_device)
-    fail(ErrorKind::unsupported,
-         std::string(key) + " = \"" + config::to_string(asked) +
-             "\", but this engine keeps them in device memory: offloading from a device "
-             "(ZeRO-Offload) is not built yet");
 }
 
 template <class Space>
@@ -143,16 +144,22 @@ constexpr bool in_device_memory() {
 // The placement's requested places, checked against a config's offload devices.
 template <class Placement>
 void check_requested_places(const EngineOptions& options) {
+  constexpr bool device = !Placement::execution_space::memory_space::host_accessible;
   check_requested_place(options.offload_optimizer,
                         std::same_as<typename Placement::optimizer_states, nvme>,
                         in_device_memory<typename Placement::optimizer_states>(),
                         "zero_optimization.offload_optimizer.device",
-                        "zero::Placement<zero::optimizer_states_in<zero::nvme>>");
+                        device ? "zero::Placement<zero::execute_on<...>, "
+                                 "zero::optimizer_states_in<zero::nvme>>"
+                               : "zero::Placement<zero::optimizer_states_in<zero::nvme>>",
+                        "offload them with zero::optimizer_states_in<zero::host> (or "
+                        "zero::nvme) in the placement");
   check_requested_place(options.offload_param, std::same_as<typename Placement::parameters, nvme>,
                         in_device_memory<typename Placement::parameters>(),
                         "zero_optimization.offload_param.device",
                         "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
-                        "zero::parameters_in<zero::nvme>> (stage 3)");
+                        "zero::parameters_in<zero::nvme>> (stage 3)",
+                        "offloading parameters from a device (offload_param) is not built yet");
 }
 
 } // namespace zero::detail

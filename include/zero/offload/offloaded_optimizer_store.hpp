@@ -1,0 +1,201 @@
+#pragma once
+// OffloadedOptimizerStore<Inner, K, Exec>: ZeRO-Offload's optimizer store. The parameters and the
+// gradients are in the memory of a device stream space (Exec: CudaStreamSpace, or its CPU twin);
+// the fp32 master weights and the optimizer's moments stay on the host, in `Inner`, the host
+// engine's own store run by the host's threads: in host memory (pinned or not) or on the NVMe
+// tier (GPU -> pinned host -> NVMe). A step:
+//   1. queues every layer's reduced gradient block device-to-host on the engine's stream, into
+//      pinned staging memory, an event after each: the update of a layer starts once its own
+//      block is there, while the later ones are still on their way;
+//   2. runs Inner's step on the host over the staged gradients; it writes each layer's new compute
+//      copy into pinned staging memory;
+//   3. as each layer's update completes, queues its compute copy host-to-device on the stream, and
+//      hands the layer on (to the parameter store, which shares it) once that copy has run, one
+//      layer behind, so that the copy overlaps the next layer's update.
+// The update is the host store's own, so the weights are the host engine's bits given the same
+// reduced gradients. The host waits on the events of its own copies only, never on the device.
+// The staging memory (one block of gradients and one of compute copy per element this rank
+// updates, in their element types) is allocated once, here, and reported as buffers.
+//
+// A program whose placement offloads the optimizer states includes this header (the NVMe tier's
+// stores, <zero/offload/nvme_stores.hpp>, include it for GPU -> pinned host -> NVMe):
+//
+//   #include <zero/engine/cuda_engine.hpp>
+//   #include <zero/offload/offloaded_optimizer_store.hpp>
+//   using Where = zero::Placement<zero::execute_on<zero::CudaStreamSpace>,
+//                                 zero::optimizer_states_in<zero::host>>;
+
+#include "zero/core/buffer.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
+#include "zero/core/view.hpp"
+#include "zero/engine/kept.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/model_states.hpp"
+#include "zero/engine/optimizer_store.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/optim/optimizer.hpp"
+
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace zero {
+
+template <class Inner, KeptState K, StreamSpace Exec>
+class OffloadedOptimizerStore {
+  // The host views Inner's step takes: its own memory space, or host for the NVMe tier's (whose
+  // step runs over its bounce buffers in host memory).
+  using HostSpace =
+      std::conditional_t<HostAccessibleSpace<typename K::space>, typename K::space, host>;
+  using Event = typename Exec::event_type;
+
+ public:
+  // `control`: a host communicator of the shard group (the states are host memory, which a
+  // communicator of device memory does not take).
+  template <class Comm>
+  OffloadedOptimizerStore(Comm& control, const ModelLayout& model, const EngineOptions& options,
+                          Exec exec)
+      : inner_(control, model, options, HostThreads{}), exec_(exec),
+        gradient_dtype_(options.reduced_gradient_dtype()), compute_dtype_(options.compute_dtype),
+        offsets_(block_offsets(model)),
+        staged_gradients_(offsets_.back() * size_of(gradient_dtype_), uninitialized),
+        staged_weights_(offsets_.back() * size_of(compute_dtype_), uninitialized),
+        gradients_arrived_(model.layers()), weights_sent_(model.layers()) {}
+
+  OffloadedOptimizerStore(const OffloadedOptimizerStore&) = delete;
+  OffloadedOptimizerStore& operator=(const OffloadedOptimizerStore&) = delete;
+
+  void set_layer(std::size_t l, View<const float> values) { inner_.set_layer(l, values); }
+  template <class Comm>
+  std::vector<float> layer(Comm& control, std::size_t l) {
+    return inner_.layer(control, l);
+  }
+
+  // grads(l): the reduced gradient of layer l's owned block in device memory; out(l): where its
+  // new compute copy goes in device memory; done(l) once it is there (see the top of this file).
+  template <ElementwiseUpdate U, class Grads, class Out, class Done>
+  void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
+    staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
+      inner_.step(update, grad_multiplier, host_grads, host_out, host_done);
+    });
+  }
+  // A TrustRatioUpdate (LAMB): Inner combines its per-parameter sums over `control`.
+  template <class Comm, TrustRatioUpdate U, class Grads, class Out, class Done>
+  void step(Comm& control, const U& update, float grad_multiplier, Grads&& grads, Out&& out,
+            Done&& done) {
+    staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
+      inner_.step(control, update, grad_multiplier, host_grads, host_out, host_done);
+    });
+  }
+
+  // --- checkpoints: the host store's own ----------------------------------------------------------
+  const ShardLayout& kept_layout() const noexcept { return inner_.kept_layout(); }
+  int kept_rank() const noexcept { return inner_.kept_rank(); }
+  template <class F>
+  void read_states(F&& f) { // not const: the NVMe tier's reads go through its bounce buffers
+    inner_.read_states(std::forward<F>(f));
+  }
+  template <class F>
+  void write_states(F&& f) {
+    inner_.write_states(std::forward<F>(f));
+  }
+
+  StateBytes master_bytes() const noexcept { return inner_.master_bytes(); }
+  StateBytes state_bytes() const noexcept { return inner_.state_bytes(); }
+  IoStats nvme_traffic() const { return inner_.nvme_traffic(); }
+  std::size_t buffer_bytes() const noexcept {
+    return inner_.buffer_bytes() + staged_gradients_.size() + staged_weights_.size();
+  }
+
+ private:
+  // Where each layer's block starts among the elements this rank updates (the last entry: all).
+  static std::vector<std::size_t> block_offsets(const ModelLayout& model) {
+    std::vector<std::size_t> offsets{0};
+    for (std::size_t l = 0; l < model.layers(); ++l)
+      offsets.push_back(offsets.back() + K::layout(model)->block(l, K::rank(model)).size());
+    return offsets;
+  }
+
+  // Layer l's block of staging memory as elements of E.
+  template <class E>
+  View<E, HostSpace> staged(Buffer<std::byte, pinned_host>& bytes, std::size_t l) {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the buffer was sized for E
+    E* first = reinterpret_cast<E*>(bytes.data()) + offsets_[l];
+    return {first, offsets_[l + 1] - offsets_[l]};
+  }
+
+  template <class Grads, class Out, class Done, class Run>
+  void staged_step(Grads& grads, Out& out, Done& done, Run&& run) {
+    using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
+    using T = typename decltype(out(std::size_t{}))::value_type;
+    require(dtype_of<G> == gradient_dtype_ && dtype_of<T> == compute_dtype_,
+            std::string("offloaded optimizer step: staging was sized for ") +
+                to_string(gradient_dtype_) + " gradients and a " + to_string(compute_dtype_) +
+                " compute copy, the step has " + to_string(dtype_of<G>) + " and " +
+                to_string(dtype_of<T>),
+            ErrorKind::mismatch);
+    const std::size_t layers = offsets_.size() - 1;
+    for (std::size_t l = 0; l < layers; ++l) {
+      copy(exec_, grads(l), staged<G>(staged_gradients_, l));
+      record(exec_, gradients_arrived_[l]);
+    }
+    std::vector<char> arrived(layers, 0);
+    auto host_grads = [&](std::size_t l) {
+      if (arrived.at(l) == 0) {
+        gradients_arrived_[l].synchronize();
+        arrived[l] = 1;
+      }
+      return View<const G, HostSpace>(staged<G>(staged_gradients_, l));
+    };
+    auto host_out = [&](std::size_t l) {
+      return out(l).empty() ? View<T, HostSpace>{} : staged<T>(staged_weights_, l);
+    };
+    std::optional<std::size_t> sent; // queued host-to-device, not handed on yet
+    const auto hand_on_sent = [&] {
+      if (!sent) return;
+      weights_sent_[*sent].synchronize();
+      done(*std::exchange(sent, std::nullopt));
+    };
+    auto host_done = [&](std::size_t l) {
+      const auto target = out(l);
+      if (!target.empty())
+        copy(exec_, View<const T, HostSpace>(staged<T>(staged_weights_, l)), target);
+      record(exec_, weights_sent_.at(l));
+      hand_on_sent();
+      sent = l;
+    };
+    run(host_grads, host_out, host_done);
+    hand_on_sent();
+  }
+
+  Inner inner_;
+  Exec exec_;
+  DType gradient_dtype_;
+  DType compute_dtype_;
+  std::vector<std::size_t> offsets_;
+  Buffer<std::byte, pinned_host> staged_gradients_;
+  Buffer<std::byte, pinned_host> staged_weights_;
+  std::vector<Event> gradients_arrived_; // layer l's gradient block is in staging memory
+  std::vector<Event> weights_sent_;      // layer l's new compute copy is in device memory
+  DrainOnDestruction<Exec> drain_{exec_}; // last: queued copies finish before the staging goes
+};
+
+namespace detail {
+// The engine's optimizer store for states in host memory beside a device space.
+template <class Opt, class K, class Exec>
+requires offloaded_from<typename K::space, Exec>
+struct optimizer_store_for<Opt, K, Exec> {
+  using type = OffloadedOptimizerStore<OptimizerStore<Opt, K, HostThreads>, K, Exec>;
+};
+} // namespace detail
+
+} // namespace zero

@@ -1,0 +1,159 @@
+// ZeRO-Offload: the engine over a device stream space with the optimizer states on the host
+// (Placement<execute_on<DeviceSpace>, optimizer_states_in<host>>, or <pinned_host>, or <nvme>:
+// GPU -> pinned host -> NVMe). The parameters and gradients stay in device memory; the step stages each
+// layer's reduced gradient to the host, runs the host store's update there and sends the new
+// compute copy back (offload/offloaded_optimizer_store.hpp). Against the HostThreads engine given
+// the same gradients (device_engine_scenario.hpp): the same weights bit for bit (the update is the
+// host's own code), the same norms, a step skipped on every rank for an infinity on one without
+// touching the host states. Over the twin in CI at 1-3 ranks, and over CUDA (label gpu).
+
+#include "device_engine_scenario.hpp"
+#include "test_outcome.hpp"
+
+#include <zero/offload/offloaded_optimizer_store.hpp>
+#include <zero/optim/lamb.hpp>
+#if ZERO_TEST_NVME
+#include <zero/offload/nvme_stores.hpp>
+#endif
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace device_engine_test {
+
+// example-begin offload-placement
+// The compute copy and the gradients in device memory; master weights and moments in host
+// memory, updated by the host's threads.
+using Offloaded =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::host>>;
+// example-end offload-placement
+using OffloadedPinned =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::pinned_host>>;
+
+#if ZERO_TEST_TWIN
+TEST(Offload, Fp32GivesTheHostEnginesBits) {
+  StagedSetup s;
+  every_stage<float, Offloaded>(s, {.dtype = DType::float32}, "offloaded, ");
+}
+#endif
+
+TEST(Offload, Bf16WithMicroStepsAndClippingGivesTheHostEnginesBits) {
+  StagedSetup s;
+  every_stage<zero::bfloat16, Offloaded>(
+      s, {.dtype = DType::bfloat16, .accumulation = 2, .clipping = 0.05}, "offloaded, ");
+  // The states in pinned memory (DeepSpeed's pin_memory): the same step, only the memory differs.
+  expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16, OffloadedPinned>(
+      s, {.dtype = DType::bfloat16}, "offloaded to pinned memory, bf16, stage 2");
+}
+
+#if ZERO_TEST_TWIN
+// The compute stream held through each backward: the gradients' trip to the host must be ordered
+// after their reduction, which is ordered after backward's copies.
+TEST(Offload, HeldBackwardGivesTheHostEnginesBits) {
+  StagedSetup s;
+  constexpr std::size_t everything = 1 << 20;
+  const Scenario held{.dtype = DType::bfloat16,
+                      .steps = 2,
+                      .bucket = everything,
+                      .persistence = everything,
+                      .held = true};
+  expect_device_engine_equals_host<zero::Stage<1>, zero::bfloat16, Offloaded>(
+      s, held, "offloaded, held, stage 1");
+  expect_device_engine_equals_host<zero::Stage<3>, zero::bfloat16, Offloaded>(
+      s, held, "offloaded, held, stage 3");
+}
+#endif
+
+// An infinity in one rank's gradient skips the step on every rank: the host states are not
+// touched (the weights after it are the host engine's, which skipped it too), and training goes on.
+TEST(Offload, AnOverflowSkipsTheStepOnEveryRank) {
+  StagedSetup s;
+  const Scenario run{.dtype = DType::bfloat16, .overflow_step = 1};
+  const Outcome host = train_on_host<zero::Stage<2>, zero::bfloat16>(run);
+  ASSERT_EQ(host.applied, (std::vector<bool>{true, false, true}));
+  const Outcome device = train_on_device<zero::Stage<2>, zero::bfloat16, Offloaded>(s, run);
+  expect_same_norms(device, host, "overflow at step 1");
+  expect_same_weights(device, host, "overflow at step 1");
+}
+
+// LAMB's three passes run on the host over the staged gradients, its per-parameter sums combined
+// over the host communicator.
+TEST(Offload, LambGivesTheHostEnginesBits) {
+  StagedSetup s;
+  expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16, Offloaded, zero::Lamb>(
+      s, {.dtype = DType::bfloat16}, "offloaded LAMB, stage 2");
+}
+
+#if ZERO_TEST_NVME
+using OffloadedToNvme =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>;
+
+// GPU -> pinned host -> NVMe: the NVMe tier's store behind the device, sub-groups cutting layers;
+// the host engine's bits (the tier's update is the in-memory one).
+TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
+  StagedSetup s;
+  SharedDir swap("zero-offload-nvme-");
+  Scenario run{.dtype = DType::bfloat16, .accumulation = 2, .nvme_path = swap.path};
+#if !ZERO_TEST_TWIN
+  // The GPU machine is a container whose kernel may refuse io_uring: then this case cannot run
+  // there (the reason is in the log), while the binary's other tests must still count. In CI the
+  // twin runs it on every commit.
+  try {
+    zero::EngineOptions probe = options_for(run);
+    DeviceEngine<zero::Stage<1>, zero::bfloat16, OffloadedToNvme> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, probe, s.compute());
+  } catch (const zero::Error& e) {
+    if (std::string(e.what()).find("needs io_uring") != std::string::npos)
+      GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << e.what();
+    throw;
+  }
+#endif
+  expect_device_engine_equals_host<zero::Stage<1>, zero::bfloat16, OffloadedToNvme>(
+      s, run, "offloaded to NVMe, stage 1");
+  expect_device_engine_equals_host<zero::Stage<3>, zero::bfloat16, OffloadedToNvme>(
+      s, run, "offloaded to NVMe, stage 3");
+}
+#endif
+
+// The memory report says where the states are, and counts the staging as buffers; a config's
+// offload_optimizer.device = "cpu" is what this placement does, and is accepted.
+TEST(Offload, ReportsTheHostStatesAndAcceptsTheConfigsRequest) {
+  StagedSetup s;
+  zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
+  options.offload_optimizer = zero::config::OffloadDevice::cpu;
+  DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+  const zero::MemoryReport m = engine.memory();
+  EXPECT_STREQ(m.optimizer_tier, "host");
+  EXPECT_STREQ(m.parameters_tier, DeviceMemory::name);
+  EXPECT_STREQ(m.gradients_tier, DeviceMemory::name);
+  std::size_t numel = 0;
+  for (const zero::ParameterSpec& p : model())
+    numel += p.numel;
+  // fp32 master weights of this rank's shard at least, and two moments of the same size.
+  EXPECT_GE(m.master_weights.memory * std::size_t(s.ranks), numel * sizeof(float));
+  EXPECT_EQ(m.optimizer_states.memory, 2 * m.master_weights.memory);
+  // Staging: a bf16 gradient and a bf16 compute copy per element this rank updates.
+  EXPECT_GE(m.buffers, m.master_weights.memory / sizeof(float) * 2 * sizeof(zero::bfloat16));
+}
+
+// A config asking for the states on NVMe while the placement keeps them in host memory is refused,
+// naming the key and the placement to use.
+TEST(Offload, RefusesAConfigsNvmeForHostMemory) {
+  StagedSetup s;
+  zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
+  options.offload_optimizer = zero::config::OffloadDevice::nvme;
+  try {
+    DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+    ADD_FAILURE() << "the engine ignored offload_optimizer.device = nvme";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_optimizer.device = \"nvme\", but this engine "
+                                         "keeps them in memory"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+} // namespace device_engine_test
