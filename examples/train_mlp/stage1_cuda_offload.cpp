@@ -1,5 +1,5 @@
-// train_mlp --device cuda --offload-optimizer's engines for ZeRO stage 1 (ZeRO-Offload: the optimizer
-// states in host memory, or with --nvme on NVMe; one file per stage, so they compile in
+// train_mlp --device cuda --offload-optimizer's engines for ZeRO stage 1 (ZeRO-Offload: the
+// optimizer states in host memory, or with --nvme on NVMe; one file per stage, so they compile in
 // parallel).
 #include "device_training.hpp"
 

@@ -146,8 +146,8 @@ inline zero::Adam adam() {
 
 template <class Plan, class T, class Opt = zero::Adam>
 HostEngine<Plan, T, Opt> host_engine(const Scenario& run) {
-  return HostEngine<Plan, T, Opt>(world(), model(), make_optimizer<Opt>(),
-                                  zero::StaticLossScaler{}, options_for(run));
+  return HostEngine<Plan, T, Opt>(world(), model(), make_optimizer<Opt>(), zero::StaticLossScaler{},
+                                  options_for(run));
 }
 
 template <class EngineType>
@@ -165,8 +165,8 @@ void host_steps(EngineType& engine, const Scenario& run, int first, int count, O
       for (std::size_t l = engine.layers(); l-- > 0;) {
         const zero::LayerParameters held = engine.acquire(l);
         const auto w = held.template values<T>();
-        const std::vector<T> g = gradients_of(run, std::vector<T>(w.begin(), w.end()),
-                                              world().rank(), step, micro, l);
+        const std::vector<T> g =
+            gradients_of(run, std::vector<T>(w.begin(), w.end()), world().rank(), step, micro, l);
         const zero::View<T> out = engine.template gradients<T>(l);
         std::copy(g.begin(), g.end(), out.begin());
         engine.grads_ready(l);
@@ -292,8 +292,8 @@ void expect_device_engine_equals_host(StagedSetup& s, const Scenario& run,
 
 template <class T, class Where = OnTheDevice>
 void every_stage(StagedSetup& s, const Scenario& run, const std::string& placement = "") {
-  const std::string what = placement + std::string(zero::to_string(run.dtype)) +
-                           ", micro-steps " + std::to_string(run.accumulation) + ", stage ";
+  const std::string what = placement + std::string(zero::to_string(run.dtype)) + ", micro-steps " +
+                           std::to_string(run.accumulation) + ", stage ";
   expect_device_engine_equals_host<zero::Stage<0>, T, Where>(s, run, what + "0");
   expect_device_engine_equals_host<zero::Stage<1>, T, Where>(s, run, what + "1");
   expect_device_engine_equals_host<zero::Stage<2>, T, Where>(s, run, what + "2");

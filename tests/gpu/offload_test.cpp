@@ -1,7 +1,7 @@
 // ZeRO-Offload: the engine over a device stream space with the optimizer states on the host
 // (Placement<execute_on<DeviceSpace>, optimizer_states_in<host>>, or <pinned_host>, or <nvme>:
-// GPU -> pinned host -> NVMe). The parameters and gradients stay in device memory; the step stages each
-// layer's reduced gradient to the host, runs the host store's update there and sends the new
+// GPU -> pinned host -> NVMe). The parameters and gradients stay in device memory; the step stages
+// each layer's reduced gradient to the host, runs the host store's update there and sends the new
 // compute copy back (offload/offloaded_optimizer_store.hpp). Against the HostThreads engine given
 // the same gradients (device_engine_scenario.hpp): the same weights bit for bit (the update is the
 // host's own code), the same norms, a step skipped on every rank for an infinity on one without

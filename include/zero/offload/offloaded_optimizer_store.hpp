@@ -97,7 +97,8 @@ class OffloadedOptimizerStore {
     });
   }
 
-  // --- checkpoints: the host store's own ----------------------------------------------------------
+  // --- checkpoints: the host store's own
+  // ----------------------------------------------------------
   const ShardLayout& kept_layout() const noexcept { return inner_.kept_layout(); }
   int kept_rank() const noexcept { return inner_.kept_rank(); }
   template <class F>
@@ -184,8 +185,8 @@ class OffloadedOptimizerStore {
   std::vector<std::size_t> offsets_;
   Buffer<std::byte, pinned_host> staged_gradients_;
   Buffer<std::byte, pinned_host> staged_weights_;
-  std::vector<Event> gradients_arrived_; // layer l's gradient block is in staging memory
-  std::vector<Event> weights_sent_;      // layer l's new compute copy is in device memory
+  std::vector<Event> gradients_arrived_;  // layer l's gradient block is in staging memory
+  std::vector<Event> weights_sent_;       // layer l's new compute copy is in device memory
   DrainOnDestruction<Exec> drain_{exec_}; // last: queued copies finish before the staging goes
 };
 
