@@ -47,6 +47,9 @@ inline const char* usage =
     "                          optimizer states in host memory, updated by the CPU (also\n"
     "                          offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
     "                          on NVMe through the host)\n"
+    "  --delayed-update-after N  with --offload-optimizer: after N updates, each step's CPU\n"
+    "                          update overlaps the next step, which uses the weights before it\n"
+    "                          (ZeRO-Offload's delayed parameter update, docs/zero-offload.md)\n"
     "  --quantized-weights     stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
     "                          zero_quantized_weights in --config)\n"
     "  --quantized-gradients   stages 1-3: gradients cross between nodes as 4-bit blocks\n"
@@ -110,7 +113,8 @@ struct Flags {
   // ZeRO-Offload with --device cuda: the optimizer states in host memory, updated by the
   // CPU (--offload-optimizer, or the config's offload_optimizer.device "cpu").
   bool optimizer_on_cpu = false;
-  std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
+  int delayed_update_after = -1; // --delayed-update-after N: ZeRO-Offload's DPU after N updates
+  std::string nvme_path;         // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
   bool quantized_weights = false;   // --quantized-weights (or the config's zero_quantized_weights)
@@ -245,6 +249,8 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.parameters_on_nvme = true;
     else if (flag == "--offload-optimizer")
       f.optimizer_on_cpu = true;
+    else if (flag == "--delayed-update-after")
+      f.delayed_update_after = int(whole(0, int_max));
     else if (flag == "--sub-group-size")
       f.sub_group_size = std::size_t(whole(1, size_max));
     else if (flag == "--remove-stale-swap")
@@ -443,6 +449,9 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
   zero::require(f.communicator == "auto" || f.device == "cuda",
                 "--communicator " + f.communicator + " needs --device cuda");
   // A config's "cpu" is where a host run keeps the states anyway; the flag asks for the GPU's.
+  zero::require(f.delayed_update_after < 0 || (f.device == "cuda" && f.optimizer_on_cpu),
+                "--delayed-update-after needs --device cuda and --offload-optimizer (the update it "
+                "delays is the CPU's)");
   zero::require(f.device == "cuda" || !flagged("--offload-optimizer"),
                 "--offload-optimizer needs --device cuda (without it the optimizer states are in "
                 "host memory already)");

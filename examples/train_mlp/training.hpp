@@ -74,6 +74,7 @@ inline zero::EngineOptions engine_options(const Flags& f) {
   options.gradient_quantization_bits = f.gradient_bits;
   if (f.quantization_block) options.quantization_block = *f.quantization_block;
   options.nvme.remove_stale = f.remove_stale_swap;
+  options.delayed_parameter_update_after = f.delayed_update_after;
   return options;
 }
 

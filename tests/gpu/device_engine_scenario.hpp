@@ -63,6 +63,11 @@ struct Scenario {
   int overflow_step = -1;
   // Where an engine placing optimizer states on NVMe keeps them (empty: none does).
   std::filesystem::path nvme_path = {};
+  // EngineOptions::delayed_parameter_update_after (the device engine's; -1: off).
+  std::int64_t delayed_after = -1;
+  // The host engine's run only: from the step after this one on, each step's gradients are those
+  // of the weights read one step earlier, as under a delayed parameter update (-1: never).
+  int gradients_lag_after = -1;
 };
 
 // Depends on the weights (every stage must share the same ones to agree) and on the rank.
@@ -98,6 +103,7 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.persistence_threshold = run.persistence;
   options.allgather_bucket_elements = 700;
   options.prefetch_elements = 3000;
+  options.delayed_parameter_update_after = run.delayed_after;
   if (!run.nvme_path.empty()) {
     // Sub-groups of one 4096-byte unit cut the larger layers; three slots, pipelined.
     options.nvme.optimizer.nvme_path = run.nvme_path;
@@ -160,17 +166,22 @@ void record_step(EngineType& engine, Outcome& outcome) {
 // Steps `first` to `first + count - 1` of the scenario.
 template <class T, class EngineType>
 void host_steps(EngineType& engine, const Scenario& run, int first, int count, Outcome& outcome) {
+  std::vector<std::vector<T>> earlier(engine.layers()); // the weights read at the step before
   for (int step = first; step < first + count; ++step) {
+    const bool lagging = run.gradients_lag_after >= 0 && step > run.gradients_lag_after;
+    std::vector<std::vector<T>> now(engine.layers());
     for (int micro = 0; micro < run.accumulation; ++micro)
       for (std::size_t l = engine.layers(); l-- > 0;) {
         const zero::LayerParameters held = engine.acquire(l);
         const auto w = held.template values<T>();
+        now[l].assign(w.begin(), w.end());
         const std::vector<T> g =
-            gradients_of(run, std::vector<T>(w.begin(), w.end()), world().rank(), step, micro, l);
+            gradients_of(run, lagging ? earlier[l] : now[l], world().rank(), step, micro, l);
         const zero::View<T> out = engine.template gradients<T>(l);
         std::copy(g.begin(), g.end(), out.begin());
         engine.grads_ready(l);
       }
+    earlier = std::move(now);
     record_step(engine, outcome);
   }
 }

@@ -116,6 +116,71 @@ TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
 }
 #endif
 
+// The delayed parameter update (DPU): from the update after `delayed_after` on, each step's
+// update runs on the host while the next step's forward and backward use the weights before it.
+// Against the host engine given, from then on, the gradients of the weights read one step
+// earlier: the same weights bit for bit once the last update is sent (get_layer sends it), and
+// the same norms; and not the weights of a run without the lag, so that the lag is there.
+TEST(Offload, DelayedParameterUpdateLagsOneStep) {
+  StagedSetup s;
+  const Scenario delayed{.dtype = DType::bfloat16, .steps = 5, .delayed_after = 2};
+  Scenario reference = delayed;
+  reference.delayed_after = -1;
+  reference.gradients_lag_after = 2;
+  const Outcome host = train_on_host<zero::Stage<2>, zero::bfloat16>(reference);
+  DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(world(), s.comm, model(), adam(),
+                                                                 zero::StaticLossScaler{},
+                                                                 options_for(delayed), s.compute());
+  set_weights(engine);
+  Outcome device;
+  device_steps<zero::bfloat16>(s, engine, delayed, 0, delayed.steps, device);
+  device = finish(engine, std::move(device)); // get_layer sends the pending update first
+  expect_same_norms(device, host, "DPU after 2 updates, stage 2");
+  expect_same_weights(device, host, "DPU after 2 updates, stage 2");
+  // ... to the compute copy too: it is the last update's, not the one before.
+  for (std::size_t l = 0; l < engine.layers(); ++l) {
+    const zero::LayerParameters held = engine.acquire(l);
+    const auto w = held.values<zero::bfloat16, DeviceMemory>();
+    std::vector<zero::bfloat16> copy_now(w.size());
+    copy(s.compute(), w, zero::View<zero::bfloat16>(copy_now));
+    s.compute().fence();
+    ASSERT_EQ(copy_now.size(), device.weights[l].size());
+    for (std::size_t i = 0; i < copy_now.size(); ++i)
+      ASSERT_EQ(zero::convert<float>(copy_now[i]),
+                zero::convert<float>(zero::convert<zero::bfloat16>(device.weights[l][i])))
+          << "layer " << l << " element " << i << ": the compute copy lags the master weights";
+  }
+  const Outcome without_lag =
+      train_on_host<zero::Stage<2>, zero::bfloat16>({.dtype = DType::bfloat16, .steps = 5});
+  EXPECT_NE(without_lag.weights[2][0], host.weights[2][0]) << "the lag changed nothing";
+  // Stage 3 (each rank's shard sent back and gathered), delayed from the first update on.
+  const Scenario at_once{.dtype = DType::bfloat16, .steps = 4, .delayed_after = 0};
+  Scenario at_once_reference = at_once;
+  at_once_reference.delayed_after = -1;
+  at_once_reference.gradients_lag_after = 0;
+  const Outcome host3 = train_on_host<zero::Stage<3>, zero::bfloat16>(at_once_reference);
+  const Outcome device3 = train_on_device<zero::Stage<3>, zero::bfloat16, Offloaded>(s, at_once);
+  expect_same_norms(device3, host3, "DPU from the start, stage 3");
+  expect_same_weights(device3, host3, "DPU from the start, stage 3");
+}
+
+// Without the optimizer offloaded there is no host update to delay: refused, naming the option.
+TEST(Offload, RefusesADelayedUpdateOnTheDevice) {
+  StagedSetup s;
+  zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
+  options.delayed_parameter_update_after = 1;
+  try {
+    DeviceEngine<zero::Stage<2>, zero::bfloat16> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+    ADD_FAILURE() << "a delayed update was accepted with the states in device memory";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("delayed_parameter_update_after: the delayed parameter "
+                                         "update overlaps"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The memory report says where the states are, and counts the staging as buffers; a config's
 // offload_optimizer.device = "cpu" is what this placement does, and is accepted.
 TEST(Offload, ReportsTheHostStatesAndAcceptsTheConfigsRequest) {

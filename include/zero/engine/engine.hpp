@@ -236,6 +236,7 @@ class Engine {
               ErrorKind::unsupported);
     const int writers = detail::saving_ranks<Plan>(groups_.shard().size());
     states_.visit([&](auto& s) {
+      s.apply_delayed_update(); // a delayed update's states are the step's
       auto* store = groups_.world().rank() < writers ? &s.optimizer_states() : nullptr;
       const auto manifest =
           detail::describe_run<Plan>(tag, options, groups_.world().size(), groups_.shard().size(),
@@ -251,6 +252,7 @@ class Engine {
   void reserve_checkpoint_snapshot() {
     if (std::same_as<typename Placement::optimizer_states, nvme>) return; // no background saves
     if (groups_.world().rank() >= detail::saving_ranks<Plan>(groups_.shard().size())) return;
+    // Only sizes are read: a delayed update still running on the host does not matter here.
     states_.visit([&](auto& s) { saver_.reserve_snapshot(s.optimizer_states()); });
   }
 

@@ -153,6 +153,19 @@ class ModelStates {
            std::string("an optimizer with a trust ratio (LAMB) keeps its states in host memory: "
                        "its step over ") +
                Exec::name + " is not built");
+    if (options.delayed_parameter_update_after >= 0) {
+      if constexpr (!offloaded)
+        fail(ErrorKind::unsupported,
+             "delayed_parameter_update_after: the delayed parameter update overlaps the CPU's "
+             "update with the device's next step; it needs the optimizer states offloaded from a "
+             "device (docs/zero-offload.md)");
+      if constexpr (offloaded && (TrustRatioUpdate<typename Opt::update_type> ||
+                                  std::same_as<typename Where::optimizer_states, nvme>))
+        fail(ErrorKind::unsupported,
+             "delayed_parameter_update_after: the delayed update runs element-wise optimizers "
+             "(Adam, AdamW, SGD) in host memory; with LAMB (whose sums are a collective) or "
+             "on the NVMe tier it is not built");
+    }
     // The offloaded store sized its staging for the reduced gradient the gradient store keeps.
     if constexpr (offloaded)
       gradients_.visit_reduced([&](auto& reduced) {
@@ -175,10 +188,12 @@ class ModelStates {
   ModelStates& operator=(const ModelStates&) = delete;
 
   void set_layer(std::size_t l, View<const float> values) {
+    apply_delayed_update();
     parameters_.set_layer(l, values);
     optimizer_.set_layer(l, values);
   }
   std::vector<float> layer(std::size_t l) {
+    apply_delayed_update();
     return optimizer_.layer(optimizer_group(shard_, control_), l);
   }
   LayerParameters acquire(std::size_t l) { return parameters_.acquire(l); }
@@ -226,6 +241,19 @@ class ModelStates {
     parameters_.end_step();
   }
 
+  // The delayed parameter update still running on the host (docs/zero-offload.md) completes, and
+  // its weights are shared as after a step: before anything reads or writes the weights or the
+  // optimizer states between steps. Collective; nothing to do without one.
+  void apply_delayed_update() {
+    if constexpr (requires { optimizer_.update_pending(); }) {
+      if (!optimizer_.update_pending()) return;
+      parameters_.begin_update();
+      optimizer_.finish_delayed_update([&](std::size_t l) { return parameters_.update_target(l); },
+                                       [&](std::size_t l) { parameters_.layer_updated(l); });
+      parameters_.end_update();
+    }
+  }
+
   // --- checkpoints ------------------------------------------------------------------------------
   using optimizer_states_type = OptimizerStates;
   OptimizerStates& optimizer_states() noexcept { return optimizer_; }
@@ -234,6 +262,7 @@ class ModelStates {
   // a step converts them. No communication: share_loaded_parameters() then shares them.
   template <class Fill>
   void load_states(Fill&& fill) {
+    apply_delayed_update();
     parameters_.begin_update();
     std::optional<std::size_t> open; // the layer whose compute copy is being written
     optimizer_.write_states([&](std::size_t t, std::size_t l, Range part, View<float> into) {

@@ -78,6 +78,11 @@ struct EngineOptions {
   // the engine refuses to start when its placement keeps them elsewhere.
   config::OffloadDevice offload_optimizer = config::OffloadDevice::none;
   config::OffloadDevice offload_param = config::OffloadDevice::none;
+  // ZeRO-Offload's delayed parameter update (DPU, docs/zero-offload.md): after this many updates,
+  // each step's update runs on the host while the next step's forward and backward run on the
+  // weights of the step before; -1: never (the default). Needs the optimizer states offloaded
+  // from a device. Not a DeepSpeed setting (DeepSpeed dropped DPU).
+  std::int64_t delayed_parameter_update_after = -1;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
   // The element type of the reduced gradient the optimizer step reads (the gradient store's
@@ -98,7 +103,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 19> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 20> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -117,7 +122,8 @@ struct EngineOptions {
              {"hpz_partition_size", std::uint64_t(hpz_partition_size)},
              {"quantized_gradients", std::uint64_t(quantized_gradients)},
              {"gradient_quantization_bits", std::uint64_t(gradient_quantization_bits)},
-             {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)}}};
+             {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)},
+             {"delayed_parameter_update_after", std::uint64_t(delayed_parameter_update_after)}}};
   }
 
   void validate() const {
@@ -130,6 +136,8 @@ struct EngineOptions {
     require(gradient_accumulation_steps >= 1,
             "engine: gradient_accumulation_steps must be at least 1");
     require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
+    require(delayed_parameter_update_after >= -1,
+            "engine: delayed_parameter_update_after must be -1 (off) or a number of updates");
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
     require(allgather_bucket_elements >= 1, "engine: allgather_bucket_elements must be at least 1");
     require(reduce_scatter || !quantized_gradients,

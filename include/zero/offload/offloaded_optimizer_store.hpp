@@ -42,6 +42,8 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
+#include <future>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -69,7 +71,8 @@ class OffloadedOptimizerStore {
         offsets_(block_offsets(model)),
         staged_gradients_(offsets_.back() * size_of(gradient_dtype_), uninitialized),
         staged_weights_(offsets_.back() * size_of(compute_dtype_), uninitialized),
-        gradients_arrived_(model.layers()), weights_sent_(model.layers()) {}
+        gradients_arrived_(model.layers()), weights_sent_(model.layers()),
+        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0) {}
 
   OffloadedOptimizerStore(const OffloadedOptimizerStore&) = delete;
   OffloadedOptimizerStore& operator=(const OffloadedOptimizerStore&) = delete;
@@ -82,11 +85,17 @@ class OffloadedOptimizerStore {
 
   // grads(l): the reduced gradient of layer l's owned block in device memory; out(l): where its
   // new compute copy goes in device memory; done(l) once it is there (see the top of this file).
+  // With the delayed parameter update on, the update runs on after the call instead (below).
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
+    if (delay_after_ >= 0 && updates_ >= std::uint64_t(delay_after_)) {
+      delayed_step(update, grad_multiplier, grads, out, done);
+      return;
+    }
     staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
       inner_.step(update, grad_multiplier, host_grads, host_out, host_done);
     });
+    ++updates_;
   }
   // A TrustRatioUpdate (LAMB): Inner combines its per-parameter sums over `control`.
   template <class Comm, TrustRatioUpdate U, class Grads, class Out, class Done>
@@ -95,10 +104,25 @@ class OffloadedOptimizerStore {
     staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
       inner_.step(control, update, grad_multiplier, host_grads, host_out, host_done);
     });
+    ++updates_;
   }
 
-  // --- checkpoints: the host store's own
-  // ----------------------------------------------------------
+  // --- the delayed parameter update (docs/zero-offload.md) ---------------------------------------
+  // Whether an update still runs on the host, its weights not sent yet.
+  bool update_pending() const noexcept { return pending_.valid(); }
+  // Waits for it (rethrowing its failure) and sends its weights: out(l) and done(l) as in step().
+  template <class Out, class Done>
+  void finish_delayed_update(Out&& out, Done&& done) {
+    if (!pending_.valid()) return;
+    std::exchange(pending_, {}).get();
+    using T = typename decltype(out(std::size_t{}))::value_type;
+    std::optional<std::size_t> sent;
+    for (std::size_t l = 0; l + 1 < offsets_.size(); ++l)
+      send<T>(l, out, done, sent);
+    hand_on(done, sent);
+  }
+
+  // --- checkpoints: the host store's own --------------------------------------------------------
   const ShardLayout& kept_layout() const noexcept { return inner_.kept_layout(); }
   int kept_rank() const noexcept { return inner_.kept_rank(); }
   template <class F>
@@ -138,12 +162,7 @@ class OffloadedOptimizerStore {
   void staged_step(Grads& grads, Out& out, Done& done, Run&& run) {
     using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
     using T = typename decltype(out(std::size_t{}))::value_type;
-    require(dtype_of<G> == gradient_dtype_ && dtype_of<T> == compute_dtype_,
-            std::string("offloaded optimizer step: staging was sized for ") +
-                to_string(gradient_dtype_) + " gradients and a " + to_string(compute_dtype_) +
-                " compute copy, the step has " + to_string(dtype_of<G>) + " and " +
-                to_string(dtype_of<T>),
-            ErrorKind::mismatch);
+    require_staging_types<G, T>();
     const std::size_t layers = offsets_.size() - 1;
     for (std::size_t l = 0; l < layers; ++l) {
       copy(exec_, grads(l), staged<G>(staged_gradients_, l));
@@ -160,22 +179,74 @@ class OffloadedOptimizerStore {
     auto host_out = [&](std::size_t l) {
       return out(l).empty() ? View<T, HostSpace>{} : staged<T>(staged_weights_, l);
     };
-    std::optional<std::size_t> sent; // queued host-to-device, not handed on yet
-    const auto hand_on_sent = [&] {
-      if (!sent) return;
-      weights_sent_[*sent].synchronize();
-      done(*std::exchange(sent, std::nullopt));
-    };
-    auto host_done = [&](std::size_t l) {
-      const auto target = out(l);
-      if (!target.empty())
-        copy(exec_, View<const T, HostSpace>(staged<T>(staged_weights_, l)), target);
-      record(exec_, weights_sent_.at(l));
-      hand_on_sent();
-      sent = l;
-    };
+    std::optional<std::size_t> sent;
+    auto host_done = [&](std::size_t l) { send<T>(l, out, done, sent); };
     run(host_grads, host_out, host_done);
-    hand_on_sent();
+    hand_on(done, sent);
+  }
+
+  // Queues layer l's new compute copy host-to-device, then hands on the layer sent before it
+  // (`sent`: queued, not handed on yet), whose copy has run once its event passed: one layer
+  // behind, so that a copy overlaps the next layer's update.
+  template <class T, class Out, class Done>
+  void send(std::size_t l, Out& out, Done& done, std::optional<std::size_t>& sent) {
+    const auto target = out(l);
+    if (!target.empty())
+      copy(exec_, View<const T, HostSpace>(staged<T>(staged_weights_, l)), target);
+    record(exec_, weights_sent_.at(l));
+    hand_on(done, sent);
+    sent = l;
+  }
+  template <class Done>
+  void hand_on(Done& done, std::optional<std::size_t>& sent) {
+    if (!sent) return;
+    weights_sent_[*sent].synchronize();
+    done(*std::exchange(sent, std::nullopt));
+  }
+
+  // The delayed parameter update (DPU): the update of the step before sends its weights now
+  // (this step's forward and backward ran on the ones before them); this step's gradients are
+  // staged, and its update starts on a thread of its own, overlapping the next step's forward and
+  // backward until the next step (or anything that reads the states) sends its weights.
+  template <class U, class Grads, class Out, class Done>
+  void delayed_step(const U& update, float grad_multiplier, Grads& grads, Out& out, Done& done) {
+    using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
+    using T = typename decltype(out(std::size_t{}))::value_type;
+    require_staging_types<G, T>();
+    finish_delayed_update(out, done);
+    const std::size_t layers = offsets_.size() - 1;
+    for (std::size_t l = 0; l < layers; ++l) {
+      copy(exec_, grads(l), staged<G>(staged_gradients_, l));
+      writes_copy_[l] = out(l).empty() ? 0 : 1;
+    }
+    if (layers > 0) {
+      record(exec_, gradients_arrived_[0]);
+      gradients_arrived_[0].synchronize(); // after every layer's copy, in stream order
+    }
+    // The update is copied in (an ElementwiseUpdate is trivially copyable): the optimizer begins
+    // its next step before this one ends.
+    pending_ = std::async(std::launch::async, [this, update, grad_multiplier] {
+      inner_.step(
+          update, grad_multiplier,
+          [this](std::size_t l) {
+            return View<const G, HostSpace>(staged<G>(staged_gradients_, l));
+          },
+          [this](std::size_t l) {
+            return writes_copy_[l] != 0 ? staged<T>(staged_weights_, l) : View<T, HostSpace>{};
+          },
+          [](std::size_t) {});
+    });
+    ++updates_;
+  }
+
+  template <class G, class T>
+  void require_staging_types() const {
+    require(dtype_of<G> == gradient_dtype_ && dtype_of<T> == compute_dtype_,
+            std::string("offloaded optimizer step: staging was sized for ") +
+                to_string(gradient_dtype_) + " gradients and a " + to_string(compute_dtype_) +
+                " compute copy, the step has " + to_string(dtype_of<G>) + " and " +
+                to_string(dtype_of<T>),
+            ErrorKind::mismatch);
   }
 
   Inner inner_;
@@ -187,6 +258,10 @@ class OffloadedOptimizerStore {
   Buffer<std::byte, pinned_host> staged_weights_;
   std::vector<Event> gradients_arrived_;  // layer l's gradient block is in staging memory
   std::vector<Event> weights_sent_;       // layer l's new compute copy is in device memory
+  std::int64_t delay_after_;              // updates before the DPU starts (-1: never)
+  std::uint64_t updates_ = 0;             // step() calls so far
+  std::vector<char> writes_copy_;         // the pending update writes layer l's compute copy
+  std::future<void> pending_;             // the update running on the host (DPU); joined first
   DrainOnDestruction<Exec> drain_{exec_}; // last: queued copies finish before the staging goes
 };
 
