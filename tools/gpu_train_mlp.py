@@ -95,6 +95,14 @@ def relative_gap(a, b):
     return max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
 
 
+def memory_flat(name, run):
+    """Device memory in use after the first step equals that after the last."""
+    d = run["device"]
+    verdict(name, d["memory_after_first_step"] == d["memory_after_last_step"],
+            f"{d['memory_after_first_step']} bytes in use after step 1, "
+            f"{d['memory_after_last_step']} after the last, {d['name']}")
+
+
 def median_step(run, warmup):
     return statistics.median(run["step_seconds"][warmup:])
 
@@ -125,10 +133,7 @@ def main():
                     f"100 steps, bf16, ZeRO-3: largest relative loss gap {gap:.2e}, bound "
                     f"{a.bound}; loss {gpu3['loss'][0]:.4f} -> {gpu3['loss'][-1]:.4f} on the GPU, "
                     f"{host['loss'][0]:.4f} -> {host['loss'][-1]:.4f} on the host")
-            d = gpu3["device"]
-            verdict("memory-flat", d["memory_after_first_step"] == d["memory_after_last_step"],
-                    f"{d['memory_after_first_step']} bytes in use after step 1, "
-                    f"{d['memory_after_last_step']} after step 100, {d['name']}")
+            memory_flat("memory-flat", gpu3)
         gpu0 = train(tmp, "gpu-stage0", ["--stage", "0", "--steps", "100", *small, *cuda])
         if gpu0 and gpu3:
             same = gpu0["loss"] == gpu3["loss"] and None not in gpu0["loss"]
@@ -159,7 +164,7 @@ def main():
                     f"{skipped} of 20 steps skipped at 1 rank, {two['applied'].count(False)} at 2 "
                     f"ranks, the same steps and scales: {one['applied'] == two['applied']}; scale "
                     f"{one['loss_scale'][0]:.4g} -> {one['loss_scale'][-1]:.4g}")
-        # ZeRO-Offload: the optimizer states in pinned host memory, the update on the CPU.
+        # ZeRO-Offload: the optimizer states in host memory, the update on the CPU.
         offload = ["--offload-optimizer"]
         off3 = train(tmp, "offload-stage3", ["--stage", "3", "--steps", "100", *small, *cuda,
                                              *offload])
@@ -169,11 +174,7 @@ def main():
                     f"100 steps, bf16, ZeRO-3, optimizer on the CPU against on the GPU: largest "
                     f"relative loss gap {gap:.2e}, bound {a.bound}; loss {off3['loss'][0]:.4f} -> "
                     f"{off3['loss'][-1]:.4f}")
-            d = off3["device"]
-            verdict("offload-memory-flat",
-                    d["memory_after_first_step"] == d["memory_after_last_step"],
-                    f"{d['memory_after_first_step']} bytes in use after step 1, "
-                    f"{d['memory_after_last_step']} after step 100")
+            memory_flat("offload-memory-flat", off3)
         off2 = train(tmp, "offload-stage2", ["--stage", "2", "--steps", "100", *small, *cuda,
                                              *offload])
         off2_np2 = train(tmp, "offload-stage2-np2", ["--stage", "2", "--steps", "100", *small,
