@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (a.help) {
-    std::fputs(zero_checkpoint::usage, stdout);
+    std::fputs(zero_checkpoint::help_text().c_str(), stdout);
     return 0;
   }
   try {
