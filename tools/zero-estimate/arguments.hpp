@@ -1,8 +1,10 @@
 #pragma once
-// Command line of zero-estimate: flags, their values (7.5e9, 7.5B, 32GB, 80GiB), and usage
-// errors that say which flag and why.
+// Command line of zero-estimate: flags, read by CLI11 (which writes --help), their values (7.5e9,
+// 7.5B, 32GB, 80GiB), and usage errors that say which flag and why.
 
 #include "zero/estimate/memory.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <cctype>
 #include <cmath>
@@ -17,32 +19,6 @@
 namespace zero_estimate {
 
 using zero::estimate::Tier;
-
-constexpr const char* usage = R"(usage: zero-estimate --params N [options]
-       zero-estimate --device-memory SIZE [options]
-
-Memory that model states (parameters, gradients, optimizer states) take per data-parallel rank
-under each ZeRO stage, the communication volume per step, and the largest model that fits a
-device: the model of the ZeRO paper (Rajbhandari et al., SC'20), 1 GB = 1e9 bytes.
-
-  --params N              parameter count Psi: 7.5e9, 7500000000, 7.5B, 350M, 1T
-  --dp N                  data-parallel ranks N_d (default 1, or the world size that the
-                          config's three batch sizes imply)
-  --stage S               only ZeRO stage S (0-3); default: all stages, or the config's stage
-  --device-memory SIZE    also print the largest model per stage that fits SIZE per device:
-                          32GB, 80GiB, 1.5TB (units B KB MB GB TB KiB MiB GiB TiB)
-  --config FILE           a DeepSpeed ds_config.json: stage, offload and bytes per parameter
-                          (fp16/bf16 and optimizer) come from it; flags override it
-  --optimizer-bytes K     optimizer-state bytes per parameter (default 12: mixed-precision Adam)
-  --param-bytes B         bytes per parameter of the parameters (default 2)
-  --grad-bytes B          bytes per parameter of the gradients (default 2)
-  --offload-optimizer D   where optimizer states live: none, cpu or nvme (stages 1-3)
-  --offload-param D       where the parameter shard lives: none, cpu or nvme (stage 3)
-  --json                  print JSON instead of a table
-  --help                  print this help
-
-example: zero-estimate --params 7.5e9 --dp 64    (the paper's Figure 1: 120, 31.4, 16.6, 1.9 GB)
-)";
 
 class UsageError : public std::runtime_error {
  public:
@@ -135,56 +111,137 @@ inline Tier parse_tier(std::string_view flag, const std::string& text) {
   throw UsageError(std::string(flag) + ": expected none, cpu or nvme, got '" + text + "'");
 }
 
+namespace detail {
+
+// What CLI11 reads, as text: parse_arguments converts and checks each value after it, with the
+// functions above, so that their messages name the flag.
+struct Text {
+  std::string parameters, data_parallel, stage, device_memory, config_path, optimizer_bytes,
+      param_bytes, grad_bytes, offload_optimizer, offload_param;
+};
+
+// The command line, bound to `text` and `args` (the flags). parse_arguments reads it; help_text
+// prints it.
+inline void describe(CLI::App& app, Text& text, Arguments& args) {
+  app.description(
+      "Memory that model states (parameters, gradients, optimizer states) take per data-parallel\n"
+      "rank under each ZeRO stage, the communication volume per step, and the largest model that\n"
+      "fits a device: the model of the ZeRO paper (Rajbhandari et al., SC'20), 1 GB = 1e9 bytes.\n"
+      "Give --params N, or --device-memory SIZE.");
+  app.footer("example: zero-estimate --params 7.5e9 --dp 64    (the paper's Figure 1: 120, 31.4, "
+             "16.6, 1.9 GB)");
+  // --help only (no -h), as always. Unknown arguments are collected and reported by
+  // parse_arguments in the tool's own words; a flag given twice is refused there (the last would
+  // count in CLI11).
+  app.set_help_flag("--help", "print this help")->disable_flag_override();
+  app.get_formatter()->column_width(26);
+  app.allow_extras();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--params", text.parameters,
+                 "parameter count Psi: 7.5e9, 7500000000, 7.5B, 350M, 1T")
+      ->type_name("N");
+  app.add_option("--dp", text.data_parallel,
+                 "data-parallel ranks N_d (default 1, or the world size that the\n"
+                 "config's three batch sizes imply)")
+      ->type_name("N");
+  app.add_option("--stage", text.stage,
+                 "only ZeRO stage S (0-3); default: all stages, or the config's stage")
+      ->type_name("S");
+  app.add_option("--device-memory", text.device_memory,
+                 "also print the largest model per stage that fits SIZE per device:\n"
+                 "32GB, 80GiB, 1.5TB (units B KB MB GB TB KiB MiB GiB TiB)")
+      ->type_name("SIZE");
+  app.add_option("--config", text.config_path,
+                 "a DeepSpeed ds_config.json: stage, offload and bytes per parameter\n"
+                 "(fp16/bf16 and optimizer) come from it; flags override it")
+      ->type_name("FILE");
+  app.add_option("--optimizer-bytes", text.optimizer_bytes,
+                 "optimizer-state bytes per parameter (default 12: mixed-precision Adam)")
+      ->type_name("K");
+  app.add_option("--param-bytes", text.param_bytes,
+                 "bytes per parameter of the parameters (default 2)")
+      ->type_name("B");
+  app.add_option("--grad-bytes", text.grad_bytes,
+                 "bytes per parameter of the gradients (default 2)")
+      ->type_name("B");
+  app.add_option("--offload-optimizer", text.offload_optimizer,
+                 "where optimizer states live: none, cpu or nvme (stages 1-3)")
+      ->type_name("D");
+  app.add_option("--offload-param", text.offload_param,
+                 "where the parameter shard lives: none, cpu or nvme (stage 3)")
+      ->type_name("D");
+  // disable_flag_override: `--json=false` is refused, not read as "no JSON".
+  app.add_flag("--json", args.json, "print JSON instead of a table")->disable_flag_override();
+}
+
+// CLI11's message in the words this tool always used where it had its own; any other names the
+// flag in CLI11's words.
+inline std::string message(const CLI::ParseError& e) {
+  const std::string text = e.what();
+  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
+  if (const std::size_t colon = text.find(": ");
+      colon != std::string::npos && text.ends_with(" missing"))
+    return "option '" + text.substr(0, colon) + "' needs a value"; // "--dp: 1 required N missing"
+  if (text.ends_with(override_))
+    return "option '--" + text.substr(0, text.size() - override_.size()) + "' takes no value";
+  return text;
+}
+
+} // namespace detail
+
 inline Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
-  std::map<std::string, bool> seen;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    std::optional<std::string> value;
-    if (flag.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + flag + "'");
-    if (const std::size_t equals = flag.find('='); equals != std::string::npos) {
-      value = flag.substr(equals + 1);
-      flag.resize(equals);
-    }
-    if (seen[flag]) throw UsageError("option '" + flag + "' given twice");
-    seen[flag] = true;
-    if (flag == "--json" || flag == "--help") {
-      if (value) throw UsageError("option '" + flag + "' takes no value");
-      (flag == "--json" ? args.json : args.help) = true;
-      continue;
-    }
-    auto next = [&]() -> std::string {
-      if (value) return *value;
-      if (i + 1 >= argc) throw UsageError("option '" + flag + "' needs a value");
-      return argv[++i];
-    };
-    if (flag == "--params")
-      args.parameters = parse_count(flag, next());
-    else if (flag == "--dp")
-      args.data_parallel = parse_whole(flag, next(), 1, std::int64_t{1} << 40);
-    else if (flag == "--stage")
-      args.stage = static_cast<int>(parse_whole(flag, next(), 0, 3));
-    else if (flag == "--device-memory")
-      args.device_memory = parse_bytes(flag, next());
-    else if (flag == "--config")
-      args.config_path = next();
-    else if (flag == "--optimizer-bytes")
-      args.optimizer_bytes = parse_non_negative(flag, next());
-    else if (flag == "--param-bytes")
-      args.param_bytes = parse_non_negative(flag, next());
-    else if (flag == "--grad-bytes")
-      args.grad_bytes = parse_non_negative(flag, next());
-    else if (flag == "--offload-optimizer")
-      args.offload_optimizer = parse_tier(flag, next());
-    else if (flag == "--offload-param")
-      args.offload_param = parse_tier(flag, next());
-    else
-      throw UsageError("unknown option '" + flag + "'");
+  detail::Text text;
+  CLI::App app{"", "zero-estimate"};
+  detail::describe(app, text, args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    // The rest of the command line is still checked: --help with a bad flag is an error.
+    args.help = true;
+  } catch (const CLI::CallForAllHelp&) {
+    args.help = true;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(detail::message(e));
   }
+  // Every argument is a flag: what CLI11 did not place is an unknown one, or a stray word.
+  for (const std::string& extra : app.remaining()) {
+    if (!extra.starts_with("--")) throw UsageError("unexpected argument '" + extra + "'");
+    throw UsageError("unknown option '" + extra.substr(0, extra.find('=')) + "'");
+  }
+  for (const CLI::Option* option : app.get_options())
+    if (option->count() > 1) throw UsageError("option '" + option->get_name() + "' given twice");
+  // Each value given, converted; the flag names itself in the message when it is bad.
+  const auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  if (given("--params")) args.parameters = parse_count("--params", text.parameters);
+  if (given("--dp"))
+    args.data_parallel = parse_whole("--dp", text.data_parallel, 1, std::int64_t{1} << 40);
+  if (given("--stage")) args.stage = static_cast<int>(parse_whole("--stage", text.stage, 0, 3));
+  if (given("--device-memory"))
+    args.device_memory = parse_bytes("--device-memory", text.device_memory);
+  if (given("--config")) args.config_path = text.config_path;
+  if (given("--optimizer-bytes"))
+    args.optimizer_bytes = parse_non_negative("--optimizer-bytes", text.optimizer_bytes);
+  if (given("--param-bytes"))
+    args.param_bytes = parse_non_negative("--param-bytes", text.param_bytes);
+  if (given("--grad-bytes")) args.grad_bytes = parse_non_negative("--grad-bytes", text.grad_bytes);
+  if (given("--offload-optimizer"))
+    args.offload_optimizer = parse_tier("--offload-optimizer", text.offload_optimizer);
+  if (given("--offload-param"))
+    args.offload_param = parse_tier("--offload-param", text.offload_param);
   if (!args.help && !args.parameters && !args.device_memory)
     throw UsageError(
         "give --params (the model size) or --device-memory (to find the largest model)");
   return args;
+}
+
+// --help, as CLI11 writes it.
+inline std::string help_text() {
+  Arguments args;
+  detail::Text text;
+  CLI::App app{"", "zero-estimate"};
+  detail::describe(app, text, args);
+  return app.help();
 }
 
 } // namespace zero_estimate

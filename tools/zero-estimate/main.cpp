@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   try {
     const Arguments args = parse_arguments(argc, argv);
     if (args.help) {
-      std::fputs(usage, stdout);
+      std::fputs(help_text().c_str(), stdout);
       return 0;
     }
     const Plan plan = make_plan(args);
