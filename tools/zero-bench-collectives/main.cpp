@@ -201,7 +201,7 @@ int run(int argc, char** argv) {
   const int ranks = world.size();
   const Options o = parse_options(argc, argv);
   if (o.help) {
-    if (rank == 0) std::printf("%s", usage);
+    if (rank == 0) std::printf("%s", help_text().c_str());
     return 0;
   }
 

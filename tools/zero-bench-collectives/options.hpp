@@ -1,10 +1,13 @@
 #pragma once
-// Command line of zero-bench-collectives, with nccl-tests' flag names.
+// Command line of zero-bench-collectives, with nccl-tests' flag names, read by CLI11 (which writes
+// --help). A bad one is a zero::Error(invalid_argument) that names the flag: main exits with 2.
 
 #include <zero/comm/collective.hpp>
 #include <zero/comm/reduce_op.hpp>
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -15,23 +18,6 @@
 namespace bench {
 
 inline constexpr std::size_t max_sizes = 1000; // rows of one sweep
-
-inline const char* usage =
-    "usage: mpirun -np N zero-bench-collectives [options]\n"
-    "  -b, --minbytes SIZE    smallest buffer (default 8; suffixes K, M, G)\n"
-    "  -e, --maxbytes SIZE    largest buffer (default 32M)\n"
-    "  -f, --stepfactor F     multiply the size by F between rows (default 2)\n"
-    "  -n, --iters N          timed iterations per size (default 20)\n"
-    "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
-    "  -c, --check 0|1        verify results, counting wrong elements (default 1)\n"
-    "  -o, --op OP            all_reduce, reduce_scatter, all_gather, broadcast, reduce or all\n"
-    "  -d, --dtype TYPE       float, double, int32, int64, uint8, half, bfloat16 (default float)\n"
-    "  -r, --redop OP         sum, avg, max, min (default sum)\n"
-    "      --root R           root of broadcast and reduce (default 0)\n"
-    "      --backend B        mpi (zero), raw-mpi (plain Open MPI) or nccl (default mpi)\n"
-    "      --blocking         mpi backend: wait after every call instead of keeping all in flight\n"
-    "      --json FILE        also write the results as JSON (rank 0)\n"
-    "  -h, --help             this text\n";
 
 struct Options {
   std::size_t min_bytes = 8;
@@ -124,46 +110,101 @@ inline std::vector<zero::Collective> parse_ops(std::string_view name) {
                  "' (expected all_reduce, reduce_scatter, all_gather, broadcast, reduce or all)");
 }
 
+namespace detail {
+
+// What CLI11 reads, as text: parse_options converts and checks each value after it, with the
+// functions above.
+struct Text {
+  std::string min_bytes, max_bytes, factor, iterations, warmup, check, ops, dtype, redop, root;
+};
+
+// The command line, bound to `text` and `o` (the flags and the texts it keeps). parse_options
+// reads it; help_text prints it.
+inline void describe(CLI::App& app, Text& text, Options& o) {
+  app.description("Bus bandwidth of zero's collectives, with nccl-tests' flag names.\n"
+                  "usage: mpirun -np N zero-bench-collectives [options]");
+  app.get_formatter()->column_width(28);
+  // Unknown arguments are collected and reported by parse_options in the tool's own words. A flag
+  // given twice: the last one counts. No flag takes `=true` or `=false`.
+  app.allow_extras();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "this text")->disable_flag_override();
+  app.add_option("-b,--minbytes", text.min_bytes, "smallest buffer (default 8; suffixes K, M, G)")
+      ->type_name("SIZE");
+  app.add_option("-e,--maxbytes", text.max_bytes, "largest buffer (default 32M)")
+      ->type_name("SIZE");
+  app.add_option("-f,--stepfactor", text.factor, "multiply the size by F between rows (default 2)")
+      ->type_name("F");
+  app.add_option("-n,--iters", text.iterations, "timed iterations per size (default 20)")
+      ->type_name("N");
+  app.add_option("-w,--warmup_iters", text.warmup, "untimed iterations first (default 5)")
+      ->type_name("N");
+  app.add_option("-c,--check", text.check, "verify results, counting wrong elements (default 1)")
+      ->type_name("0|1");
+  app.add_option("-o,--op", text.ops,
+                 "all_reduce, reduce_scatter, all_gather, broadcast, reduce or all")
+      ->type_name("OP");
+  app.add_option("-d,--dtype", text.dtype,
+                 "float, double, int32, int64, uint8, half, bfloat16 (default float)")
+      ->type_name("TYPE");
+  app.add_option("-r,--redop", text.redop, "sum, avg, max, min (default sum)")->type_name("OP");
+  app.add_option("--root", text.root, "root of broadcast and reduce (default 0)")->type_name("R");
+  app.add_option("--backend", o.backend,
+                 "mpi (zero), raw-mpi (plain Open MPI) or nccl (default mpi)")
+      ->type_name("B");
+  app.add_flag("--blocking", o.blocking,
+               "mpi backend: wait after every call instead of keeping all in flight")
+      ->disable_flag_override();
+  app.add_option("--json", o.json, "also write the results as JSON (rank 0)")->type_name("FILE");
+}
+
+// CLI11's message in the words this tool always used where it had its own ("-n needs a value");
+// any other names the flag in CLI11's words.
+inline std::string message(const CLI::ParseError& e) {
+  const std::string text = e.what();
+  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
+  if (const std::size_t colon = text.find(": ");
+      colon != std::string::npos && text.ends_with(" missing"))
+    return text.substr(0, colon) + " needs a value"; // "--iters: 1 required N missing"
+  if (text.ends_with(override_)) {
+    const std::string name = text.substr(0, text.size() - override_.size());
+    return (name.size() == 1 ? "-" : "--") + name + " takes no value";
+  }
+  return text;
+}
+
+} // namespace detail
+
+// Throws zero::Error(invalid_argument) naming the flag when the command line is bad.
 inline Options parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string_view {
-      zero::require(i + 1 < argc, std::string(flag) + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "-b" || flag == "--minbytes")
-      o.min_bytes = parse_size(value());
-    else if (flag == "-e" || flag == "--maxbytes")
-      o.max_bytes = parse_size(value());
-    else if (flag == "-f" || flag == "--stepfactor")
-      o.factor = parse_number(flag, value());
-    else if (flag == "-n" || flag == "--iters")
-      o.iterations = parse_int(flag, value(), 1);
-    else if (flag == "-w" || flag == "--warmup_iters")
-      o.warmup = parse_int(flag, value(), 0);
-    else if (flag == "-c" || flag == "--check")
-      o.check = parse_int(flag, value(), 0) != 0;
-    else if (flag == "-o" || flag == "--op")
-      o.ops = parse_ops(value());
-    else if (flag == "-d" || flag == "--dtype")
-      o.dtype = zero::parse_dtype(value());
-    else if (flag == "-r" || flag == "--redop")
-      o.redop = zero::parse_reduce_op(value());
-    else if (flag == "--root")
-      o.root = parse_int(flag, value(), 0);
-    else if (flag == "--backend")
-      o.backend = std::string(value());
-    else if (flag == "--blocking")
-      o.blocking = true;
-    else if (flag == "--json")
-      o.json = std::string(value());
-    else if (flag == "-h" || flag == "--help")
-      o.help = true;
-    else
-      zero::fail(zero::ErrorKind::invalid_argument,
-                 "unknown option '" + std::string(flag) + "' (see --help)");
+  detail::Text text;
+  CLI::App app{"", "zero-bench-collectives"};
+  detail::describe(app, text, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    // The rest of the command line is still checked: --help with a bad flag is an error.
+    o.help = true;
+  } catch (const CLI::CallForAllHelp&) {
+    o.help = true;
+  } catch (const CLI::ParseError& e) {
+    zero::fail(zero::ErrorKind::invalid_argument, detail::message(e));
   }
+  for (const std::string& extra : app.remaining())
+    zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + extra + "' (see --help)");
+  // Each value given, converted; the messages name the flag by both its names.
+  const auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  if (given("--minbytes")) o.min_bytes = parse_size(text.min_bytes);
+  if (given("--maxbytes")) o.max_bytes = parse_size(text.max_bytes);
+  if (given("--stepfactor")) o.factor = parse_number("-f/--stepfactor", text.factor);
+  if (given("--iters")) o.iterations = parse_int("-n/--iters", text.iterations, 1);
+  if (given("--warmup_iters")) o.warmup = parse_int("-w/--warmup_iters", text.warmup, 0);
+  if (given("--check")) o.check = parse_int("-c/--check", text.check, 0) != 0;
+  if (given("--op")) o.ops = parse_ops(text.ops);
+  if (given("--dtype")) o.dtype = zero::parse_dtype(text.dtype);
+  if (given("--redop")) o.redop = zero::parse_reduce_op(text.redop);
+  if (given("--root")) o.root = parse_int("--root", text.root, 0);
   zero::require(o.min_bytes >= 1, "-b must be at least 1 (a sweep from 0 never grows)");
   zero::require(o.min_bytes <= o.max_bytes, "-b must not exceed -e");
   zero::require(o.factor >= 1, "-f must be at least 1");
@@ -174,6 +215,15 @@ inline Options parse_options(int argc, char** argv) {
   zero::require(o.backend == "mpi" || o.backend == "raw-mpi" || o.backend == "nccl",
                 "--backend must be mpi, raw-mpi or nccl, got '" + o.backend + "'");
   return o;
+}
+
+// --help, as CLI11 writes it.
+inline std::string help_text() {
+  Options o;
+  detail::Text text;
+  CLI::App app{"", "zero-bench-collectives"};
+  detail::describe(app, text, o);
+  return app.help();
 }
 
 } // namespace bench
