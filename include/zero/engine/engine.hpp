@@ -118,6 +118,8 @@ class Engine {
   Scaler& scaler() noexcept { return scaler_; }
   double loss_scale() const { return scaler_.scale(); }
   int shard_ranks() const { return groups_.shard().size(); }
+  // This rank in the engine's communicator (the one its constructor was given).
+  int rank() noexcept { return groups_.world().rank(); }
 
   // Sets layer l's weights (its parameters in order, fp32). Collective: rank 0's values are
   // broadcast, so every rank starts from the same weights whatever it passed.
