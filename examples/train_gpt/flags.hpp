@@ -1,60 +1,19 @@
 #pragma once
-// train_gpt's command line. A DeepSpeed config (--config) sets the engine's options and the
-// activation checkpointing; flags given explicitly win over it.
+// train_gpt's command line, read by CLI11 (which writes --help). A DeepSpeed config (--config)
+// sets the engine's options and the activation checkpointing; flags given explicitly win over it.
 
-#include "gpt.hpp"
+#include "settings.hpp"
 
 #include <zero/config/json.hpp>
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
-#include <zero/residual/checkpoint_plan.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <limits>
-#include <optional>
 #include <string>
-#include <string_view>
 
 namespace train_gpt {
-
-inline const char* usage =
-    "usage: mpirun -np N train_gpt [options]\n"
-    "  --layers N --heads N --embd N --seq N   the model (default 4, 4, 64, 64); vocabulary: "
-    "bytes\n"
-    "  --batch N               global batch: sequences per step over all ranks (default 16)\n"
-    "  --steps N               optimizer steps (default 50)\n"
-    "  --stage 0..3            ZeRO stage (default 3)\n"
-    "  --dtype fp32|fp16|bf16  compute type; fp16 scales the loss dynamically (default fp32)\n"
-    "  --optimizer adam|adamw, --lr X (default 1e-3), --weight-decay X (default 0)\n"
-    "  --checkpoint-activations K   keep K block inputs and recompute the rest in backward\n"
-    "                          (0: off, the default; the config's number_checkpoints)\n"
-    "  --contiguous-memory     kept activations in one arena sized by the first step\n"
-    "  --kept-inputs-nvme DIR  the kept block inputs on the NVMe tier, in DIR, between forward\n"
-    "                          and backward\n"
-    "  --data FILE             the token stream: FILE's bytes (default: the repository's docs)\n"
-    "  --init-npy DIR          initial weights, one .npy per parameter, named as nanoGPT names\n"
-    "                          them (transformer.h.0.attn.c_attn.weight.npy, ...)\n"
-    "  --save-npy DIR          write the final weights the same way\n"
-    "  --config FILE           DeepSpeed ds_config.json\n"
-    "  --deterministic         bitwise reproducible across stages\n"
-    "  --json FILE             loss per step, tokens per second, activation memory\n"
-    "  --seed N                initial weights without --init-npy (default 1)\n"
-    "  --print-every N         loss lines (default: about 10 per run)\n";
-
-struct Flags {
-  gpt::Config model;
-  std::size_t batch = 16;
-  int steps = 50; // negative: --help
-  int stage = 3;
-  zero::DType dtype = zero::DType::float32;
-  std::string optimizer = "adam";
-  double lr = 1e-3, weight_decay = 0;
-  std::optional<std::size_t> checkpoints; // --checkpoint-activations
-  bool contiguous_memory = false, deterministic = false;
-  std::string data, init_npy, save_npy, config, json, kept_inputs_nvme;
-  std::optional<zero::config::Config> ds;
-  unsigned seed = 1;
-  int print_every = 0;
-};
 
 // Up to the largest int: every count here is one (--steps, --stage), or meaningless beyond it.
 inline std::size_t positive(const std::string& flag, const std::string& value,
@@ -85,11 +44,112 @@ inline double number(const std::string& flag, const std::string& value) {
   return x;
 }
 
+namespace detail {
+
+// What CLI11 reads, as text: parse converts and checks each value after it (and after the config,
+// which the flags override), with the functions above.
+struct Text {
+  std::string layers, heads, embd, seq, batch, steps, stage, dtype, optimizer, lr, weight_decay,
+      checkpoints, seed, print_every;
+};
+
+// The command line, bound to `text` and `f` (the flags and the texts it keeps). parse reads it;
+// help_text prints it.
+inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
+                     bool& contiguous_memory) {
+  app.description("A GPT-2 style transformer trained with the engine and activation "
+                  "checkpointing; vocabulary: bytes.\n"
+                  "usage: mpirun -np N train_gpt [options]\n"
+                  "A DeepSpeed config (--config) sets the engine's options and the activation "
+                  "checkpointing;\nflags given explicitly win over it.");
+  app.get_formatter()->column_width(34);
+  // Unknown arguments are collected and reported by parse in the example's own words. A flag
+  // given twice: the last one counts. No flag takes `=true` or `=false`.
+  app.allow_extras();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "this text")->disable_flag_override();
+  app.add_option("--layers", text.layers, "transformer blocks (default 4)")->type_name("N");
+  app.add_option("--heads", text.heads, "attention heads (default 4)")->type_name("N");
+  app.add_option("--embd", text.embd, "embedding width (default 64)")->type_name("N");
+  app.add_option("--seq", text.seq, "sequence length (default 64)")->type_name("N");
+  app.add_option("--batch", text.batch,
+                 "global batch: sequences per step over all ranks (default 16)")
+      ->type_name("N");
+  app.add_option("--steps", text.steps, "optimizer steps (default 50)")->type_name("N");
+  app.add_option("--stage", text.stage, "ZeRO stage (default 3)")->type_name("0..3");
+  app.add_option("--dtype", text.dtype,
+                 "compute type; fp16 scales the loss dynamically (default fp32)")
+      ->type_name("fp32|fp16|bf16");
+  app.add_option("--optimizer", text.optimizer, "(default adam)")->type_name("adam|adamw");
+  app.add_option("--lr", text.lr, "learning rate (default 1e-3)")->type_name("X");
+  app.add_option("--weight-decay", text.weight_decay, "(default 0)")->type_name("X");
+  app.add_option("--checkpoint-activations", text.checkpoints,
+                 "keep K block inputs and recompute the rest in backward\n"
+                 "(0: off, the default; the config's number_checkpoints)")
+      ->type_name("K");
+  app.add_flag("--contiguous-memory", contiguous_memory,
+               "kept activations in one arena sized by the first step")
+      ->disable_flag_override();
+  app.add_option("--kept-inputs-nvme", f.kept_inputs_nvme,
+                 "the kept block inputs on the NVMe tier, in DIR, between forward\n"
+                 "and backward")
+      ->type_name("DIR");
+  app.add_option("--data", f.data,
+                 "the token stream: FILE's bytes (default: the repository's docs)")
+      ->type_name("FILE");
+  app.add_option("--init-npy", f.init_npy,
+                 "initial weights, one .npy per parameter, named as nanoGPT names\n"
+                 "them (transformer.h.0.attn.c_attn.weight.npy, ...)")
+      ->type_name("DIR");
+  app.add_option("--save-npy", f.save_npy, "write the final weights the same way")
+      ->type_name("DIR");
+  app.add_option("--config", f.config, "DeepSpeed ds_config.json")->type_name("FILE");
+  app.add_flag("--deterministic", deterministic, "bitwise reproducible across stages")
+      ->disable_flag_override();
+  app.add_option("--json", f.json, "loss per step, tokens per second, activation memory")
+      ->type_name("FILE");
+  app.add_option("--seed", text.seed, "initial weights without --init-npy (default 1)")
+      ->type_name("N");
+  app.add_option("--print-every", text.print_every, "loss lines (default: about 10 per run)")
+      ->type_name("N");
+}
+
+// CLI11's message in the words this example always used where it had its own ("--steps needs a
+// value (see --help)"); any other names the flag in CLI11's words.
+inline std::string message(const CLI::ParseError& e) {
+  const std::string text = e.what();
+  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
+  if (const std::size_t colon = text.find(": ");
+      colon != std::string::npos && text.ends_with(" missing"))
+    return text.substr(0, colon) + " needs a value (see --help)"; // "--seq: 1 required N missing"
+  if (text.ends_with(override_)) {
+    const std::string name = text.substr(0, text.size() - override_.size());
+    return (name.size() == 1 ? "-" : "--") + name + " takes no value (see --help)";
+  }
+  return text;
+}
+
+} // namespace detail
+
+// Throws zero::Error(invalid_argument) naming the flag when the command line is bad. --help:
+// steps is negative.
 inline Flags parse(int argc, char** argv) {
   Flags f;
-  // The config first: flags override what it says.
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string_view(argv[i]) == "--config") f.config = argv[i + 1];
+  detail::Text text;
+  bool deterministic = false, contiguous_memory = false;
+  CLI::App app{"", "train_gpt"};
+  detail::describe(app, text, f, deterministic, contiguous_memory);
+  bool help = false;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    help = true;
+  } catch (const CLI::CallForAllHelp&) {
+    help = true;
+  } catch (const CLI::ParseError& e) {
+    zero::fail(zero::ErrorKind::invalid_argument, detail::message(e));
+  }
+  // The config first: flags override what it says. It is read even for --help, as it always was.
   if (!f.config.empty()) {
     f.ds = zero::config::from_json_file(f.config);
     if (f.ds->train_batch_size) f.batch = static_cast<std::size_t>(*f.ds->train_batch_size);
@@ -108,83 +168,57 @@ inline Flags parse(int argc, char** argv) {
                                    : zero::DType::float32;
     f.contiguous_memory = f.ds->activation_checkpointing.contiguous_memory_optimization;
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      f.steps = -1;
-      return f;
-    }
-    if (flag == "--deterministic") {
-      f.deterministic = true;
-      continue;
-    }
-    if (flag == "--contiguous-memory") {
-      f.contiguous_memory = true;
-      continue;
-    }
-    zero::require(i + 1 < argc, flag + " needs a value (see --help)");
-    const std::string value = argv[++i];
-    if (flag == "--layers")
-      f.model.layers = positive(flag, value);
-    else if (flag == "--heads")
-      f.model.heads = positive(flag, value);
-    else if (flag == "--embd")
-      f.model.embd = positive(flag, value);
-    else if (flag == "--seq")
-      f.model.seq = positive(flag, value);
-    else if (flag == "--batch")
-      f.batch = positive(flag, value);
-    else if (flag == "--steps")
-      f.steps = static_cast<int>(positive(flag, value, true));
-    else if (flag == "--stage") {
-      f.stage = static_cast<int>(positive(flag, value, true));
-      zero::require(f.stage <= 3, "--stage: expected 0..3, got " + value);
-    } else if (flag == "--dtype") {
-      zero::require(value == "fp32" || value == "fp16" || value == "bf16",
-                    "--dtype: expected fp32, fp16 or bf16, got " + value);
-      f.dtype = zero::parse_dtype(value);
-    } else if (flag == "--optimizer") {
-      zero::require(value == "adam" || value == "adamw",
-                    "--optimizer: expected adam or adamw, got " + value);
-      f.optimizer = value;
-    } else if (flag == "--lr")
-      f.lr = number(flag, value);
-    else if (flag == "--weight-decay")
-      f.weight_decay = number(flag, value);
-    else if (flag == "--checkpoint-activations")
-      f.checkpoints = positive(flag, value, true);
-    else if (flag == "--kept-inputs-nvme")
-      f.kept_inputs_nvme = value;
-    else if (flag == "--data")
-      f.data = value;
-    else if (flag == "--init-npy")
-      f.init_npy = value;
-    else if (flag == "--save-npy")
-      f.save_npy = value;
-    else if (flag == "--config") {
-    } else if (flag == "--json")
-      f.json = value;
-    else if (flag == "--seed")
-      f.seed = static_cast<unsigned>(positive(flag, value, true));
-    else if (flag == "--print-every")
-      f.print_every = static_cast<int>(positive(flag, value));
-    else
-      zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + flag + "' (see --help)");
+  if (help) {
+    f.steps = -1;
+    return f;
   }
+  for (const std::string& extra : app.remaining())
+    zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + extra + "' (see --help)");
+  // Each value given, converted; the messages name the flag.
+  const auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  if (given("--layers")) f.model.layers = positive("--layers", text.layers);
+  if (given("--heads")) f.model.heads = positive("--heads", text.heads);
+  if (given("--embd")) f.model.embd = positive("--embd", text.embd);
+  if (given("--seq")) f.model.seq = positive("--seq", text.seq);
+  if (given("--batch")) f.batch = positive("--batch", text.batch);
+  if (given("--steps")) f.steps = static_cast<int>(positive("--steps", text.steps, true));
+  if (given("--stage")) {
+    f.stage = static_cast<int>(positive("--stage", text.stage, true));
+    zero::require(f.stage <= 3, "--stage: expected 0..3, got " + text.stage);
+  }
+  if (given("--dtype")) {
+    zero::require(text.dtype == "fp32" || text.dtype == "fp16" || text.dtype == "bf16",
+                  "--dtype: expected fp32, fp16 or bf16, got " + text.dtype);
+    f.dtype = zero::parse_dtype(text.dtype);
+  }
+  if (given("--optimizer")) {
+    zero::require(text.optimizer == "adam" || text.optimizer == "adamw",
+                  "--optimizer: expected adam or adamw, got " + text.optimizer);
+    f.optimizer = text.optimizer;
+  }
+  if (given("--lr")) f.lr = number("--lr", text.lr);
+  if (given("--weight-decay")) f.weight_decay = number("--weight-decay", text.weight_decay);
+  if (given("--checkpoint-activations"))
+    f.checkpoints = positive("--checkpoint-activations", text.checkpoints, true);
+  if (contiguous_memory) f.contiguous_memory = true;
+  if (deterministic) f.deterministic = true;
+  if (given("--seed")) f.seed = static_cast<unsigned>(positive("--seed", text.seed, true));
+  if (given("--print-every"))
+    f.print_every = static_cast<int>(positive("--print-every", text.print_every));
   zero::require(f.model.embd % f.model.heads == 0, "--embd " + std::to_string(f.model.embd) +
                                                        " does not split into " +
                                                        std::to_string(f.model.heads) + " heads");
   return f;
 }
 
-// The checkpointing the run asks for: the flag, else the config's section, else none.
-inline zero::ActivationCheckpointing checkpointing(const Flags& f) {
-  zero::ActivationCheckpointing a = f.ds ? zero::ActivationCheckpointing::from_config(
-                                               f.ds->activation_checkpointing, f.model.layers)
-                                         : zero::ActivationCheckpointing{};
-  if (f.checkpoints) a.number_checkpoints = *f.checkpoints;
-  a.contiguous_memory = f.contiguous_memory;
-  return a;
+// --help, as CLI11 writes it.
+inline std::string help_text() {
+  Flags f;
+  detail::Text text;
+  bool deterministic = false, contiguous_memory = false;
+  CLI::App app{"", "train_gpt"};
+  detail::describe(app, text, f, deterministic, contiguous_memory);
+  return app.help();
 }
 
 } // namespace train_gpt

@@ -10,12 +10,13 @@
 #include "../train_mlp/npy.hpp"
 #include "gpt.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -28,27 +29,38 @@ struct Arguments {
   int time = 0;
 };
 
+// A bad command line prints the error and the usage and exits with status 2, as it always did;
+// --help prints CLI11's help.
 Arguments parse(int argc, char** argv) {
   Arguments a;
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i + 1 < argc; i += 2)
-    flags[argv[i]] = argv[i + 1];
-  const auto size = [&](const char* flag, std::size_t fallback) {
-    return flags.count(flag) ? std::size_t(std::stoull(flags[flag])) : fallback;
-  };
-  a.config.layers = size("--layers", a.config.layers);
-  a.config.heads = size("--heads", a.config.heads);
-  a.config.embd = size("--embd", a.config.embd);
-  a.config.seq = size("--seq", a.config.seq);
-  a.batch = size("--batch", a.batch);
-  a.time = int(size("--time", 0));
-  a.data = flags["--data"];
-  a.init_npy = flags["--init-npy"];
-  a.out = flags["--out"];
-  if (argc % 2 == 0 || a.data.empty() || a.init_npy.empty() || a.out.empty() ||
-      a.config.embd % a.config.heads != 0) {
-    std::fprintf(stderr, "usage: gradient_check --layers L --heads H --embd C --seq T --batch B "
-                         "--data FILE --init-npy DIR --out DIR [--time N]\n");
+  CLI::App app{"One forward and backward pass of train_gpt's model, for check_gradients.py",
+               "gradient_check"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--layers", a.config.layers, "transformer blocks")->capture_default_str();
+  app.add_option("--heads", a.config.heads, "attention heads")->capture_default_str();
+  app.add_option("--embd", a.config.embd, "embedding width")->capture_default_str();
+  app.add_option("--seq", a.config.seq, "sequence length")->capture_default_str();
+  app.add_option("--batch", a.batch, "sequences")->capture_default_str();
+  app.add_option("--data", a.data, "the byte file")->required();
+  app.add_option("--init-npy", a.init_npy, "the weights, one .npy per parameter")->required();
+  app.add_option("--out", a.out, "where loss.npy and the gradients go")->required();
+  app.add_option("--time", a.time, "also time N more passes")->capture_default_str();
+  std::string error;
+  try {
+    app.parse(argc, argv);
+    if (a.config.heads == 0 || a.config.embd % a.config.heads != 0)
+      error = "--embd must split into --heads heads";
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    error = e.what();
+  }
+  if (!error.empty()) {
+    std::fprintf(stderr,
+                 "gradient_check: %s\nusage: gradient_check --layers L --heads H --embd C --seq T "
+                 "--batch B --data FILE --init-npy DIR --out DIR [--time N]\n",
+                 error.c_str());
     std::exit(2);
   }
   return a;

@@ -9,6 +9,7 @@
 #include "../common/run_on_world.hpp"
 #include "../common/share_cores.hpp"
 #include "../common/write_file.hpp"
+#include "flags.hpp"
 #include "run.hpp"
 
 #include <nlohmann/json.hpp>
@@ -70,7 +71,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const int rank = world.rank(), ranks = world.size();
   const train_gpt::Flags f = train_gpt::parse(argc, argv);
   if (f.steps < 0) {
-    if (rank == 0) std::printf("%s", train_gpt::usage);
+    if (rank == 0) std::printf("%s", train_gpt::help_text().c_str());
     return 0;
   }
   const int threads = share_cores(world);

@@ -6,8 +6,8 @@
 // are around that loop. It works unchanged for every stage; only the plan type differs.
 
 #include "data.hpp"
-#include "flags.hpp"
 #include "gpt.hpp"
+#include "settings.hpp"
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/core/convert.hpp>
