@@ -23,8 +23,8 @@ struct GptConfig {
 };
 
 struct CausalSelfAttentionImpl : torch::nn::Module {
-  CausalSelfAttentionImpl(std::int64_t embd, std::int64_t heads)
-      : heads(heads), c_attn(register_module("c_attn", torch::nn::Linear(embd, 3 * embd))),
+  CausalSelfAttentionImpl(std::int64_t embd, std::int64_t head_count)
+      : heads(head_count), c_attn(register_module("c_attn", torch::nn::Linear(embd, 3 * embd))),
         c_proj(register_module("c_proj", torch::nn::Linear(embd, embd))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
