@@ -1,8 +1,8 @@
 #pragma once
-// train_mlp's command line. A DeepSpeed config (--config) sets defaults; flags given explicitly
-// win over it.
+// train_mlp's command line, read by CLI11 (which writes --help). A DeepSpeed config (--config)
+// sets defaults; flags given explicitly win over it.
 
-#include "mlp.hpp"
+#include "settings.hpp"
 
 #include <zero/config/auto_values.hpp>
 #include <zero/config/batch.hpp>
@@ -10,123 +10,20 @@
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace train {
-
-inline const char* usage =
-    "usage: mpirun -np N train_mlp [options]\n"
-    "  --stage 0..3            ZeRO stage (default 3)\n"
-    "  --steps N               optimizer steps (default 200)\n"
-    "  --batch N               global batch: rows per step over all ranks and micro-steps (default "
-    "64)\n"
-    "  --layers 24,40,33,8     widths from input to output (default 32,512,512,512,8)\n"
-    "  --activation tanh|gelu  between layers (default tanh)\n"
-    "  --loss mse|ce           mean squared error or cross-entropy (default mse)\n"
-    "  --dtype fp32|fp16|bf16  compute type; fp16/bf16 keep fp32 master weights (default fp32)\n"
-    "  --grad-accum N          micro-steps per step (default 1)\n"
-    "  --clip X                clip gradients to global L2 norm X (default off)\n"
-    "  --deterministic         bitwise reproducible across stages and bucket sizes\n"
-    "  --optimizer adam|adamw|sgd|lamb, --lr X, --weight-decay X, --momentum X (sgd)\n"
-    "  --bucket N              reduction bucket, elements (default 65536; DeepSpeed's is 5e8)\n"
-    "  --config FILE           DeepSpeed ds_config.json (flags given explicitly win); its\n"
-    "                          offload_optimizer/offload_param \"nvme\" put states on NVMe\n"
-    "  --nvme DIR              fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
-    "                          (without --config: a pipelined step, pipeline_read/write on)\n"
-    "  --nvme-params           with --nvme and --stage 3: the parameter shards there too\n"
-    "  --offload-optimizer     with --device cuda: ZeRO-Offload, the fp32 master weights and\n"
-    "                          optimizer states in host memory, updated by the CPU (also\n"
-    "                          offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
-    "                          on NVMe through the host)\n"
-    "  --delayed-update-after N  with --offload-optimizer: after N updates, each step's CPU\n"
-    "                          update overlaps the next step, which uses the weights before it\n"
-    "                          (ZeRO-Offload's delayed parameter update, docs/zero-offload.md)\n"
-    "  --quantized-weights     stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
-    "                          zero_quantized_weights in --config)\n"
-    "  --quantized-gradients   stages 1-3: gradients cross between nodes as 4-bit blocks\n"
-    "                          (ZeRO++'s qgZ; also zero_quantized_gradients in --config)\n"
-    "  --gradient-bits N       bits per quantized gradient value: 4 (default) or 8\n"
-    "  --quantization-block N  values per quantized block's scale (default 256)\n"
-    "  --hpz N                 stage 3: backward gathers within groups of N consecutive ranks,\n"
-    "                          e.g. a node's (ZeRO++'s hpZ; zero_hpz_partition_size)\n"
-    "  --sub-group-size N      elements per sub-group of the NVMe optimizer step\n"
-    "  --remove-stale-swap     delete swap files a crashed run left in DIR instead of refusing\n"
-    "  --no-reference-pass     do not time the fused optimizer pass alone on fresh buffers (they\n"
-    "                          hold the rank's share again, 20 bytes per fp32 element); always\n"
-    "                          skipped with optimizer states on NVMe\n"
-    "  --data-rows N           rows of the synthetic teacher task (default max(4096, 4 x batch));\n"
-    "                          labelling them runs the teacher, a forward pass per row\n"
-    "  --data-npy DIR          train on DIR/x.npy (rows x inputs) and DIR/y.npy (rows x outputs)\n"
-    "  --init-npy DIR          initial weights DIR/layer{i}.weight.npy, layer{i}.bias.npy\n"
-    "  --save-npy DIR          write the final weights the same way (only then are they gathered)\n"
-    "  --json FILE             loss per step, memory by kind, communication, step times\n"
-    "  --save-checkpoint DIR   save a checkpoint into DIR (tag stepK) at the end, and every\n"
-    "                          --save-every K steps; --async-checkpoint writes it in the "
-    "background\n"
-    "  --load-checkpoint DIR   resume from DIR's latest checkpoint (or DIR, one checkpoint), "
-    "saved\n"
-    "                          at any rank count or stage; --steps stays the run's total\n"
-    "  --seed N                synthetic data and initial weights (default 1)\n"
-    "  --print-every N         loss lines (default: about 10 per run)\n"
-    "  --device host|cuda      where the model states and the model's forward and backward run\n"
-    "                          (default host); cuda needs --dtype bf16 or fp16 "
-    "(docs/gpu-engine.md)\n"
-    "  --communicator auto|nccl|staged  with --device cuda: NCCL (a GPU per rank), or device\n"
-    "                          buffers staged through pinned host memory over MPI (ranks that\n"
-    "                          share a GPU); auto picks NCCL when every rank has a GPU of its "
-    "own\n";
-
-struct Flags {
-  int stage = 3;
-  int steps = 200;
-  std::size_t batch = 64;
-  mlp::Shape shape{{32, 512, 512, 512, 8}};
-  zero::DType dtype = zero::DType::float32;
-  int grad_accum = 1;
-  double clip = 0;
-  bool deterministic = false;
-  std::string optimizer = "adam";
-  double lr = 1e-3;
-  double weight_decay = 0;
-  double momentum = 0.9;
-  // Small enough that a model this size fills several buckets, so reduction overlaps backward.
-  std::size_t bucket = 65536;
-  std::string config, data_npy, init_npy, save_npy, json;
-  std::string save_checkpoint, load_checkpoint;
-  int save_every = 0; // 0: only at the end
-  bool async_checkpoint = false;
-  unsigned seed = 1;
-  int print_every = 0;
-  std::size_t data_rows = 0;              // 0: max(4096, 4 x batch)
-  std::optional<zero::config::Config> ds; // the parsed --config
-  // The NVMe tier (from --config, overridden by --nvme and friends).
-  bool optimizer_on_nvme = false, parameters_on_nvme = false;
-  // ZeRO-Offload with --device cuda: the optimizer states in host memory, updated by the
-  // CPU (--offload-optimizer, or the config's offload_optimizer.device "cpu").
-  bool optimizer_on_cpu = false;
-  int delayed_update_after = -1; // --delayed-update-after N: ZeRO-Offload's DPU after N updates
-  std::string nvme_path;         // --nvme: both stores' directory, over the config's nvme_path keys
-  std::optional<std::size_t> sub_group_size;
-  bool remove_stale_swap = false;
-  bool quantized_weights = false;   // --quantized-weights (or the config's zero_quantized_weights)
-  bool quantized_gradients = false; // --quantized-gradients (or zero_quantized_gradients)
-  int gradient_bits = 4;
-  std::optional<std::size_t> quantization_block;
-  int hpz = 1; // --hpz (or the config's zero_hpz_partition_size)
-  bool reference_pass =
-      true; // time the fused optimizer pass alone after training (see training.hpp)
-  std::string device = "host";       // --device host|cuda: where the model states and the model are
-  std::string communicator = "auto"; // --device cuda: auto|nccl|staged
-};
 
 inline std::vector<std::size_t> parse_widths(std::string_view text) {
   std::vector<std::size_t> widths;
@@ -302,26 +199,155 @@ inline zero::config::TrainerValues trainer_values(const Flags& program, int worl
 }
 
 // `world_size` derives the batch sizes a --config leaves out (DeepSpeed's batch triple).
+namespace detail {
+
+// The command line: what each flag means, for --help. parse takes the values CLI11 collected, in
+// the order given, and applies them with apply_flags, so that a value given twice is checked
+// both times and the last one counts.
+inline void describe(CLI::App& app) {
+  app.description("A multilayer perceptron trained with the engine.\n"
+                  "usage: mpirun -np N train_mlp [options]\n"
+                  "A DeepSpeed config (--config) sets defaults; flags given explicitly win over "
+                  "it.");
+  app.get_formatter()->column_width(34);
+  // Unknown arguments are collected and reported by parse in the example's own words. No flag
+  // takes `=true` or `=false`.
+  app.allow_extras();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "this text")->disable_flag_override();
+  // `what` a const std::string: CLI11 takes it for a description, not a variable to set.
+  const auto option = [&](const char* name, const char* value, const std::string& what) {
+    app.add_option(name, what)->type_name(value);
+  };
+  const auto flag = [&](const char* name, const std::string& what) {
+    app.add_flag(name, what)->disable_flag_override();
+  };
+  option("--stage", "0..3", "ZeRO stage (default 3)");
+  option("--steps", "N", "optimizer steps (default 200)");
+  option("--batch", "N", "global batch: rows per step over all ranks and micro-steps (default 64)");
+  option("--layers", "24,40,33,8", "widths from input to output (default 32,512,512,512,8)");
+  option("--activation", "tanh|gelu", "between layers (default tanh)");
+  option("--loss", "mse|ce", "mean squared error or cross-entropy (default mse)");
+  option("--dtype", "fp32|fp16|bf16",
+         "compute type; fp16/bf16 keep fp32 master weights (default fp32)");
+  option("--grad-accum", "N", "micro-steps per step (default 1)");
+  option("--clip", "X", "clip gradients to global L2 norm X (default off)");
+  flag("--deterministic", "bitwise reproducible across stages and bucket sizes");
+  option("--optimizer", "adam|adamw|sgd|lamb", "(default adam)");
+  option("--lr", "X", "learning rate (default 1e-3)");
+  option("--weight-decay", "X", "(default 0)");
+  option("--momentum", "X", "sgd's (default 0.9)");
+  option("--bucket", "N", "reduction bucket, elements (default 65536; DeepSpeed's is 5e8)");
+  option("--config", "FILE",
+         "DeepSpeed ds_config.json (flags given explicitly win); its\n"
+         "offload_optimizer/offload_param \"nvme\" put states on NVMe");
+  option("--nvme", "DIR",
+         "fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
+         "(without --config: a pipelined step, pipeline_read/write on)");
+  flag("--nvme-params", "with --nvme and --stage 3: the parameter shards there too");
+  flag("--offload-optimizer", "with --device cuda: ZeRO-Offload, the fp32 master weights and\n"
+                              "optimizer states in host memory, updated by the CPU (also\n"
+                              "offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
+                              "on NVMe through the host)");
+  option("--delayed-update-after", "N",
+         "with --offload-optimizer: after N updates, each step's CPU\n"
+         "update overlaps the next step, which uses the weights before it\n"
+         "(ZeRO-Offload's delayed parameter update, docs/zero-offload.md)");
+  flag("--quantized-weights", "stage 3 gathers weights as int8 blocks (ZeRO++'s qwZ; also\n"
+                              "zero_quantized_weights in --config)");
+  flag("--quantized-gradients", "stages 1-3: gradients cross between nodes as 4-bit blocks\n"
+                                "(ZeRO++'s qgZ; also zero_quantized_gradients in --config)");
+  option("--gradient-bits", "N", "bits per quantized gradient value: 4 (default) or 8");
+  option("--quantization-block", "N", "values per quantized block's scale (default 256)");
+  option("--hpz", "N",
+         "stage 3: backward gathers within groups of N consecutive ranks,\n"
+         "e.g. a node's (ZeRO++'s hpZ; zero_hpz_partition_size)");
+  option("--sub-group-size", "N", "elements per sub-group of the NVMe optimizer step");
+  flag("--remove-stale-swap", "delete swap files a crashed run left in DIR instead of refusing");
+  flag("--no-reference-pass", "do not time the fused optimizer pass alone on fresh buffers (they\n"
+                              "hold the rank's share again, 20 bytes per fp32 element); always\n"
+                              "skipped with optimizer states on NVMe");
+  option("--data-rows", "N",
+         "rows of the synthetic teacher task (default max(4096, 4 x batch));\n"
+         "labelling them runs the teacher, a forward pass per row");
+  option("--data-npy", "DIR", "train on DIR/x.npy (rows x inputs) and DIR/y.npy (rows x outputs)");
+  option("--init-npy", "DIR", "initial weights DIR/layer{i}.weight.npy, layer{i}.bias.npy");
+  option("--save-npy", "DIR", "write the final weights the same way (only then are they gathered)");
+  option("--json", "FILE", "loss per step, memory by kind, communication, step times");
+  option("--save-checkpoint", "DIR",
+         "save a checkpoint into DIR (tag stepK) at the end, and every\n"
+         "--save-every K steps");
+  option("--save-every", "K", "with --save-checkpoint: a checkpoint every K steps");
+  flag("--async-checkpoint", "with --save-checkpoint: write it in the background");
+  option("--load-checkpoint", "DIR",
+         "resume from DIR's latest checkpoint (or DIR, one checkpoint), saved\n"
+         "at any rank count or stage; --steps stays the run's total");
+  option("--seed", "N", "synthetic data and initial weights (default 1)");
+  option("--print-every", "N", "loss lines (default: about 10 per run)");
+  option("--device", "host|cuda",
+         "where the model states and the model's forward and backward run\n"
+         "(default host); cuda needs --dtype bf16 or fp16 (docs/gpu-engine.md)");
+  option("--communicator", "auto|nccl|staged",
+         "with --device cuda: NCCL (a GPU per rank), or device\n"
+         "buffers staged through pinned host memory over MPI (ranks that\n"
+         "share a GPU); auto picks NCCL when every rank has a GPU of its own");
+}
+
+// CLI11's message in the words this example always used where it had its own ("--steps needs a
+// value (see --help)"); any other names the flag in CLI11's words.
+inline std::string message(const CLI::ParseError& e) {
+  const std::string text = e.what();
+  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
+  if (const std::size_t colon = text.find(": ");
+      colon != std::string::npos && text.ends_with(" missing"))
+    return text.substr(0, colon) + " needs a value (see --help)"; // "--seq: 1 required N missing"
+  if (text.ends_with(override_)) {
+    const std::string name = text.substr(0, text.size() - override_.size());
+    return (name.size() == 1 ? "-" : "--") + name + " takes no value (see --help)";
+  }
+  return text;
+}
+
+// The flags given, in their order, with their values ("1" for a flag without one).
+inline FlagPairs read_command_line(int argc, char** argv) {
+  CLI::App app{"", "train_mlp"};
+  describe(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    // --help is one of the pairs: apply_flags answers it, after checking the rest.
+  } catch (const CLI::CallForAllHelp&) {
+  } catch (const CLI::ParseError& e) {
+    zero::fail(zero::ErrorKind::invalid_argument, message(e));
+  }
+  for (const std::string& extra : app.remaining())
+    zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + extra + "' (see --help)");
+  // parse_order has each option once per value it took; the k-th time is its k-th result.
+  FlagPairs pairs;
+  std::map<const CLI::Option*, std::size_t> taken;
+  for (const CLI::Option* option : app.parse_order()) {
+    const std::size_t k = taken[option]++;
+    const bool flag = option->get_expected_max() == 0;
+    pairs.push_back({option->get_name(), flag ? "1" : option->results().at(k)});
+  }
+  return pairs;
+}
+
+} // namespace detail
+
+// --help, as CLI11 writes it.
+inline std::string help_text() {
+  CLI::App app{"", "train_mlp"};
+  detail::describe(app);
+  return app.help();
+}
+
+// `world_size` derives the batch sizes a --config leaves out (DeepSpeed's batch triple). Throws
+// zero::Error naming the flag (or the config's key) when the command line is bad; --help: steps
+// is negative.
 inline Flags parse(int argc, char** argv, int world_size = 1) {
   Flags f;
-  std::set<std::string> given;
-  FlagPairs pairs;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      pairs.push_back({flag, ""});
-      continue;
-    }
-    if (flag == "--deterministic" || flag == "--nvme-params" || flag == "--remove-stale-swap" ||
-        flag == "--offload-optimizer" || flag == "--no-reference-pass" ||
-        flag == "--async-checkpoint" || flag == "--quantized-weights" ||
-        flag == "--quantized-gradients") {
-      pairs.push_back({flag, "1"});
-      continue;
-    }
-    zero::require(i + 1 < argc, flag + " needs a value (see --help)");
-    pairs.push_back({flag, argv[++i]});
-  }
+  const FlagPairs pairs = detail::read_command_line(argc, argv);
   // The config first, so that explicit flags override it.
   for (const auto& [flag, value] : pairs)
     if (flag == "--config") f.config = value;

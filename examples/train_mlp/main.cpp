@@ -9,6 +9,7 @@
 
 #include "../common/run_on_world.hpp"
 #include "../common/share_cores.hpp"
+#include "flags.hpp"
 #include "report.hpp"
 #include "run.hpp"
 
@@ -113,7 +114,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const int rank = world.rank(), ranks = world.size();
   const train::Flags f = train::parse(argc, argv, ranks);
   if (f.steps < 0) {
-    if (rank == 0) std::printf("%s", train::usage);
+    if (rank == 0) std::printf("%s", train::help_text().c_str());
     return 0;
   }
   const int threads = share_cores(world);

@@ -3,7 +3,7 @@
 // paper's formula, communication per step next to 2Ψ / 3Ψ, and step times; --json for scripts.
 
 #include "../common/write_file.hpp"
-#include "flags.hpp"
+#include "settings.hpp"
 #include "training.hpp"
 
 #include <zero/comm/mpi_communicator.hpp>

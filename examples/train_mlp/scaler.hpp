@@ -2,7 +2,7 @@
 // The demo picks its loss scaling at run time (zero::AnyLossScaler): dynamic for fp16 (or the
 // static scale a DeepSpeed config asks for), none for fp32 and bf16.
 
-#include "flags.hpp"
+#include "settings.hpp"
 
 #include <zero/precision/any_loss_scaler.hpp>
 

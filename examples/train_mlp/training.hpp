@@ -4,9 +4,9 @@
 // over, and step. It works unchanged for every stage; only the plan type differs.
 
 #include "data.hpp"
-#include "flags.hpp"
 #include "mlp.hpp"
 #include "scaler.hpp"
+#include "settings.hpp"
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/engine/engine.hpp>
