@@ -47,6 +47,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,7 +72,22 @@ class ShardedModule {
   // Sets the engine's weights from the module's (rank 0's: collective) and points the module's
   // parameters at the engine's compute copy. The engine must have been built from layers.specs().
   ShardedModule(Engine& engine, ::torch::nn::Module& module, ModuleLayers layers)
-      : engine_(engine), module_(module), layers_(std::move(layers)) {
+      : engine_(engine), layers_(std::move(layers)) {
+    std::set<const void*> own;
+    for (const ::torch::Tensor& t : module.parameters())
+      own.insert(t.unsafeGetTensorImpl());
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      for (const ModuleParameter& p : layers_.layer(l))
+        require(own.contains(p.tensor.unsafeGetTensorImpl()),
+                "zero::torch: '" + p.name + "' of the layers is not a parameter of this module "
+                "(make the ModuleLayers from the module given here)");
+    // A half-precision compute copy would need every call's floating inputs cast to it; not built
+    // yet (docs/libtorch.md).
+    require(engine_.options().compute_dtype == DType::float32,
+            std::string("zero::torch: the compute type is ") +
+                to_string(engine_.options().compute_dtype) +
+                "; zero::torch trains float32 modules for now (EngineOptions::compute_dtype)",
+            ErrorKind::unsupported);
     require(engine_.layers() == layers_.size(),
             "zero::torch: the engine has " + std::to_string(engine_.layers()) +
                 " layers and the module's grouping " + std::to_string(layers_.size()) +
@@ -331,7 +347,6 @@ class ShardedModule {
   }
 
   Engine& engine_;
-  ::torch::nn::Module& module_;
   ModuleLayers layers_;
   ::torch::Tensor anchor_ = ::torch::empty({0}).requires_grad_(true);
 };
