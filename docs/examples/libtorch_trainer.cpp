@@ -23,9 +23,12 @@ struct NetImpl : torch::nn::Module {
 
   template <class Call>
   torch::Tensor forward(Call&& call, const torch::Tensor& x) {
-    torch::Tensor h = call(0, [this](const torch::Tensor& in) { return torch::relu(fc1(in)); }, x);
-    h = call(1, [this](const torch::Tensor& in) { return norm(in); }, h);
-    return call(2, [this](const torch::Tensor& in) { return fc2(in); }, h);
+    torch::Tensor h = call(
+        0, [this](const torch::Tensor& in) { return torch::relu(fc1(in)); }, x);
+    h = call(
+        1, [this](const torch::Tensor& in) { return norm(in); }, h);
+    return call(
+        2, [this](const torch::Tensor& in) { return fc2(in); }, h);
   }
 
   torch::nn::Linear fc1;
@@ -54,7 +57,9 @@ int main(int argc, char** argv) {
   };
   // example-end libtorch-engine
   torch::optim::Adam adam(plain->parameters(), torch::optim::AdamOptions(1e-2));
-  const auto direct = [](std::size_t, auto function, const torch::Tensor& in) { return function(in); };
+  const auto direct = [](std::size_t, auto function, const torch::Tensor& in) {
+    return function(in);
+  };
 
   const std::int64_t rows = 4, all_rows = rows * world.size();
   for (int step = 0; step < 5; ++step) {
@@ -78,14 +83,16 @@ int main(int argc, char** argv) {
     std::size_t offset = 0;
     for (const zero::torch::ModuleParameter& p : layers.layer(l)) {
       const torch::Tensor expected = plain->named_parameters()[p.name].detach().reshape(-1);
-      const torch::Tensor got = torch::tensor(std::vector<float>(
-          weights.begin() + std::ptrdiff_t(offset), weights.begin() + std::ptrdiff_t(offset) + expected.numel()));
+      const torch::Tensor got = torch::tensor(
+          std::vector<float>(weights.begin() + std::ptrdiff_t(offset),
+                             weights.begin() + std::ptrdiff_t(offset) + expected.numel()));
       worst = std::max(worst, (got - expected).abs().max().item<float>());
       offset += std::size_t(expected.numel());
     }
   }
   if (world.rank() == 0)
     std::printf("zero stage 3 on %d ranks against plain libtorch after 5 steps: largest weight "
-                "difference %.3g\n", world.size(), double(worst));
+                "difference %.3g\n",
+                world.size(), double(worst));
   return worst <= 1e-5f ? 0 : 1;
 }

@@ -39,22 +39,35 @@ inline Parsed parse(int argc, char** argv, bool report) {
   CLI::App app("train_torch: a GPT written with torch::nn modules, trained with zero's engine "
                "(zero::torch) at any ZeRO stage on N MPI ranks, or with plain libtorch",
                "train_torch");
-  app.add_option("--trainer", f.trainer, "zero, plain (libtorch, one rank) or ddp (libtorch and "
-                                         "c10d's Gloo all-reduce)")
+  app.add_option("--trainer", f.trainer,
+                 "zero, plain (libtorch, one rank) or ddp (libtorch and "
+                 "c10d's Gloo all-reduce)")
       ->check(CLI::IsMember({"zero", "plain", "ddp"}))
       ->capture_default_str();
   app.add_option("--stage", f.stage, "ZeRO stage (--trainer zero)")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--steps", f.steps, "optimizer steps")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   app.add_option("--batch", f.batch, "sequences per step, all ranks together (divisible by them)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  app.add_option("--seq", f.model.seq, "tokens per sequence")->check(CLI::Range(2, 1 << 16))->capture_default_str();
-  app.add_option("--layers", f.model.layers, "transformer blocks")->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--embd", f.model.embd, "embedding width")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--heads", f.model.heads, "attention heads (divide --embd)")->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--lr", f.lr, "Adam's learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq", f.model.seq, "tokens per sequence")
+      ->check(CLI::Range(2, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--layers", f.model.layers, "transformer blocks")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--embd", f.model.embd, "embedding width")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--heads", f.model.heads, "attention heads (divide --embd)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--lr", f.lr, "Adam's learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "initial weights' seed")->capture_default_str();
   app.add_flag("!--no-deterministic", f.deterministic,
                "let the engine reduce in any order (faster; stages then differ in the last bits)");
@@ -62,8 +75,9 @@ inline Parsed parse(int argc, char** argv, bool report) {
   app.add_option("--save-state-dict", f.save_state_dict,
                  "write the final weights as a safetensors state_dict (rank 0)");
   app.add_option("--json", f.json, "write the losses and step times as JSON (rank 0)");
-  app.add_option("--store", f.store, "--trainer ddp: the c10d FileStore's file, shared by the "
-                                     "ranks (default: one under /tmp named after the job)");
+  app.add_option("--store", f.store,
+                 "--trainer ddp: the c10d FileStore's file, shared by the "
+                 "ranks (default: one under /tmp named after the job)");
   try {
     app.parse(argc, argv);
     if (f.model.embd % f.model.heads != 0)

@@ -11,8 +11,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -51,9 +51,7 @@ struct MlpImpl : torch::nn::Module {
   explicit MlpImpl(std::int64_t embd)
       : c_fc(register_module("c_fc", torch::nn::Linear(embd, 4 * embd))),
         c_proj(register_module("c_proj", torch::nn::Linear(4 * embd, embd))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    return c_proj(torch::gelu(c_fc(x), "tanh"));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return c_proj(torch::gelu(c_fc(x), "tanh")); }
   torch::nn::Linear c_fc, c_proj;
 };
 TORCH_MODULE(Mlp);
@@ -87,7 +85,8 @@ struct GptImpl : torch::nn::Module {
       h->push_back(Block(c.embd, c.heads));
   }
 
-  // The engine's layers, by name prefixes: the embeddings, each block, the final norm with the head.
+  // The engine's layers, by name prefixes: the embeddings, each block, the final norm with the
+  // head.
   std::vector<std::vector<std::string>> layer_groups() const {
     std::vector<std::vector<std::string>> groups = {{"wte", "wpe"}};
     for (std::int64_t i = 0; i < config.layers; ++i)
@@ -107,7 +106,8 @@ struct GptImpl : torch::nn::Module {
         0, [this, positions](const torch::Tensor& t) { return wte(t) + wpe(positions); }, tokens);
     for (std::int64_t i = 0; i < config.layers; ++i) {
       Block block(h->ptr<BlockImpl>(std::size_t(i)));
-      x = run(1 + i, [block](const torch::Tensor& in) mutable { return block->forward(in); }, x);
+      x = run(
+          1 + i, [block](const torch::Tensor& in) mutable { return block->forward(in); }, x);
     }
     return run(
         config.layers + 1,

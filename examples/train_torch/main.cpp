@@ -28,10 +28,14 @@ train_torch::History run(zero::MpiCommunicator& world, const train_torch::Flags&
   if (f.trainer == "plain") return train_plain(world, f, data);
   if (f.trainer == "ddp") return train_ddp(world, f, data);
   switch (f.stage) {
-  case 0: return train_zero<0>(world, f, data);
-  case 1: return train_zero<1>(world, f, data);
-  case 2: return train_zero<2>(world, f, data);
-  default: return train_zero<3>(world, f, data);
+  case 0:
+    return train_zero<0>(world, f, data);
+  case 1:
+    return train_zero<1>(world, f, data);
+  case 2:
+    return train_zero<2>(world, f, data);
+  default:
+    return train_zero<3>(world, f, data);
   }
 }
 
@@ -45,24 +49,26 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const train_torch::Parsed parsed = train_torch::parse(argc, argv, rank == 0);
   if (parsed.exit_code) return *parsed.exit_code;
   const train_torch::Flags& f = parsed.flags;
-  zero::require(f.batch % world.size() == 0,
-                "--batch " + std::to_string(f.batch) + " is not divisible by the " +
-                    std::to_string(world.size()) + " ranks");
+  zero::require(f.batch % world.size() == 0, "--batch " + std::to_string(f.batch) +
+                                                 " is not divisible by the " +
+                                                 std::to_string(world.size()) + " ranks");
   const int threads = examples::share_cores(world);
   torch::set_num_threads(threads);
   const train_gpt::Tokens data = train_gpt::Tokens::from_file(f.data, std::size_t(f.model.seq));
   const train_torch::History h = run(world, f, data);
   // Steps after the first two (which allocate) are the steady state.
-  const std::vector<double> steady(h.step_seconds.begin() + std::min<std::ptrdiff_t>(2, std::ssize(h.step_seconds) - 1),
+  const std::vector<double> steady(h.step_seconds.begin() +
+                                       std::min<std::ptrdiff_t>(2, std::ssize(h.step_seconds) - 1),
                                    h.step_seconds.end());
   if (rank == 0) {
     for (std::size_t s = 0; s < h.loss.size(); ++s)
       std::printf("step %zu loss %.9g\n", s, h.loss[s]);
-    const std::string who = f.trainer == "zero" ? "zero stage " + std::to_string(f.stage) : f.trainer;
+    const std::string who =
+        f.trainer == "zero" ? "zero stage " + std::to_string(f.stage) : f.trainer;
     std::printf("train_torch: %s, %d ranks x %d threads, %d steps: final loss %.9g, median step "
                 "%.2f ms, model states %.2f MB per rank\n",
-                who.c_str(), world.size(), threads, f.steps, h.final_loss,
-                1e3 * median(steady), double(h.model_state_bytes) / 1e6);
+                who.c_str(), world.size(), threads, f.steps, h.final_loss, 1e3 * median(steady),
+                double(h.model_state_bytes) / 1e6);
     if (!f.json.empty()) {
       nlohmann::json j;
       j["trainer"] = f.trainer;

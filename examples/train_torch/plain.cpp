@@ -23,9 +23,9 @@ void save_state_dict(Gpt& model, const std::string& file) {
   std::vector<zero::NamedTensor> tensors;
   for (const auto& p : model->named_parameters()) {
     std::vector<std::size_t> shape(p.value().sizes().begin(), p.value().sizes().end());
-    tensors.push_back({p.key(), shape,
-                       zero::View<const float>(p.value().data_ptr<float>(),
-                                               std::size_t(p.value().numel()))});
+    tensors.push_back(
+        {p.key(), shape,
+         zero::View<const float>(p.value().data_ptr<float>(), std::size_t(p.value().numel()))});
   }
   zero::write_safetensors(file, tensors, {{"zero.source", "train_torch --trainer plain/ddp"}});
 }
@@ -51,7 +51,8 @@ History train_libtorch(zero::MpiCommunicator& world, const Flags& f, const train
   {
     const torch::NoGradGuard no_grad;
     const auto [tokens, targets] = batch(data, f, f.steps, first, share);
-    h.final_loss = mean_over_ranks(world, model->loss(CallDirectly{}, tokens, targets).item<double>());
+    h.final_loss =
+        mean_over_ranks(world, model->loss(CallDirectly{}, tokens, targets).item<double>());
   }
   h.model_state_bytes = libtorch_state_bytes(model);
   if (!f.save_state_dict.empty() && world.rank() == 0) save_state_dict(model, f.save_state_dict);

@@ -21,7 +21,7 @@ namespace train_torch {
 
 struct History {
   std::vector<double> loss, step_seconds;
-  double final_loss = 0;              // the final weights on the batch of step `steps`
+  double final_loss = 0;             // the final weights on the batch of step `steps`
   std::size_t model_state_bytes = 0; // this rank's, in memory (zero's report; else parameters,
                                      // gradients and Adam's moments)
 };
@@ -61,8 +61,7 @@ History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt
   const auto layers = zero::torch::ModuleLayers::grouped(*model, model->layer_groups());
   zero::EngineOptions options;
   options.deterministic = f.deterministic;
-  Engine engine(world, layers.specs(), zero::Adam({.lr = f.lr}), zero::StaticLossScaler{},
-                options);
+  Engine engine(world, layers.specs(), zero::Adam({.lr = f.lr}), zero::StaticLossScaler{}, options);
   zero::torch::ShardedModule<Engine> sharded(engine, *model, layers);
   const auto run = [&](std::int64_t layer, auto function, const torch::Tensor& input) {
     return sharded.call(std::size_t(layer), function, input);
@@ -94,10 +93,14 @@ History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt
 }
 
 // Instantiated in stage0.cpp ... stage3.cpp.
-extern template History train_zero<0>(zero::MpiCommunicator&, const Flags&, const train_gpt::Tokens&);
-extern template History train_zero<1>(zero::MpiCommunicator&, const Flags&, const train_gpt::Tokens&);
-extern template History train_zero<2>(zero::MpiCommunicator&, const Flags&, const train_gpt::Tokens&);
-extern template History train_zero<3>(zero::MpiCommunicator&, const Flags&, const train_gpt::Tokens&);
+extern template History train_zero<0>(zero::MpiCommunicator&, const Flags&,
+                                      const train_gpt::Tokens&);
+extern template History train_zero<1>(zero::MpiCommunicator&, const Flags&,
+                                      const train_gpt::Tokens&);
+extern template History train_zero<2>(zero::MpiCommunicator&, const Flags&,
+                                      const train_gpt::Tokens&);
+extern template History train_zero<3>(zero::MpiCommunicator&, const Flags&,
+                                      const train_gpt::Tokens&);
 
 History train_plain(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data);
 History train_ddp(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data);

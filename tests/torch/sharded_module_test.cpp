@@ -1,7 +1,7 @@
-// zero::torch::ShardedModule at 1, 2 and 3 ranks: the module's parameters alias the engine's compute
-// copy, gradients reach the engine's store as autograd made them, stage 3 holds a layer's weights
-// only inside its call, stages 0-3 give the same bits and plain libtorch's Adam within a bound,
-// checkpoints and the state_dict file round-trip, and what the adapter refuses it names.
+// zero::torch::ShardedModule at 1, 2 and 3 ranks: the module's parameters alias the engine's
+// compute copy, gradients reach the engine's store as autograd made them, stage 3 holds a layer's
+// weights only inside its call, stages 0-3 give the same bits and plain libtorch's Adam within a
+// bound, checkpoints and the state_dict file round-trip, and what the adapter refuses it names.
 #include "zero/torch/sharded_module.hpp"
 
 #include "zero/engine/engine.hpp"
@@ -60,9 +60,12 @@ torch::Tensor batch(int step, int rank) {
 // The loss through run(layer, function, input), as an example's forward is written.
 template <class Run>
 torch::Tensor small_loss(Small& m, Run&& run, const torch::Tensor& x) {
-  torch::Tensor h = run(0, [m](const torch::Tensor& in) mutable { return torch::tanh(m->in(in)); }, x);
-  h = run(1, [m](const torch::Tensor& in) mutable { return m->norm(in); }, h);
-  h = run(2, [m](const torch::Tensor& in) mutable { return m->out(in); }, h);
+  torch::Tensor h = run(
+      0, [m](const torch::Tensor& in) mutable { return torch::tanh(m->in(in)); }, x);
+  h = run(
+      1, [m](const torch::Tensor& in) mutable { return m->norm(in); }, h);
+  h = run(
+      2, [m](const torch::Tensor& in) mutable { return m->out(in); }, h);
   return h.pow(2).mean();
 }
 
@@ -138,9 +141,8 @@ TEST_F(TorchTest, GradientsReachTheStoreAsAutogradMadeThem) {
   // The same module in plain libtorch, from the same weights.
   Small plain = make_small();
   const torch::Tensor x = batch(0, 0); // every rank the same rows: the average is the rank's own
-  const torch::Tensor plain_loss = small_loss(plain, [](std::int64_t, auto f, const torch::Tensor& in) {
-    return f(in);
-  }, x);
+  const torch::Tensor plain_loss = small_loss(
+      plain, [](std::int64_t, auto f, const torch::Tensor& in) { return f(in); }, x);
   plain_loss.backward();
   const torch::Tensor loss = small_loss(run.model, through(run.sharded), x);
   run.sharded.backward(loss);
@@ -180,14 +182,14 @@ TEST_F(TorchTest, Stage3HoldsALayersWeightsOnlyInsideItsCall) {
   EXPECT_EQ(held_elements(), 0);
   std::vector<std::int64_t> seen_forward, seen_backward;
   const auto watch = [&](std::int64_t l, auto f, const torch::Tensor& in) {
-    return run.sharded.call(std::size_t(l),
-                            [&, f, l](const torch::Tensor& x) mutable {
-                              (torch::GradMode::is_enabled() ? seen_backward : seen_forward)
-                                  .push_back(held_elements());
-                              EXPECT_EQ(held_elements(), std::int64_t(run.layers.numel(std::size_t(l))));
-                              return f(x);
-                            },
-                            in);
+    return run.sharded.call(
+        std::size_t(l),
+        [&, f, l](const torch::Tensor& x) mutable {
+          (torch::GradMode::is_enabled() ? seen_backward : seen_forward).push_back(held_elements());
+          EXPECT_EQ(held_elements(), std::int64_t(run.layers.numel(std::size_t(l))));
+          return f(x);
+        },
+        in);
   };
   const torch::Tensor loss = small_loss(run.model, watch, batch(0, zero::testing::world().rank()));
   EXPECT_EQ(held_elements(), 0) << "after the forward";
@@ -241,7 +243,8 @@ TEST_F(TorchTest, MatchesPlainLibtorchsAdam) {
   for (std::size_t l = 0; l < run.layers.size(); ++l) {
     std::size_t offset = 0;
     for (const auto& p : run.layers.layer(l)) {
-      const torch::Tensor expected = plain->named_parameters()[p.name].detach().contiguous().view(-1);
+      const torch::Tensor expected =
+          plain->named_parameters()[p.name].detach().contiguous().view(-1);
       const torch::Tensor got =
           torch::from_blob(const_cast<float*>(weights[l].data() + offset), {expected.numel()});
       // Adam divides by sqrt(v) + eps: float rounding in the gradient's last bits moves the
@@ -289,7 +292,8 @@ TEST_F(TorchTest, CheckpointsAndTheStateDictFile) {
       EXPECT_EQ(header[p.name]["shape"].get<std::vector<std::size_t>>(), p.shape);
       const auto begin = header[p.name]["data_offsets"][0].get<std::size_t>();
       const auto end = header[p.name]["data_offsets"][1].get<std::size_t>();
-      EXPECT_EQ(std::memcmp(data.data() + begin, saved[l].data() + offset, end - begin), 0) << p.name;
+      EXPECT_EQ(std::memcmp(data.data() + begin, saved[l].data() + offset, end - begin), 0)
+          << p.name;
       offset += (end - begin) / sizeof(float);
     }
   }
@@ -310,7 +314,8 @@ TEST_F(TorchTest, RefusesWhatItCannotKeepNamingIt) {
     zero::torch::ModuleLayers::by_child(tied);
     FAIL() << "tied weights were accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("'b.tied' and 'a.weight' are one tensor"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("'b.tied' and 'a.weight' are one tensor"),
+              std::string::npos)
         << e.what();
   }
   torch::nn::Linear frozen(3, 3);

@@ -48,7 +48,8 @@ inline void write_safetensors(const std::filesystem::path& file,
                                           std::to_string(t.values.size()) +
                                           " values, not the product of its shape");
     const std::size_t bytes = numel * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

@@ -1,9 +1,9 @@
 #pragma once
-// ModuleLayers: how a torch::nn::Module's parameters are cut into zero's layers, the unit the engine
-// gathers (stage 3), reduces and updates, and the unit a forward runs through ShardedModule::call.
-// By default one layer per direct child with parameters (its own parameters, if the module has
-// any, first); or layers the user groups by name prefixes. The names are named_parameters()'s, so
-// a consolidated file's keys are the module's state_dict keys.
+// ModuleLayers: how a torch::nn::Module's parameters are cut into zero's layers, the unit the
+// engine gathers (stage 3), reduces and updates, and the unit a forward runs through
+// ShardedModule::call. By default one layer per direct child with parameters (its own parameters,
+// if the module has any, first); or layers the user groups by name prefixes. The names are
+// named_parameters()'s, so a consolidated file's keys are the module's state_dict keys.
 //
 // Refused, each with the names involved: a parameter that is not float32 on the CPU (the engine
 // keeps fp32 master weights and makes the compute copy itself), one that does not require a
@@ -75,8 +75,8 @@ class ModuleLayers {
     std::vector<ParameterSpec> all;
     for (std::size_t l = 0; l < layers_.size(); ++l)
       for (const ModuleParameter& p : layers_[l])
-        all.push_back(ParameterSpec{p.name, std::size_t(p.tensor.numel()), DType::float32, int(l),
-                                    p.shape});
+        all.push_back(
+            ParameterSpec{p.name, std::size_t(p.tensor.numel()), DType::float32, int(l), p.shape});
     return all;
   }
 

@@ -32,10 +32,10 @@
 // a parameter a call does not use gets a zero gradient (torch.optim would skip it; zero's Adam
 // decays its moments, as ZeRO does). Under torch::NoGradGuard, call() only runs the forward.
 
+#include "zero/checkpoint/run_state.hpp"
 #include "zero/checkpoint/safetensors.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
-#include "zero/checkpoint/run_state.hpp"
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/torch/module_layers.hpp"
@@ -56,10 +56,14 @@ namespace zero::torch {
 
 inline ::torch::ScalarType scalar_type_of(DType t) {
   switch (t) {
-  case DType::float32: return ::torch::kFloat32;
-  case DType::float16: return ::torch::kFloat16;
-  case DType::bfloat16: return ::torch::kBFloat16;
-  default: break;
+  case DType::float32:
+    return ::torch::kFloat32;
+  case DType::float16:
+    return ::torch::kFloat16;
+  case DType::bfloat16:
+    return ::torch::kBFloat16;
+  default:
+    break;
   }
   fail(ErrorKind::unsupported, std::string("zero::torch: no compute type ") + to_string(t));
 }
@@ -79,8 +83,9 @@ class ShardedModule {
     for (std::size_t l = 0; l < layers_.size(); ++l)
       for (const ModuleParameter& p : layers_.layer(l))
         require(own.contains(p.tensor.unsafeGetTensorImpl()),
-                "zero::torch: '" + p.name + "' of the layers is not a parameter of this module "
-                "(make the ModuleLayers from the module given here)");
+                "zero::torch: '" + p.name +
+                    "' of the layers is not a parameter of this module "
+                    "(make the ModuleLayers from the module given here)");
     // A half-precision compute copy would need every call's floating inputs cast to it; not built
     // yet (docs/libtorch.md).
     require(engine_.options().compute_dtype == DType::float32,
@@ -153,9 +158,7 @@ class ShardedModule {
   }
 
   // loss * the loss scale, backward: what replaces loss.backward().
-  void backward(const ::torch::Tensor& loss) {
-    (loss * engine_.loss_scale()).backward();
-  }
+  void backward(const ::torch::Tensor& loss) { (loss * engine_.loss_scale()).backward(); }
   // Replaces optimizer.step(): the engine's step (overflow check, clipping, the update of this
   // rank's shard, the new weights shared).
   StepResult step() {
