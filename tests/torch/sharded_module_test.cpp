@@ -335,6 +335,20 @@ TEST_F(TorchTest, RefusesWhatItCannotKeepNamingIt) {
     EXPECT_NE(std::string(e.what()).find("'out.weight' is in no layer's group"), std::string::npos)
         << e.what();
   }
+  // A layer called twice in a micro-step: its second gradient is refused, from inside backward.
+  {
+    Trainer<0> twice;
+    const auto first = [m = twice.model](const torch::Tensor& in) mutable { return m->in(in); };
+    const torch::Tensor h = twice.sharded.call(0, first, batch(0, 0));
+    const torch::Tensor again = twice.sharded.call(0, first, batch(1, 0));
+    try {
+      twice.sharded.backward(h.sum() + again.sum());
+      FAIL() << "a layer's gradient was taken twice";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 0 was handed over twice"), std::string::npos)
+          << e.what();
+    }
+  }
   // A layer never called in a micro-step: step() refuses (on every rank alike).
   Trainer<2> run;
   const torch::Tensor h = run.sharded.call(
