@@ -18,10 +18,9 @@
 #include <zero/checkpoint/files.hpp>
 #include <zero/checkpoint/manifest.hpp>
 #include <zero/checkpoint/reshard.hpp>
+#include <zero/checkpoint/safetensors.hpp>
 #include <zero/checkpoint/state_file.hpp>
 #include <zero/core/directory_handle.hpp>
-
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -180,29 +179,21 @@ void require_plain_file_names(const std::vector<Output>& list, const fs::path& t
 void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
   const auto list = outputs(m, a.moments);
   require_unique_names(list);
-  nlohmann::ordered_json header;
-  header["__metadata__"] = {{"format", "pt"},
-                            {"zero.tag", m.tag},
-                            {"zero.optimizer", m.optimizer},
-                            {"zero.optimizer_step", std::to_string(m.optimizer_step)}};
+  std::vector<zero::SafetensorsEntry> entries;
   std::size_t data = 0;
   for (const Output& o : list) {
-    const std::size_t bytes = m.parameters[o.parameter].numel * sizeof(float);
-    header[o.name] = {{"dtype", "F32"},
-                      {"shape", shape_of(m.parameters[o.parameter])},
-                      {"data_offsets", {data, data + bytes}}};
-    data += bytes;
+    entries.push_back({o.name, shape_of(m.parameters[o.parameter])});
+    data += m.parameters[o.parameter].numel * sizeof(float);
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
+  const std::string preamble =
+      zero::safetensors_preamble(entries,
+                                 {{"zero.tag", m.tag},
+                                  {"zero.optimizer", m.optimizer},
+                                  {"zero.optimizer_step", std::to_string(m.optimizer_step)}},
+                                 a.to);
   write_whole(folder_of(a.to), a.to.filename().string(), [&](const ck::FileHandle& file) {
-    const std::uint64_t length = text.size();
-    unsigned char prefix[8];
-    for (int i = 0; i < 8; ++i)
-      prefix[i] = static_cast<unsigned char>(length >> (8 * i)); // little-endian
-    file.write_all(prefix, 8, 0);
-    file.write_all(text.data(), text.size(), 8);
-    std::size_t offset = 8 + text.size();
+    file.write_all(preamble.data(), preamble.size(), 0);
+    std::size_t offset = preamble.size();
     for (const Output& o : list) {
       stream(reader, m, o, file, offset);
       offset += m.parameters[o.parameter].numel * sizeof(float);

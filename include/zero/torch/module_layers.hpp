@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>

@@ -44,6 +44,7 @@
 #include <torch/nn/module.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
