@@ -66,9 +66,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     const std::string who =
         f.trainer == "zero" ? "zero stage " + std::to_string(f.stage) : f.trainer;
     std::printf("train_torch: %s, %d ranks x %d threads, %d steps: final loss %.9g, median step "
-                "%.2f ms, model states %.2f MB per rank\n",
+                "%.2f ms, model states %.2f MB and buffers %.2f MB per rank\n",
                 who.c_str(), world.size(), threads, f.steps, h.final_loss, 1e3 * median(steady),
-                double(h.model_state_bytes) / 1e6);
+                double(h.model_state_bytes) / 1e6, double(h.buffer_bytes) / 1e6);
     if (!f.json.empty()) {
       nlohmann::json j;
       j["trainer"] = f.trainer;
@@ -80,6 +80,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       j["step_seconds"] = h.step_seconds;
       j["median_step_seconds"] = median(steady);
       j["model_state_bytes"] = h.model_state_bytes;
+      j["buffer_bytes"] = h.buffer_bytes;
       const std::string text = j.dump(1) + "\n";
       examples::write_file_atomically(f.json, {std::span<const char>(text)});
     }

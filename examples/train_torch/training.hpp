@@ -21,9 +21,11 @@ namespace train_torch {
 
 struct History {
   std::vector<double> loss, step_seconds;
-  double final_loss = 0;             // the final weights on the batch of step `steps`
-  std::size_t model_state_bytes = 0; // this rank's, in memory (zero's report; else parameters,
-                                     // gradients and Adam's moments)
+  double final_loss = 0; // the final weights on the batch of step `steps`
+  // This rank's model states in memory (zero: the engine's report, the fp32 compute copy beside
+  // the master weights included; libtorch: weights, gradients, Adam's two moments) and zero's
+  // buffers besides (gradient buckets, stage 3's gather buffers).
+  std::size_t model_state_bytes = 0, buffer_bytes = 0;
 };
 
 // Sequences [first, first + count) of step `step`'s global batch, as int64 [count, seq] tensors.
@@ -87,7 +89,9 @@ History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt
     const torch::Tensor final_loss = model->loss(run, tokens, targets);
     h.final_loss = mean_over_ranks(world, final_loss.item<double>());
   }
-  h.model_state_bytes = engine.memory().in_memory();
+  const zero::MemoryReport memory = engine.memory();
+  h.model_state_bytes = memory.in_memory() - memory.buffers;
+  h.buffer_bytes = memory.buffers;
   if (!f.save_state_dict.empty()) sharded.save_state_dict(f.save_state_dict);
   return h;
 }
