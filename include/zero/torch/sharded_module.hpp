@@ -45,6 +45,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -118,12 +120,16 @@ class ShardedModule {
   ShardedModule& operator=(const ShardedModule&) = delete;
   // The parameters keep the weights they last saw, as tensors of their own.
   ~ShardedModule() {
-    for (std::size_t l = 0; l < layers_.size(); ++l)
-      for (const ModuleParameter& p : layers_.layer(l)) {
-        const ::torch::NoGradGuard no_grad;
-        p.tensor.set_data(p.tensor.numel() > 0 ? p.tensor.detach().clone()
-                                               : ::torch::empty(shape_of(p), options()));
-      }
+    try {
+      const ::torch::NoGradGuard no_grad;
+      for (std::size_t l = 0; l < layers_.size(); ++l)
+        for (const ModuleParameter& p : layers_.layer(l))
+          p.tensor.set_data(p.tensor.numel() > 0 ? p.tensor.detach().clone()
+                                                 : ::torch::empty(shape_of(p), options()));
+    } catch (const std::exception& e) { // out of memory: the views are left as they are
+      std::fprintf(stderr, "zero::torch: ~ShardedModule: %s (the parameters keep their views)\n",
+                   e.what());
+    }
   }
 
   Engine& engine() noexcept { return engine_; }
@@ -135,7 +141,7 @@ class ShardedModule {
   // Layer l's forward: forward(input) with the layer's parameters pointing at its compute copy.
   // Its backward hands the layer's gradient to the engine. `input` need not require a gradient
   // (token ids, say); other tensors forward reads are captured by it.
-  ::torch::Tensor call(std::size_t l, Function forward, const ::torch::Tensor& input) {
+  ::torch::Tensor call(std::size_t l, const Function& forward, const ::torch::Tensor& input) {
     if (l >= layers_.size()) // (no message built on the way that works: call() runs per layer)
       fail(ErrorKind::invalid_argument, "zero::torch: call: there are " +
                                             std::to_string(layers_.size()) + " layers, not " +
@@ -150,12 +156,12 @@ class ShardedModule {
     auto record = c10::make_intrusive<Record>();
     record->owner = this;
     record->layer = l;
-    record->forward = std::move(forward);
+    record->forward = forward;
     return LayerCall::apply(input, anchor_, record)[0];
   }
-  ::torch::Tensor call(const ::torch::nn::Module& submodule, Function forward,
+  ::torch::Tensor call(const ::torch::nn::Module& submodule, const Function& forward,
                        const ::torch::Tensor& input) {
-    return call(layer_of(submodule), std::move(forward), input);
+    return call(layer_of(submodule), forward, input);
   }
 
   // loss * the loss scale, backward: what replaces loss.backward().
