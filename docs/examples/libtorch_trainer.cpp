@@ -8,8 +8,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 // example-begin libtorch-model
 // A module whose forward runs each child through `call(layer, function, input)`: zero's

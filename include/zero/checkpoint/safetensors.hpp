@@ -50,7 +50,11 @@ inline std::string safetensors_preamble(const std::vector<SafetensorsEntry>& ent
   std::set<std::string> names;
   std::size_t offset = 0;
   for (const SafetensorsEntry& e : entries) {
-    if (e.name == "__metadata__" || !names.insert(e.name).second)
+    if (e.name == "__metadata__")
+      fail(ErrorKind::invalid_argument,
+           "safetensors: a tensor cannot be named '__metadata__' (the header's own key) in " +
+               file.string());
+    if (!names.insert(e.name).second)
       fail(ErrorKind::invalid_argument,
            "safetensors: two tensors are named '" + e.name + "' in " + file.string());
     const std::size_t bytes = element_count(e.shape) * sizeof(float);

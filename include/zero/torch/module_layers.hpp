@@ -28,7 +28,16 @@ namespace zero::torch {
 struct ModuleParameter {
   std::string name;       // as named_parameters() names it
   ::torch::Tensor tensor; // the module's own parameter; ShardedModule points it at the engine's
-  std::vector<std::size_t> shape;
+  std::vector<std::size_t> shape; // torch's sizes (empty for a scalar); the tensor may be empty
+                                  // now (stage 3 outside a call), the shape stays
+
+  std::size_t numel() const {
+    std::size_t n = 1;
+    for (const std::size_t d : shape)
+      n *= d;
+    return n;
+  }
+  std::vector<std::int64_t> sizes() const { return {shape.begin(), shape.end()}; }
 };
 
 class ModuleLayers {
@@ -60,14 +69,16 @@ class ModuleLayers {
 
   std::size_t size() const noexcept { return layers_.size(); }
   const std::vector<ModuleParameter>& layer(std::size_t l) const {
-    require(l < layers_.size(), "zero::torch: there are " + std::to_string(layers_.size()) +
-                                    " layers, not " + std::to_string(l + 1));
+    if (l >= layers_.size())
+      fail(ErrorKind::invalid_argument, "zero::torch: no layer " + std::to_string(l) +
+                                            " (layers 0-" + std::to_string(layers_.size() - 1) +
+                                            ")");
     return layers_[l];
   }
   std::size_t numel(std::size_t l) const {
     std::size_t n = 0;
     for (const ModuleParameter& p : layer(l))
-      n += std::size_t(p.tensor.numel());
+      n += p.numel();
     return n;
   }
 
@@ -76,24 +87,28 @@ class ModuleLayers {
     std::vector<ParameterSpec> all;
     for (std::size_t l = 0; l < layers_.size(); ++l)
       for (const ModuleParameter& p : layers_[l])
-        all.push_back(
-            ParameterSpec{p.name, std::size_t(p.tensor.numel()), DType::float32, int(l), p.shape});
+        all.push_back(ParameterSpec{p.name, p.numel(), DType::float32, int(l),
+                                    p.shape.empty() ? std::vector<std::size_t>{1} : p.shape});
     return all;
   }
 
   // The layer that holds every parameter of `submodule` (a child the grouping kept whole).
   std::size_t layer_of(const ::torch::nn::Module& submodule) const {
     std::size_t found = layers_.size();
-    for (const ::torch::Tensor& t : submodule.parameters(/*recurse=*/true)) {
-      const std::size_t l = layer_holding(t);
-      require(l < layers_.size() && (found == layers_.size() || found == l),
-              "zero::torch: the submodule " + submodule.name() +
-                  " is not one layer (its parameters are in " +
-                  (l < layers_.size() ? "several layers" : "no layer") + ")");
+    std::string first; // a parameter of the submodule, to name it in errors
+    for (const auto& named : submodule.named_parameters(/*recurse=*/true)) {
+      const std::size_t l = layer_holding(named.value());
+      if (first.empty()) first = named.key();
+      if (l == layers_.size() || (found != layers_.size() && found != l))
+        fail(ErrorKind::invalid_argument,
+             "zero::torch: the submodule holding '" + first + "' (" + submodule.name() +
+                 ") is not one layer: its '" + named.key() + "' is in " +
+                 (l == layers_.size() ? "no layer" : "another layer than '" + first + "'"));
       found = l;
     }
-    require(found < layers_.size(),
-            "zero::torch: the submodule " + submodule.name() + " has no parameters");
+    if (found == layers_.size())
+      fail(ErrorKind::invalid_argument,
+           "zero::torch: the submodule " + submodule.name() + " has no parameters");
     return found;
   }
 
@@ -142,7 +157,6 @@ class ModuleLayers {
       std::vector<std::size_t> shape;
       for (const std::int64_t d : t.sizes())
         shape.push_back(std::size_t(d));
-      if (shape.empty()) shape.push_back(1); // a scalar parameter: one element
       layers_[owner].push_back({name, t, std::move(shape)});
     }
     for (std::size_t g = 0; g < groups.size(); ++g)

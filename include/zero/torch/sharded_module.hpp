@@ -27,10 +27,14 @@
 // compute nothing twice. Either way the gradients are the same bits (CPU kernels are deterministic
 // at a fixed thread count).
 //
-// Rules: every layer is called once per micro-step (the engine takes each layer's gradient once),
-// call() is the only way a layer's parameters are used (at stage 3 they are empty outside it), and
-// a parameter a call does not use gets a zero gradient (torch.optim would skip it; zero's Adam
-// decays its moments, as ZeRO does). Under torch::NoGradGuard, call() only runs the forward.
+// Rules (docs/libtorch.md): every layer is called once per micro-step (the engine takes each
+// layer's gradient once); the function's only differentiable input is `input` (a captured tensor
+// that requires a gradient is refused: its gradient would be lost); call() is the only way a
+// layer's parameters are used (at stage 3 they are empty outside it); a parameter a call does not
+// use gets a zero gradient (torch.optim would skip it; zero's Adam decays its moments, as ZeRO
+// does). Under torch::NoGradGuard, call() only runs the forward. Stage 3 replays the CPU random
+// generator's state for the second forward (dropout draws the same mask); a module's buffers
+// (BatchNorm's running statistics) are updated by both forwards.
 
 #include "zero/checkpoint/run_state.hpp"
 #include "zero/checkpoint/safetensors.hpp"
@@ -40,15 +44,22 @@
 #include "zero/engine/report.hpp"
 #include "zero/torch/module_layers.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SequenceNumber.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/nn/module.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -73,13 +84,18 @@ inline ::torch::ScalarType scalar_type_of(DType t) {
 
 template <class Engine>
 class ShardedModule {
+  static_assert(Engine::placement_type::gradients::host_accessible,
+                "zero::torch: the engine must keep its compute copy and gradients in host memory "
+                "(a host engine); the adapter does not support a device engine yet");
+
  public:
   using Function = std::function<::torch::Tensor(const ::torch::Tensor&)>;
 
   // Sets the engine's weights from the module's (rank 0's: collective) and points the module's
-  // parameters at the engine's compute copy. The engine must have been built from layers.specs().
+  // parameters at the engine's compute copy. The engine must have been built from layers.specs(),
+  // and must outlive this object.
   ShardedModule(Engine& engine, ::torch::nn::Module& module, ModuleLayers layers)
-      : engine_(engine), layers_(std::move(layers)) {
+      : engine_(engine), layers_(std::move(layers)), called_(layers_.size(), false) {
     std::set<const void*> own;
     for (const ::torch::Tensor& t : module.parameters())
       own.insert(t.unsafeGetTensorImpl());
@@ -101,10 +117,7 @@ class ShardedModule {
                 " layers and the module's grouping " + std::to_string(layers_.size()) +
                 " (build the engine from the same ModuleLayers' specs())");
     for (std::size_t l = 0; l < layers_.size(); ++l) {
-      require(engine_.layout().layer(l).numel == layers_.numel(l),
-              "zero::torch: layer " + std::to_string(l) + " has " +
-                  std::to_string(engine_.layout().layer(l).numel) + " parameters in the engine, " +
-                  std::to_string(layers_.numel(l)) + " in the module");
+      check_engine_layer(l);
       std::vector<float> values;
       values.reserve(layers_.numel(l));
       for (const ModuleParameter& p : layers_.layer(l)) {
@@ -118,14 +131,19 @@ class ShardedModule {
   }
   ShardedModule(const ShardedModule&) = delete;
   ShardedModule& operator=(const ShardedModule&) = delete;
-  // The parameters keep the weights they last saw, as tensors of their own.
+  // Stages 0-2: the parameters keep the weights they last saw, as tensors of their own. Stage 3:
+  // they become NaN (gathering the weights is a collective): call copy_to_module() first to keep
+  // them.
   ~ShardedModule() {
     try {
       const ::torch::NoGradGuard no_grad;
-      for (std::size_t l = 0; l < layers_.size(); ++l)
+      for (std::size_t l = 0; l < layers_.size(); ++l) {
+        std::optional<LayerParameters> held;
+        if constexpr (keeps_weights) held.emplace(engine_.acquire(l)); // a gather in flight ends
         for (const ModuleParameter& p : layers_.layer(l))
           p.tensor.set_data(p.tensor.numel() > 0 ? p.tensor.detach().clone()
-                                                 : ::torch::empty(shape_of(p), options()));
+                                                 : ::torch::full(p.sizes(), NAN, options()));
+      }
     } catch (const std::exception& e) { // out of memory: the views are left as they are
       std::fprintf(stderr, "zero::torch: ~ShardedModule: %s (the parameters keep their views)\n",
                    e.what());
@@ -140,24 +158,33 @@ class ShardedModule {
 
   // Layer l's forward: forward(input) with the layer's parameters pointing at its compute copy.
   // Its backward hands the layer's gradient to the engine. `input` need not require a gradient
-  // (token ids, say); other tensors forward reads are captured by it.
+  // (token ids, say); other tensors forward reads are captured by value and must not require one.
   ::torch::Tensor call(std::size_t l, const Function& forward, const ::torch::Tensor& input) {
-    if (l >= layers_.size()) // (no message built on the way that works: call() runs per layer)
-      fail(ErrorKind::invalid_argument, "zero::torch: call: there are " +
-                                            std::to_string(layers_.size()) + " layers, not " +
-                                            std::to_string(l + 1));
-    if (!::torch::GradMode::is_enabled()) {
+    if (l >= layers_.size()) // (checked before any message is built: call() is on the hot path)
+      fail(ErrorKind::invalid_argument, "zero::torch: call: no layer " + std::to_string(l) +
+                                            " (layers 0-" + std::to_string(layers_.size() - 1) +
+                                            ")");
+    if (!input.defined())
+      fail(ErrorKind::invalid_argument,
+           "zero::torch: call: layer " + std::to_string(l) + "'s input is an undefined tensor");
+    if (!::torch::GradMode::is_enabled()) { // evaluation: the forward only
       const LayerParameters held = engine_.acquire(l);
       point_at(l, held);
-      ::torch::Tensor out = forward(input);
-      if constexpr (!keeps_weights) release_views(l);
-      return out;
+      const ReleaseViews release{*this, l};
+      return unaliased(l, forward(input));
     }
+    if (called_[l])
+      fail(ErrorKind::invalid_argument,
+           "zero::torch: layer " + std::to_string(l) +
+               " is called a second time before its first call's backward; each layer runs once "
+               "per micro-step (its gradient goes to the engine once)");
     auto record = c10::make_intrusive<Record>();
-    record->owner = this;
+    record->owner = alive_;
     record->layer = l;
     record->forward = forward;
-    return LayerCall::apply(input, anchor_, record)[0];
+    ::torch::Tensor out = LayerCall::apply(input, anchor_, record)[0];
+    called_[l] = true;
+    return out;
   }
   ::torch::Tensor call(const ::torch::nn::Module& submodule, const Function& forward,
                        const ::torch::Tensor& input) {
@@ -167,11 +194,26 @@ class ShardedModule {
   // loss * the loss scale, backward: what replaces loss.backward().
   void backward(const ::torch::Tensor& loss) { (loss * engine_.loss_scale()).backward(); }
   // Replaces optimizer.step(): the engine's step (overflow check, clipping, the update of this
-  // rank's shard, the new weights shared).
-  StepResult step() {
-    StepResult r = engine_.step();
-    point_at_compute_copy();
-    return r;
+  // rank's shard, the new weights shared). At stages 1-2 the new weights are gathered in the
+  // background: read them through call() or engine().acquire(l), which wait for them.
+  StepResult step() { return engine_.step(); }
+
+  // The fp32 master weights into tensors the module owns (a collective: the shards are gathered),
+  // for a module that lives on after this object; the next call() points the layer back at the
+  // engine's copy.
+  void copy_to_module() {
+    const ::torch::NoGradGuard no_grad;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const std::vector<float> weights = engine_.get_layer(l);
+      std::size_t offset = 0;
+      for (const ModuleParameter& p : layers_.layer(l)) {
+        p.tensor.set_data(::torch::tensor(std::vector<float>(
+                                              weights.begin() + std::ptrdiff_t(offset),
+                                              weights.begin() + std::ptrdiff_t(offset + p.numel())))
+                              .view(p.sizes()));
+        offset += p.numel();
+      }
+    }
   }
 
   // The engine's checkpoints (docs/checkpoints.md), and the module's views pointed at the loaded
@@ -188,8 +230,8 @@ class ShardedModule {
   }
 
   // The fp32 master weights as a safetensors file whose keys are the module's named_parameters():
-  // Python's model.load_state_dict(safetensors.torch.load_file(file)) takes it. Collective (the
-  // shards are gathered); rank 0 writes. Buffers are not in it (the engine does not hold them).
+  // Python's model.load_state_dict(safetensors.torch.load_file(file)) takes it (strict=True for a
+  // module without buffers: the engine does not hold them). Collective; rank 0 writes.
   void save_state_dict(const std::filesystem::path& file) {
     std::vector<std::vector<float>> weights;
     for (std::size_t l = 0; l < layers_.size(); ++l)
@@ -199,9 +241,9 @@ class ShardedModule {
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       std::size_t offset = 0;
       for (const ModuleParameter& p : layers_.layer(l)) {
-        const std::size_t n = std::size_t(p.tensor.numel() > 0 ? p.tensor.numel() : numel_of(p));
-        tensors.push_back({p.name, p.shape, View<const float>(weights[l].data() + offset, n)});
-        offset += n;
+        tensors.push_back(
+            {p.name, p.shape, View<const float>(weights[l].data() + offset, p.numel())});
+        offset += p.numel();
       }
     }
     write_safetensors(file, tensors, {{"zero.source", "zero::torch::ShardedModule"}});
@@ -212,12 +254,19 @@ class ShardedModule {
 
   // What one call's backward needs: kept in its autograd node, so it lives as long as the graph.
   struct Record : ::torch::CustomClassHolder {
-    ShardedModule* owner = nullptr;
+    std::weak_ptr<ShardedModule*> owner; // gone: the ShardedModule was destroyed
     std::size_t layer = 0;
-    Function forward;
-    ::torch::Tensor start, output; // stages 0-2: the recorded forward, from `start`
-    ::torch::Tensor input;         // stage 3: to run the forward again, detached
+    Function forward;              // stage 3: run again in backward
+    ::torch::Tensor start, output; // the recorded forward, from `start`
+    ::torch::Tensor input;         // stage 3: to run the forward again (detached)
+    std::int64_t input_version = 0;
     bool input_requires_grad = false;
+    ::torch::Tensor random_state; // stage 3: the CPU generator's, before the forward
+    bool handed_over = false;
+
+    ~Record() override {
+      if (const auto self = owner.lock(); self && !handed_over) (*self)->called_[layer] = false;
+    }
   };
 
   struct LayerCall : ::torch::autograd::Function<LayerCall> {
@@ -225,22 +274,28 @@ class ShardedModule {
     static ::torch::autograd::variable_list forward(::torch::autograd::AutogradContext* ctx,
                                                     const ::torch::Tensor& input,
                                                     const ::torch::Tensor& anchor,
-                                                    c10::intrusive_ptr<Record> record) {
+                                                    const c10::intrusive_ptr<Record>& record) {
       (void)anchor;
-      ShardedModule& self = *record->owner;
-      const LayerParameters held = self.engine_.acquire(record->layer);
-      self.point_at(record->layer, held);
+      ShardedModule& self = **record->owner.lock();
+      const std::size_t l = record->layer;
+      const LayerParameters held = self.engine_.acquire(l);
+      self.point_at(l, held);
       ::torch::Tensor out;
       if constexpr (keeps_weights) {
         const ::torch::AutoGradMode record_graph(true);
         record->start = start_of(input, input.requires_grad());
+        const std::uint64_t first_node = at::sequence_number::peek();
         record->output = record->forward(record->start);
+        self.check_inputs(l, *record, first_node);
+        record->forward = nullptr; // its captures are not needed any more
         out = record->output.detach();
       } else {
+        const ReleaseViews release{self, l};
         record->input = input.detach();
+        record->input_version = input._version();
         record->input_requires_grad = input.requires_grad();
-        out = record->forward(input);
-        self.release_views(record->layer);
+        record->random_state = random_state();
+        out = self.unaliased(l, record->forward(input));
       }
       ctx->saved_data["record"] = c10::IValue::make_capsule(record);
       return {out};
@@ -250,15 +305,37 @@ class ShardedModule {
                                                      ::torch::autograd::variable_list grads) {
       const auto record =
           c10::static_intrusive_pointer_cast<Record>(ctx->saved_data["record"].toCapsule());
-      ShardedModule& self = *record->owner;
       const std::size_t l = record->layer;
+      const auto owner = record->owner.lock();
+      if (!owner)
+        fail(ErrorKind::invalid_argument, "zero::torch: the backward of layer " +
+                                              std::to_string(l) +
+                                              "'s call ran after its ShardedModule was destroyed");
+      if (record->handed_over)
+        fail(ErrorKind::unsupported, "zero::torch: the backward of layer " + std::to_string(l) +
+                                         "'s call ran twice (retain_graph and a second backward "
+                                         "over one forward are not supported)");
+      if (::torch::GradMode::is_enabled())
+        fail(ErrorKind::unsupported, "zero::torch: backward with create_graph=true (gradients of "
+                                     "gradients) is not supported");
+      ShardedModule& self = **owner;
       std::optional<LayerParameters> held;
+      std::optional<ReleaseViews> release;
       if constexpr (!keeps_weights) { // gather again, and record the forward this time
+        if (record->input._version() != record->input_version)
+          fail(ErrorKind::invalid_argument,
+               "zero::torch: the input of layer " + std::to_string(l) +
+                   "'s call was modified in place before its backward (stage 3 runs the call "
+                   "again from it)");
         held.emplace(self.engine_.acquire(l));
         self.point_at(l, *held);
+        release.emplace(self, l);
+        const RandomStateReplay replay(record->random_state); // dropout draws the same mask
         const ::torch::AutoGradMode record_graph(true);
         record->start = start_of(record->input, record->input_requires_grad);
+        const std::uint64_t first_node = at::sequence_number::peek();
         record->output = record->forward(record->start);
+        self.check_inputs(l, *record, first_node);
       }
       std::vector<::torch::Tensor> wrt;
       const bool input_grad = record->start.requires_grad();
@@ -272,8 +349,9 @@ class ShardedModule {
                                         /*allow_unused=*/true);
       else
         found.resize(wrt.size()); // nothing in this call depends on a parameter
+      record->handed_over = true;
+      self.called_[l] = false;
       self.hand_over(l, found, input_grad ? 1 : 0);
-      if constexpr (!keeps_weights) self.release_views(l);
       ::torch::Tensor input_gradient = input_grad ? found[0] : ::torch::Tensor();
       record->output.reset();
       record->start.reset();
@@ -282,17 +360,71 @@ class ShardedModule {
     }
   };
 
+  // Stage 3: the layer's parameters are emptied when this goes, whatever happened meanwhile (an
+  // exception must not leave them viewing a released gather buffer).
+  struct ReleaseViews {
+    ShardedModule& self;
+    std::size_t layer;
+    ReleaseViews(ShardedModule& s, std::size_t l) : self(s), layer(l) {}
+    ReleaseViews(const ReleaseViews&) = delete;
+    ReleaseViews& operator=(const ReleaseViews&) = delete;
+    ~ReleaseViews() {
+      if constexpr (!keeps_weights) {
+        try {
+          self.release_views(layer);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "zero::torch: releasing layer %zu: %s\n", layer, e.what());
+        }
+      }
+    }
+  };
+
+  // The CPU generator's state, and its replay around stage 3's second forward.
+  static ::torch::Tensor random_state() {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+  }
+  struct RandomStateReplay {
+    ::torch::Tensor after; // the generator's state now, restored afterwards
+    explicit RandomStateReplay(const ::torch::Tensor& before) : after(random_state()) {
+      set(before);
+    }
+    RandomStateReplay(const RandomStateReplay&) = delete;
+    RandomStateReplay& operator=(const RandomStateReplay&) = delete;
+    ~RandomStateReplay() {
+      try {
+        set(after);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "zero::torch: restoring the random state: %s\n", e.what());
+      }
+    }
+    static void set(const ::torch::Tensor& state) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      const std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state);
+    }
+  };
+
   ::torch::TensorOptions options() const {
     return ::torch::TensorOptions().dtype(scalar_type_of(engine_.options().compute_dtype));
   }
-  static std::vector<std::int64_t> shape_of(const ModuleParameter& p) {
-    return {p.shape.begin(), p.shape.end()};
-  }
-  static std::size_t numel_of(const ModuleParameter& p) {
-    std::size_t n = 1;
-    for (const std::size_t d : p.shape)
-      n *= d;
-    return n;
+
+  // The engine's layer l holds the module's parameters, by name and size, in order.
+  void check_engine_layer(std::size_t l) const {
+    const auto members = engine_.layout().layer_parameters(l);
+    const auto& mine = layers_.layer(l);
+    require(members.size() == mine.size(),
+            "zero::torch: layer " + std::to_string(l) + " has " + std::to_string(members.size()) +
+                " parameters in the engine, " + std::to_string(mine.size()) + " in the module");
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const ParameterSpec& spec = engine_.layout().parameter(members[i]);
+      require(spec.name == mine[i].name && spec.numel == mine[i].numel(),
+              "zero::torch: layer " + std::to_string(l) + "'s parameter " + std::to_string(i) +
+                  " is '" + spec.name + "' of " + std::to_string(spec.numel) +
+                  " elements in the engine, '" + mine[i].name + "' of " +
+                  std::to_string(mine[i].numel()) + " in the module");
+    }
   }
 
   // Where the recorded forward starts: the input cut from the graph before it (its gradient is
@@ -303,7 +435,54 @@ class ShardedModule {
     return start;
   }
 
-  // Stages 0-2: every layer's parameters view the (replicated) compute copy, wherever it is now.
+  // The graph a call recorded may reach only its start and its layer's parameters: a captured
+  // tensor that requires a gradient (another layer's output or parameter) would get none.
+  // `first_node`: the autograd sequence number when the call began; older nodes are outside it.
+  void check_inputs(std::size_t l, const Record& record, std::uint64_t first_node) const {
+    if (!record.output.grad_fn()) return;
+    std::set<const ::torch::autograd::Node*> seen;
+    std::vector<::torch::autograd::Node*> pending = {record.output.grad_fn().get()};
+    while (!pending.empty()) {
+      ::torch::autograd::Node* node = pending.back();
+      pending.pop_back();
+      if (!node || !seen.insert(node).second) continue;
+      if (const auto* leaf = dynamic_cast<const ::torch::autograd::AccumulateGrad*>(node)) {
+        const ::torch::Tensor& v = leaf->variable;
+        if (v.unsafeGetTensorImpl() == record.start.unsafeGetTensorImpl() || in_layer(l, v))
+          continue;
+        if (v.unsafeGetTensorImpl() == anchor_.unsafeGetTensorImpl())
+          fail(ErrorKind::invalid_argument, "zero::torch: layer " + std::to_string(l) +
+                                                "'s function calls another layer; calls do not "
+                                                "nest (call the layers one after another)");
+        fail(ErrorKind::invalid_argument, "zero::torch: layer " + std::to_string(l) +
+                                              "'s function reads " + describe(v) +
+                                              ", which requires a gradient zero would not "
+                                              "compute; pass it as the call's input, or detach it");
+      }
+      if (node->sequence_nr() < first_node)
+        fail(ErrorKind::invalid_argument,
+             "zero::torch: layer " + std::to_string(l) +
+                 "'s function reads a tensor computed before the call that requires a gradient "
+                 "(another layer's output?); zero would not compute its gradient: pass it as the "
+                 "call's input, or detach it");
+      for (const ::torch::autograd::Edge& edge : node->next_edges())
+        pending.push_back(edge.function.get());
+    }
+  }
+  bool in_layer(std::size_t l, const ::torch::Tensor& t) const {
+    for (const ModuleParameter& p : layers_.layer(l))
+      if (p.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
+    return false;
+  }
+  std::string describe(const ::torch::Tensor& t) const {
+    for (std::size_t k = 0; k < layers_.size(); ++k)
+      for (const ModuleParameter& p : layers_.layer(k))
+        if (p.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl())
+          return "'" + p.name + "' of layer " + std::to_string(k);
+    return "a tensor of its own";
+  }
+
+  // Stages 0-2: every layer's parameters view the (replicated) compute copy.
   void point_at_compute_copy() {
     if constexpr (keeps_weights)
       for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -314,18 +493,15 @@ class ShardedModule {
 
   // Layer l's parameters become views of the compute copy `held` holds (no copy).
   void point_at(std::size_t l, const LayerParameters& held) {
-    engine_.visit_compute_type([&](auto tag) {
-      using T = decltype(tag);
-      T* base = const_cast<T*>(held.values<T>().data()); // the module may write it, as torch's
-      std::size_t offset = 0;
-      for (const ModuleParameter& p : layers_.layer(l)) {
-        if (p.tensor.data_ptr() != base + offset || p.tensor.numel() == 0) {
-          const ::torch::NoGradGuard no_grad;
-          p.tensor.set_data(::torch::from_blob(base + offset, shape_of(p), options()));
-        }
-        offset += numel_of(p);
+    float* base = const_cast<float*>(held.values<float>().data()); // the module may write it
+    std::size_t offset = 0;
+    for (const ModuleParameter& p : layers_.layer(l)) {
+      if (p.tensor.data_ptr() != base + offset || p.tensor.numel() == 0) {
+        const ::torch::NoGradGuard no_grad;
+        p.tensor.set_data(::torch::from_blob(base + offset, p.sizes(), options()));
       }
-    });
+      offset += p.numel();
+    }
   }
   // Stage 3: outside a call the parameters hold nothing (the gathered layer is released).
   void release_views(std::size_t l) {
@@ -333,32 +509,38 @@ class ShardedModule {
     for (const ModuleParameter& p : layers_.layer(l))
       p.tensor.set_data(::torch::empty({0}, options()));
   }
+  // Stage 3: an output that views the layer's weights (a function returning a parameter, or a
+  // slice of one) is copied before they are released.
+  ::torch::Tensor unaliased(std::size_t l, ::torch::Tensor out) const {
+    if constexpr (!keeps_weights)
+      for (const ModuleParameter& p : layers_.layer(l))
+        if (out.defined() && out.is_alias_of(p.tensor)) return out.clone();
+    return out;
+  }
 
   // Copies autograd's gradients of layer l into the engine's gradient store (unused: zeros) and
   // starts its reduction.
   void hand_over(std::size_t l, const ::torch::autograd::variable_list& found, std::size_t first) {
-    engine_.visit_compute_type([&](auto tag) {
-      using T = decltype(tag);
-      auto into = engine_.template gradients<T>(l);
-      std::size_t offset = 0;
-      std::size_t i = first;
-      for (const ModuleParameter& p : layers_.layer(l)) {
-        const ::torch::Tensor target =
-            ::torch::from_blob(into.data() + offset, shape_of(p), options());
-        const ::torch::Tensor& g = found[i++];
-        if (g.defined())
-          target.copy_(g);
-        else
-          target.zero_();
-        offset += numel_of(p);
-      }
-    });
+    const auto into = engine_.template gradients<float>(l);
+    std::size_t offset = 0;
+    std::size_t i = first;
+    for (const ModuleParameter& p : layers_.layer(l)) {
+      const ::torch::Tensor target = ::torch::from_blob(into.data() + offset, p.sizes(), options());
+      const ::torch::Tensor& g = found[i++];
+      if (g.defined())
+        target.copy_(g);
+      else
+        target.zero_();
+      offset += p.numel();
+    }
     engine_.grads_ready(l);
   }
 
   Engine& engine_;
   ModuleLayers layers_;
+  std::vector<bool> called_; // a call's backward has not run yet
   ::torch::Tensor anchor_ = ::torch::empty({0}).requires_grad_(true);
+  std::shared_ptr<ShardedModule*> alive_ = std::make_shared<ShardedModule*>(this);
 };
 
 } // namespace zero::torch
