@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch.optim.Adam(fused=True) on a CUDA device next to a device-to-device copy of the same bytes:
 the torch side of bench/optim/gpu_adam_bench.cpp (zero_bench_optim_gpu), in the same units, so
-that zero / torch ratios can be read off the two reports (issue 28).
+that zero / torch ratios can be read off the two reports.
 
     python3 tools/gpu_adam_torch.py [--elements 16777216,268435456] [--reps 50] [--warmup 5]
                                     [--rounds 5]

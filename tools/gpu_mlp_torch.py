@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """train_mlp's model in torch on the same GPU: the yardstick of `train_mlp --device cuda`'s step
-(issue 28: its stage 0 at least as fast as the same MLP in torch with fused Adam).
+(the goal: its stage 0 at least as fast as the same MLP in torch with fused Adam).
 
 The same layers (torch.nn.Linear, tanh between them, MSE), the same batch, Adam(fused=True), in
 fp32 with TF32 off: train_mlp widens its bf16 weights and multiplies in fp32 without TF32, so both

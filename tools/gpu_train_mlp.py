@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""`train_mlp --device cuda` on a GPU, checked against the host run and timed (issue 28).
+"""`train_mlp --device cuda` on a GPU, checked against the host run and timed.
 
 Run by tools/zero-gpu-check (step train-mlp-gpu) with the pack's environment: train_mlp and
 mpirun on PATH. Only the standard library. Each check prints one line the check's report keeps:
 "correctness ...: ok|FAILED" (a failure fails the step: exit 1), "result ..." (figures) and
-"target ...: PASS|FAIL" (the issue's speed goals: a report, not a failure).
+"target ...: PASS|FAIL" (the speed goals below: a report, not a failure).
 
   correctness  the GPU run (NCCL, one rank) against the host run of the same flags, bf16, ZeRO-3:
                every step's loss within --bound (relative; cuBLAS and OpenBLAS order their sums
@@ -28,7 +28,7 @@ CPU; docs/zero-offload.md):
   result       the offloaded step on the speed model: forward, backward, update (the gradients'
                trip to the host, the CPU's Adam and the weights' trip back), against the step
                that keeps everything on the GPU, and the step against forward + backward + update
-               and against max(forward + backward, update) (the issue's goal: at most 1.2x; nothing
+               and against max(forward + backward, update) (the goal: at most 1.2x; nothing
                overlaps the update with backward yet)
 Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-mlp/.
 """
@@ -263,7 +263,7 @@ def main():
                  f"wait {r['step_reduction_wait'] / steps * 1e3:.3f} ms; on the GPU "
                  f"{median_step(on_gpu, warmup) * 1e3:.3f} ms")
             # Nothing overlaps the update with forward and backward yet (no DPU; the gradients
-            # leave at the step), so the step is their sum at best: the issue's 1.2x max() goal
+            # leave at the step), so the step is their sum at best: the 1.2x max() goal
             # is reported against both.
             dpu = train(tmp, "speed-offload-dpu-stage3",
                         ["--stage", "3", "--bucket", "500000000", *big, "--offload-optimizer",

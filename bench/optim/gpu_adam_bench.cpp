@@ -1,5 +1,5 @@
 // The fused Adam step on a CUDA device against a device-to-device copy that moves the same bytes
-// (issue 28: "fused Adam at least 0.95 of copy bandwidth"). A plain main, not Google Benchmark:
+// (the goal: fused Adam at least 0.95 of copy bandwidth). A plain main, not Google Benchmark:
 // the GPU machines have no Debian packages, and the report is a few fixed lines the GPU check
 // (tools/zero-gpu-check) shows as they are.
 //

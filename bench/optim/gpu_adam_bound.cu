@@ -4,7 +4,7 @@
 //            the same stores, per 4 elements; the step's grid and chunks),
 //   copy kernel: a grid-stride float4 copy of the same 28 bytes per element (14 read, 14 written),
 //   cudaMemcpy: a device-to-device cudaMemcpyAsync of them (the copy zero_bench_optim_gpu uses).
-// On an H100 (2026-11-26) the step ran at 0.99-1.0 of `traffic` and 0.92-0.93 of cudaMemcpy, and
+// On an H100 the step ran at 0.99-1.0 of `traffic` and 0.92-0.93 of cudaMemcpy, and
 // no SM kernel measured beat 0.936 of cudaMemcpy: the math is hidden and the step's ratio to
 // cudaMemcpy is the memory system's for this access pattern (docs/optimizers.md). Built by
 // tools/zero-gpu-check pack only (not part of `all`), run as its step adam-bound.

@@ -1,6 +1,5 @@
-// "auto" (issue 26: 11 of 63 real configs were refused for it, one key per run): the program's
-// values fill each "auto" at its path, as Hugging Face's Trainer fills them, and every "auto" left
-// is named in one error.
+// "auto" (in 11 of 63 real configs): the program's values fill each "auto" at its path, as Hugging
+// Face's Trainer fills them, and every "auto" left is named in one error (not one key per run).
 
 #include "config_test_support.hpp"
 

@@ -1,5 +1,6 @@
-// steps_per_print and wall_clock_breakdown (issue 26: read, then ignored): zero::StepLog gives the
-// lines DeepSpeed's engine prints, every steps_per_print steps, from what the caller hands it.
+// steps_per_print and wall_clock_breakdown, honoured rather than read and ignored: zero::StepLog
+// gives the lines DeepSpeed's engine prints, every steps_per_print steps, from what the caller
+// hands it.
 
 #include "config_test_support.hpp"
 

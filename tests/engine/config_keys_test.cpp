@@ -1,5 +1,5 @@
 // DeepSpeed's zero_optimization keys that change how the engine communicates, not what it
-// computes (issue 26): each gives the weights the default gives, bit for bit, and the step's
+// computes: each gives the weights the default gives, bit for bit, and the step's
 // report shows that it took effect.
 //   reduce_scatter: false        gradients all-reduced, no reduce-scatter in the report
 //   overlap_comm: false          no bucket left in flight while backward goes on

@@ -10,7 +10,7 @@
 // the moments and writes each chunk's fp64 sums of squares, summed in the host's fixed order, so
 // that the caller, adding a tensor's chunk sums in order, gets the host's bits; lamb_apply then
 // steps each tensor by its parameter's neg_step. tests/optim/gpu_step_test.cpp compares them with
-// the host's bits on a GPU (passed on an H100, 2026-11-26).
+// the host's bits on a GPU (passed on an H100).
 
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"

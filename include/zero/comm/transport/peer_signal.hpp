@@ -1,6 +1,6 @@
 #pragma once
 // How a rank tells its peers on the node that it reached a phase, and how a peer waits for that,
-// through a word in shared memory (issue 31, docs/collective-benchmark.md "When a core is busy").
+// through a word in shared memory (docs/collective-benchmark.md, "When a core is busy").
 //
 // The waiting side spins briefly, then sleeps on a futex that the signalling side wakes. It never
 // calls sched_yield: with another busy thread on its core (a trainer's compute, a second job),
