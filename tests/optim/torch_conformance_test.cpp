@@ -2,8 +2,8 @@
 // by make_fixtures.py with PyTorch 1.13): every step's parameters, the low-precision copy and the
 // final optimizer state, through the fused step with fp32, half and bfloat16 gradients and a
 // gradient multiplier. Adam without bias correction (DeepSpeed's bias_correction false) is
-// torch's own Adam step written out with both corrections 1. The issue asks for a relative error
-// under 1e-6; the formulas follow PyTorch's roundings, so the test also expects identical bits.
+// torch's own Adam step written out with both corrections 1. The bound is a relative error under
+// 1e-6; the formulas follow PyTorch's roundings, so the test also expects identical bits.
 
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
@@ -81,7 +81,7 @@ double number(const Case& c, const std::string& key, std::size_t index = 0) {
   return std::stod(c.fields.at(key).at(index));
 }
 
-// Equal bits, and within the issue's 1e-6 relative tolerance (reported separately, so that a
+// Equal bits, and within a 1e-6 relative tolerance (reported separately, so that a
 // failure says how far off a value is).
 void expect_close(const std::vector<float>& got, const std::vector<float>& want,
                   const std::string& what) {
