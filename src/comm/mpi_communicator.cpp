@@ -5,6 +5,7 @@
 
 #include "zero/comm/detail/mpi_check.hpp"
 #include "zero/comm/detail/validation.hpp"
+#include "zero/comm/progress/departures.hpp"
 #include "zero/comm/progress/peer_liveness.hpp"
 #include "zero/comm/progress/progress_worker.hpp"
 #include "zero/comm/transport/hierarchical_transport.hpp"
@@ -17,14 +18,48 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 namespace zero {
+
+namespace {
+// The communicators alive in this process: a process that ends without destroying one (exit()
+// from an error handler, a communicator that outlives main) still tells its peers it left.
+template <class State>
+class LiveStates {
+ public:
+  static LiveStates& instance() {
+    static auto* states = new LiveStates; // never destroyed: used from the exit handler
+    return *states;
+  }
+  void add(State* s) {
+    std::lock_guard lock(mutex_);
+    if (!handler_installed_) handler_installed_ = std::atexit([] { instance().leave_all(); }) == 0;
+    states_.insert(s);
+  }
+  void remove(State* s) {
+    std::lock_guard lock(mutex_);
+    states_.erase(s);
+  }
+
+ private:
+  void leave_all() {
+    std::lock_guard lock(mutex_);
+    for (State* s : states_)
+      s->departures->announce(s->worker->operations_completed());
+  }
+  std::mutex mutex_;
+  std::set<State*> states_;
+  bool handler_installed_ = false;
+};
+} // namespace
 
 struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -40,6 +75,7 @@ struct MpiCommunicator::State {
   std::vector<std::vector<int>> summation_order;
   std::uint64_t sequence = 0;
   std::unique_ptr<detail::PeerLiveness> peers;
+  std::unique_ptr<detail::Departures> departures;
   std::unique_ptr<detail::ProgressWorker> worker;
   int exceptions_at_start = std::uncaught_exceptions();
 
@@ -51,27 +87,51 @@ struct MpiCommunicator::State {
     ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
     choose_transport();
     peers = std::make_unique<detail::PeerLiveness>(comm, rank);
+    departures = std::make_unique<detail::Departures>(comm, rank, size);
     detail::Watchdog watchdog{
         .timeout_seconds = options.timeout_seconds,
-        .on_timeout = [this](const std::string& what,
-                             double seconds) { abort_on_timeout(what, seconds); },
-        .on_slow = [this](const std::string& what, double) { abort_if_peer_lost(what); },
+        .on_timeout = [this](const std::string& what, double seconds,
+                             std::uint64_t) { abort_on_timeout(what, seconds); },
+        .on_slow = [this](const std::string& what, double,
+                          std::uint64_t operation) { abort_if_peer_left(what, operation); },
         .rank = rank,
         .size = size};
     worker = std::make_unique<detail::ProgressWorker>(
         [this](const CollectiveArgs& args) { execute(args); }, std::move(watchdog));
+    LiveStates<State>::instance().add(this);
   }
   // std::visit and the variant's assignment throw only for a valueless variant, which a variant
   // of unique_ptrs never is. NOLINTNEXTLINE(bugprone-exception-escape)
   ~State() {
-    worker.reset(); // finishes queued collectives first (their peers have queued them too)
+    LiveStates<State>::instance().remove(this);
+    worker->stop(); // finishes queued collectives first (their peers have queued them too)
+    // A peer still waiting in a later operation learns now that this rank will not come.
+    departures->announce(worker->operations_completed());
+    worker.reset();
     // Freeing the window and the communicator are collective calls. A rank that unwinds from an
     // error (an exception seen on this rank only) must not wait in them for peers that are
-    // still waiting for its next collective: it leaves them to the process's end (MPI_Abort).
-    const bool unwinding = std::uncaught_exceptions() > exceptions_at_start;
-    if (unwinding) std::visit([](auto& t) { t->abandon(); }, transport);
+    // still waiting for its next collective: it leaves them to the process's end. Otherwise the
+    // ranks leave together: once every peer has left too, nothing can block.
+    int finalized = 0;
+    MPI_Finalized(&finalized); // a program that finalised MPI itself before this
+    const bool skip_collectives =
+        std::uncaught_exceptions() > exceptions_at_start || finalized != 0;
+    std::string missing;
+    if (skip_collectives) {
+      departures->abandon();
+    } else if (!departures->wait_for_peers(options.timeout_seconds, missing)) {
+      std::fprintf(stderr,
+                   "zero: rank %d of %d left its communicator, but rank(s) %s did not within "
+                   "%.0f s (ZERO_TIMEOUT_S): they still wait in an operation this rank never "
+                   "called, or never reached the end. Aborting the job.\n",
+                   rank, size, missing.c_str(), options.timeout_seconds);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    if (skip_collectives) std::visit([](auto& t) { t->abandon(); }, transport);
     transport = std::unique_ptr<detail::MpiTransport>();
-    if (comm != MPI_COMM_NULL && !unwinding) ZERO_LOG_MPI(MPI_Comm_free(&comm));
+    departures.reset();
+    if (comm != MPI_COMM_NULL && !skip_collectives) ZERO_LOG_MPI(MPI_Comm_free(&comm));
   }
 
   void choose_transport() {
@@ -165,17 +225,28 @@ struct MpiCommunicator::State {
     std::abort();
   }
 
-  // A peer that is gone will never take part: end the job now instead of at the timeout.
-  void abort_if_peer_lost(const std::string& what) const {
-    const std::optional<std::string> lost = peers->lost_peers();
-    if (!lost) return;
-    std::fprintf(stderr,
-                 "zero: %s on rank %d of %d cannot complete: %s gone (killed or exited while "
-                 "this rank waited). Aborting the job.\n",
-                 what.c_str(), rank, size, lost->c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 4);
-    std::abort();
+  // A peer that is gone, or that left the communicator before this operation, will never take
+  // part: end the job now instead of at the timeout.
+  void abort_if_peer_left(const std::string& what, std::uint64_t operation) const {
+    if (const std::optional<std::string> lost = peers->lost_peers()) {
+      std::fprintf(stderr,
+                   "zero: %s on rank %d of %d cannot complete: %s gone (killed or exited while "
+                   "this rank waited). Aborting the job.\n",
+                   what.c_str(), rank, size, lost->c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 4);
+      std::abort();
+    }
+    if (const std::optional<std::string> left = departures->departed_before(operation)) {
+      std::fprintf(stderr,
+                   "zero: %s (operation %llu) on rank %d of %d cannot complete: %s. Aborting "
+                   "the job.\n",
+                   what.c_str(), static_cast<unsigned long long>(operation), rank, size,
+                   left->c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 5);
+      std::abort();
+    }
   }
 };
 

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Runs rank_failure under mpirun with 4 ranks and checks how the job ends when rank 2 fails.
+"""Runs rank_failure under mpirun and checks how the job ends when one rank fails.
 
-  check_rank_failure.py --launcher "mpirun -np 4 ..." --binary PATH --fault kill|throw
-                        --where reduction|gather|update --stage N [--recovery]
+  check_rank_failure.py --launcher "mpirun -np N ..." --ranks N --binary PATH
+                        --fault kill|throw|leave|exit --where reduction|gather|update --stage S
+                        [--recovery]
 
-Without --recovery, mpirun ends the job: the test wants a non-zero exit, mpirun naming the failed
-rank, and every other rank saying which collective it was in when terminated. With --recovery
-(mpirun --enable-recovery: the launcher leaves the survivors running) each survivor must find out
-by itself, naming the collective and the lost peer. Either way the job must end within
-ZERO_TIMEOUT_S + 10 s.
+The failing rank is rank 2, or the last one with fewer than 3 ranks. Without --recovery, mpirun
+ends the job: the test wants a non-zero exit, mpirun naming the failed rank, and every other rank
+saying which collective it was in when terminated. With --recovery (mpirun --enable-recovery: the
+launcher leaves the survivors running) each survivor must find out by itself, naming the collective
+and the lost peer. Either way the job must end within ZERO_TIMEOUT_S + 10 s.
+
+`leave` is the error handled as most programs do (reported, then main returns 1): no rank calls
+MPI_Abort and the process stays alive, so the library must end the job itself. `exit` reports it
+and calls exit(1), which destroys no communicator (the library's exit handler speaks for them).
+The test wants every rank gone within 10 s of the error (ZERO_TIMEOUT_S far above that), the failing rank's
+message printed, and a survivor naming the rank that left and that message.
 """
 import argparse
 import os
@@ -19,8 +26,7 @@ import sys
 import tempfile
 import time
 
-VICTIM = 2
-RANKS = 4
+LEAVE_SECONDS = 10  # the job must end this soon after an error handled by returning from main
 # The collectives the survivors wait in, by where rank 2 failed.
 WAITING_IN = {
     "reduction": r"(reduce_scatter|all_reduce)\(",
@@ -33,11 +39,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--launcher", required=True)
     p.add_argument("--binary", required=True)
-    p.add_argument("--fault", choices=["kill", "throw"], required=True)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--fault", choices=["kill", "throw", "leave", "exit"], required=True)
     p.add_argument("--where", choices=list(WAITING_IN), required=True)
     p.add_argument("--stage", default="2")
     p.add_argument("--recovery", action="store_true")
     args = p.parse_args()
+    ranks = args.ranks
+    victim = min(2, ranks - 1)
 
     timeout_s = float(os.environ.get("ZERO_TIMEOUT_S", "20"))
     command = shlex.split(args.launcher)
@@ -53,7 +62,8 @@ def main():
     except subprocess.TimeoutExpired as e:
         print(e.stdout or "")
         sys.exit(f"FAIL: the job was still running {time.monotonic() - start:.0f} s later: a hang")
-    seconds = time.monotonic() - start
+    end = time.monotonic()
+    seconds = end - start
     # mpirun's own report, then what each rank wrote to its log (its stderr).
     out = run.stdout
     for name in sorted(os.listdir(logs.name)):
@@ -66,11 +76,37 @@ def main():
         problems.append(f"took {seconds:.0f} s, more than ZERO_TIMEOUT_S + 10 (+5 to start)")
     if "finished without a failure" in out:
         problems.append("a rank finished training although its peer failed")
-    if f"injecting a {'SIGKILL' if args.fault == 'kill' else 'throw'} during the {args.where}" \
-            not in out:
+    injected = re.search(rf"injecting a {'SIGKILL' if args.fault == 'kill' else 'throw'} during "
+                         rf"the {args.where} of step \d+ at monotonic ([0-9.]+)", out)
+    if not injected:
         problems.append("the fault was not injected where asked")
     waiting = WAITING_IN[args.where]
-    survivors = [r for r in range(RANKS) if r != VICTIM]
+    survivors = [r for r in range(ranks) if r != victim]
+    if args.fault in ("leave", "exit"):
+        ended_after = end - float(injected.group(1)) if injected else float("inf")
+        print(f"the job ended {ended_after:.1f} s after the error")
+        if ended_after > LEAVE_SECONDS:
+            problems.append(f"the job ended {ended_after:.1f} s after the error, more than "
+                            f"{LEAVE_SECONDS} s")
+        if run.returncode == 0:
+            problems.append("mpirun exited 0")
+        message = f"a bad input seen on rank {victim} only"
+        if f"rank {victim} of {ranks} failed: zero: {message}" not in out:
+            problems.append("the failing rank did not report its error")
+        left = (rf"on rank (\d+) of {ranks} cannot complete: rank {victim} \(world rank {victim}, "
+                rf"pid \d+ on host [^)]*\) left after \d+ operations and will not take part; the "
+                rf"last error zero raised there: {re.escape(message)}")
+        named = {int(m) for m in re.findall(left, out)}
+        for r in survivors:
+            terminated = rf"zero: rank {r} of {ranks} terminated by signal 15"
+            if r not in named and not re.search(terminated, out):
+                problems.append(f"rank {r} neither named the rank that left nor was terminated")
+        if not named:
+            problems.append(f"no survivor named rank {victim} and its error")
+        if problems:
+            sys.exit("FAIL: " + "; ".join(problems))
+        print("PASS")
+        return
     if args.recovery:
         # The survivors find out by themselves, naming the collective and the lost peer (rank 2's
         # process is gone; one that noticed first and aborted may be gone too when another looks).
@@ -78,10 +114,10 @@ def main():
         # mpirun: then it says which collective it was in. At least one must name the lost peer.
         named = 0
         for r in survivors:
-            lost = (rf"zero: {waiting}[^\n]* on rank {r} of {RANKS} cannot complete: "
-                    rf"peers? (rank \d \([^)]*\), )*rank {VICTIM} \(world rank {VICTIM}, "
+            lost = (rf"zero: {waiting}[^\n]* on rank {r} of {ranks} cannot complete: "
+                    rf"peers? (rank \d \([^)]*\), )*rank {victim} \(world rank {victim}, "
                     rf"pid \d+ on host [^)]*\)[^\n]* gone")
-            terminated = rf"zero: rank {r} of {RANKS} terminated by signal 15 while in {waiting}"
+            terminated = rf"zero: rank {r} of {ranks} terminated by signal 15 while in {waiting}"
             if re.search(lost, out):
                 named += 1
             elif not re.search(terminated, out):
@@ -92,15 +128,15 @@ def main():
         if run.returncode == 0:
             problems.append("mpirun exited 0")
         if args.fault == "kill":
-            if not re.search(rf"process rank {VICTIM} with PID \d+ on node \S+ exited on signal 9",
+            if not re.search(rf"process rank {victim} with PID \d+ on node \S+ exited on signal 9",
                              out):
                 problems.append("mpirun did not name the killed rank")
         else:
-            if f"rank {VICTIM} of {RANKS} failed: " not in out or \
-                    f"a bad input seen on rank {VICTIM} only" not in out:
+            if f"rank {victim} of {ranks} failed: " not in out or \
+                    f"a bad input seen on rank {victim} only" not in out:
                 problems.append("the failing rank did not report its error")
         for r in survivors:
-            if not re.search(rf"zero: rank {r} of {RANKS} terminated by signal 15 while in "
+            if not re.search(rf"zero: rank {r} of {ranks} terminated by signal 15 while in "
                              rf"{waiting}", out):
                 problems.append(f"rank {r} did not say which collective it was in")
     if problems:

@@ -1,14 +1,16 @@
 // One rank of the job fails in the middle of a training step; check_rank_failure.py runs this under
 // mpirun and checks that the others end quickly and say where they were, never hang.
 //
-//   rank_failure <kill|throw> <reduction|gather|update> <stage 1|2|3>
+//   rank_failure <kill|throw|leave|exit> <reduction|gather|update> <stage 1|2|3>
 //
-// Rank 2 fails at step 2: in backward right after handing over its last layer's gradients (its
-// peers then wait in the gradient reduction), in forward before acquiring layer 2 (stage 3: its
-// peers wait in that layer's all-gather), or as its optimizer update begins (its peers wait in the
-// all-gather of the updated weights, stages 1/2). `kill` is SIGKILL, a crash as the launcher sees
-// it; `throw` is an error seen on that rank only (a bad input), which this program, as a trainer
-// would, reports and turns into MPI_Abort.
+// Rank 2 (the last rank with fewer than 3) fails at step 2: in backward right after handing over
+// its last layer's gradients (its peers then wait in the gradient reduction), in forward before
+// acquiring layer 2 (stage 3: its peers wait in that layer's all-gather), or as its optimizer
+// update begins (its peers wait in the all-gather of the updated weights, stages 1/2). `kill` is
+// SIGKILL, a crash as the launcher sees it; `throw` is an error seen on that rank only (a bad
+// input), which this program, as a careful trainer would, reports and turns into MPI_Abort; `leave`
+// is the same error handled as most programs do: reported, and main returns 1 (the library must
+// then end the job by itself); `exit` reports it and calls exit(1), which destroys no communicator.
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/engine/engine.hpp>
@@ -17,8 +19,10 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -27,10 +31,10 @@
 
 namespace {
 
-enum class Fault { kill, throw_error };
+enum class Fault { kill, throw_error, leave, exit_process };
 enum class Where { reduction, gather, update };
 
-constexpr int victim = 2;
+int victim = 2;
 constexpr int failing_step = 2;
 
 struct Injection {
@@ -42,10 +46,14 @@ struct Injection {
   void maybe_fail(Where here) const {
     if (rank != victim || step != failing_step || here != where) return;
     static const char* const names[] = {"reduction", "gather", "update"};
-    std::fprintf(stderr, "rank %d: injecting a %s during the %s of step %d\n", rank,
-                 fault == Fault::kill ? "SIGKILL" : "throw", names[static_cast<int>(here)], step);
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now); // the checker measures how long the job took to end
+    std::fprintf(stderr, "rank %d: injecting a %s during the %s of step %d at monotonic %.3f\n",
+                 rank, fault == Fault::kill ? "SIGKILL" : "throw", names[static_cast<int>(here)],
+                 step, static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec));
     std::fflush(stderr);
     if (fault == Fault::kill) ::raise(SIGKILL);
+    // The other faults throw; they differ in how main handles it.
     zero::fail(zero::ErrorKind::invalid_argument,
                "a bad input seen on rank " + std::to_string(rank) + " only");
   }
@@ -111,15 +119,21 @@ void log_to_file(int rank) {
 int main(int argc, char** argv) {
   zero::MpiCommunicator world(argc, argv);
   injection.rank = world.rank();
+  victim = std::min(2, world.size() - 1);
   log_to_file(world.rank());
   try {
-    zero::require(argc == 4, "usage: rank_failure <kill|throw> <reduction|gather|update> <stage>");
+    zero::require(argc == 4,
+                  "usage: rank_failure <kill|throw|leave|exit> <reduction|gather|update> <stage>");
     const std::string fault = argv[1], where = argv[2], stage = argv[3];
-    injection.fault = fault == "kill" ? Fault::kill : Fault::throw_error;
+    injection.fault = fault == "kill"    ? Fault::kill
+                      : fault == "leave" ? Fault::leave
+                      : fault == "exit"  ? Fault::exit_process
+                                         : Fault::throw_error;
     injection.where = where == "reduction" ? Where::reduction
                       : where == "gather"  ? Where::gather
                                            : Where::update;
-    zero::require(fault == "kill" || fault == "throw", "unknown fault " + fault);
+    zero::require(fault == "kill" || fault == "throw" || fault == "leave" || fault == "exit",
+                  "unknown fault " + fault);
     zero::require(where == "reduction" || where == "gather" || where == "update",
                   "unknown place " + where);
     if (stage == "1")
@@ -134,6 +148,8 @@ int main(int argc, char** argv) {
     // As a trainer should: say what failed here, then end the job so no peer waits for this rank.
     std::fprintf(stderr, "rank %d of %d failed: %s\n", world.rank(), world.size(), e.what());
     std::fflush(stderr);
+    if (injection.fault == Fault::leave) return 1; // as most programs do
+    if (injection.fault == Fault::exit_process) std::exit(1);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return 1;

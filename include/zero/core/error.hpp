@@ -2,8 +2,12 @@
 // zero's error type and the three flavours of check: throw (normal code), assert (programming
 // errors, compiled out with NDEBUG) and log (destructors and noexcept paths, which must not throw).
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -48,10 +52,44 @@ inline const char* to_string(ErrorKind kind) noexcept {
   return "error";
 }
 
+namespace detail {
+// The last error zero raised in this process, for a peer's report when this rank leaves a
+// communicator its peers still wait in (comm/progress/departures.hpp): a program that catches the
+// error, prints it and returns from main leaves only its own output saying why otherwise.
+class LastError {
+ public:
+  void record(const std::string& message) noexcept {
+    std::lock_guard lock(mutex_);
+    const std::size_t n = std::min(message.size(), text_.size() - 1);
+    std::copy_n(message.data(), n, text_.data());
+    text_[n] = '\0';
+  }
+  // Copies it into `to` (empty when none), cut to fit.
+  template <std::size_t N>
+  void copy_to(std::array<char, N>& to) const noexcept {
+    std::lock_guard lock(mutex_);
+    const std::size_t n = std::min(std::strlen(text_.data()), N - 1);
+    std::copy_n(text_.data(), n, to.data());
+    to[n] = '\0';
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::array<char, 1024> text_{};
+};
+
+inline LastError& last_error() noexcept {
+  static LastError record;
+  return record;
+}
+} // namespace detail
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message)
-      : std::runtime_error("zero: " + message), kind_(kind) {}
+      : std::runtime_error("zero: " + message), kind_(kind) {
+    detail::last_error().record(message);
+  }
   ErrorKind kind() const noexcept { return kind_; }
 
  private:

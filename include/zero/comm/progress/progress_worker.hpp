@@ -3,8 +3,10 @@
 // every rank agree on), so that the caller's thread computes while communication progresses.
 // A watchdog thread reports an operation that runs past the timeout: the sign of a rank that
 // skipped or mismatched a collective, which would otherwise hang the job forever. Before that, it
-// offers every slow operation to `on_slow` once a second (the communicator looks for a lost
-// peer), and the operation in progress is recorded for the termination report.
+// offers every slow operation to `on_slow` twice a second (the communicator looks for a lost or
+// departed peer), and the operation in progress is recorded for the termination report. Operations
+// are numbered from 1 in the order they run, the same on every rank of a correct program: a peer
+// that left after completing fewer than the one running will never take part in it.
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/progress/termination_report.hpp"
@@ -27,11 +29,13 @@
 namespace zero::detail {
 
 struct Watchdog {
-  using OnLate = std::function<void(const std::string& what, double seconds)>;
+  // `operation`: the running operation's number (1 for the first this worker ran).
+  using OnLate =
+      std::function<void(const std::string& what, double seconds, std::uint64_t operation)>;
   double timeout_seconds = 300;
   OnLate on_timeout; // the running operation is past the timeout (expected not to return)
   OnLate on_slow;    // it has run longer than `slow_seconds`; called again every period
-  double slow_seconds = 1;
+  double slow_seconds = 0.5;
   int rank = 0; // how the termination report names this communicator's rank
   int size = 1;
 };
@@ -51,8 +55,11 @@ class ProgressWorker {
   ProgressWorker(const ProgressWorker&) = delete;
   ProgressWorker& operator=(const ProgressWorker&) = delete;
 
-  // Lets the queued operations finish, then stops both threads.
-  ~ProgressWorker() {
+  ~ProgressWorker() { stop(); }
+
+  // Lets the queued operations finish, then stops both threads. Nothing may be submitted after.
+  void stop() {
+    if (!worker_.joinable()) return;
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
@@ -89,6 +96,11 @@ class ProgressWorker {
     push(std::make_shared<ThreadWork>(std::move(label), std::move(task)))->wait();
   }
 
+  // How many operations ran to their end (with or without an error).
+  std::uint64_t operations_completed() const noexcept {
+    return completed_.load(std::memory_order_acquire);
+  }
+
  private:
   std::shared_ptr<ThreadWork> push(std::shared_ptr<ThreadWork> work) {
     unfinished_.fetch_add(1, std::memory_order_acq_rel);
@@ -113,7 +125,7 @@ class ProgressWorker {
   void execute_watched(const std::shared_ptr<ThreadWork>& work) {
     const std::int64_t began =
         work->task() ? record_.begin(work->description()) : record_.begin(work->args());
-    set_running(work, began);
+    set_running(work, began, completed_.load(std::memory_order_relaxed) + 1);
     std::exception_ptr error;
     try {
       if (work->task())
@@ -124,7 +136,8 @@ class ProgressWorker {
       error = std::current_exception();
     }
     record_.end();
-    set_running(nullptr, 0);
+    set_running(nullptr, 0, 0);
+    completed_.fetch_add(1, std::memory_order_acq_rel);
     unfinished_.fetch_sub(1, std::memory_order_acq_rel);
     work->complete(error);
   }
@@ -143,30 +156,34 @@ class ProgressWorker {
   }
 
   void watch() {
+    // Twice a second: a lost or departed peer is named within about a second.
     const auto period =
-        std::min<std::chrono::duration<double>>(timeout_ / 4, std::chrono::seconds(1));
+        std::min<std::chrono::duration<double>>(timeout_ / 4, std::chrono::milliseconds(500));
     std::unique_lock lock(watch_mutex_);
     while (!watch_cv_.wait_for(lock, period, [&] { return watch_stop_; })) {
       std::shared_ptr<ThreadWork> running;
       std::int64_t since = 0;
+      std::uint64_t number = 0;
       {
         std::lock_guard running_lock(running_mutex_);
         running = running_;
         since = running_since_;
+        number = running_number_;
       }
       if (!running) continue;
       const double seconds = static_cast<double>(now_ns() - since) * 1e-9;
       if (seconds > timeout_.count())
-        watchdog_options_.on_timeout(running->description(), seconds);
+        watchdog_options_.on_timeout(running->description(), seconds, number);
       else if (seconds > watchdog_options_.slow_seconds && watchdog_options_.on_slow)
-        watchdog_options_.on_slow(running->description(), seconds);
+        watchdog_options_.on_slow(running->description(), seconds, number);
     }
   }
 
-  void set_running(std::shared_ptr<ThreadWork> work, std::int64_t since_ns) {
+  void set_running(std::shared_ptr<ThreadWork> work, std::int64_t since_ns, std::uint64_t number) {
     std::lock_guard lock(running_mutex_);
     running_ = std::move(work);
     running_since_ = since_ns;
+    running_number_ = number;
   }
 
   static std::int64_t now_ns() {
@@ -185,11 +202,13 @@ class ProgressWorker {
   std::deque<std::shared_ptr<ThreadWork>> queue_;
   std::atomic<int> queued_{0};
   std::atomic<int> unfinished_{0}; // queued or running, on either thread
+  std::atomic<std::uint64_t> completed_{0};
   bool stopping_ = false;
 
   std::mutex running_mutex_; // the operation in progress, for the watchdog
   std::shared_ptr<ThreadWork> running_;
   std::int64_t running_since_ = 0;
+  std::uint64_t running_number_ = 0;
 
   std::mutex watch_mutex_;
   std::condition_variable watch_cv_;
