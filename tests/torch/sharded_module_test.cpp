@@ -320,6 +320,8 @@ TEST_F(TorchTest, RefusesWhatItCannotKeepNamingIt) {
     EXPECT_NE(std::string(e.what()).find("'b.tied' and 'a.weight' are one tensor"),
               std::string::npos)
         << e.what();
+    // zero's errors say "zero: " once, then the part of zero: "torch: ".
+    EXPECT_EQ(std::string(e.what()).rfind("zero: torch: '", 0), 0u) << e.what();
   }
   torch::nn::Linear frozen(3, 3);
   frozen->bias.requires_grad_(false);
@@ -347,11 +349,12 @@ TEST_F(TorchTest, RefusesWhatItCannotKeepNamingIt) {
       twice.sharded.call(0, first, batch(1, 0));
       FAIL() << "a layer was called twice in one micro-step";
     } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("layer 0 is called a second time"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("layer 0 (child 'in') is called a second time"),
+                std::string::npos)
           << e.what();
     }
   }
-  // A layer never called in a micro-step: step() refuses (on every rank alike).
+  // Layers never called in a micro-step: step() refuses, naming them (on every rank alike).
   Trainer<2> run;
   const torch::Tensor h = run.sharded.call(
       0, [m = run.model](const torch::Tensor& in) mutable { return m->in(in); }, batch(0, 0));
@@ -360,8 +363,76 @@ TEST_F(TorchTest, RefusesWhatItCannotKeepNamingIt) {
     run.sharded.step();
     FAIL() << "a step without every layer's gradient was accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("hand over every layer's gradient"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "layer 1 (child 'norm'), layer 2 (child 'out') handed no gradient to the engine"),
+              std::string::npos)
         << e.what();
+  }
+}
+
+// Errors name a layer by what it is: a child of the module, or the grouping's prefixes.
+TEST_F(TorchTest, LayersAreNamedByTheirChildOrPrefixes) {
+  Small m = make_small();
+  EXPECT_EQ(zero::torch::ModuleLayers::by_child(*m).name(2), "layer 2 (child 'out')");
+  EXPECT_EQ(zero::torch::ModuleLayers::grouped(*m, {{"in", "norm"}, {"out"}}).name(0),
+            "layer 0 ('in', 'norm')");
+}
+
+// A child whose forward does not run through call(): at stages 0-2 autograd gives its parameters
+// a .grad() of their own, which backward() (or step(), after a plain loss.backward()) refuses,
+// naming the child; at stage 3, run inside another layer's call, libtorch's error on its empty
+// parameters is given with the name of the layer whose call it was.
+TEST_F(TorchTest, NamesAChildRunOutsideItsCall) {
+  const auto expect_error = [](auto&& f, const std::string& words) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one with: " << words;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  // The norm runs directly, between two calls.
+  const auto norm_outside = [](auto& run) {
+    torch::Tensor h = run.sharded.call(
+        0, [m = run.model](const torch::Tensor& in) mutable { return torch::tanh(m->in(in)); },
+        batch(0, zero::testing::world().rank()));
+    h = run.model->norm(h);
+    h = run.sharded.call(
+        2, [m = run.model](const torch::Tensor& in) mutable { return m->out(in); }, h);
+    return h.pow(2).mean();
+  };
+  {
+    Trainer<0> run;
+    const torch::Tensor loss = norm_outside(run);
+    expect_error([&] { run.sharded.backward(loss); },
+                 "layer 1 (child 'norm') ran outside sharded.call(): autograd gave 'norm.weight' "
+                 "a .grad() of its own");
+  }
+  {
+    Trainer<2> run;
+    norm_outside(run).backward(); // not sharded.backward(): step() is the next to see it
+    expect_error([&] { run.sharded.step(); }, "layer 1 (child 'norm') ran outside sharded.call()");
+  }
+  {
+    Trainer<3> run;
+    expect_error(
+        [&] {
+          run.sharded.call(
+              1, [m = run.model](const torch::Tensor& in) mutable { return m->norm(m->in(in)); },
+              batch(0, 0));
+        },
+        "layer 1 (child 'norm')'s function failed at stage 3: ");
+  }
+  // A .grad() left from plain libtorch before the ShardedModule is not taken for one.
+  {
+    Small m = make_small();
+    m->norm->weight.mutable_grad() = torch::ones({8});
+    const auto layers = zero::torch::ModuleLayers::by_child(*m);
+    EngineOf<0> engine(zero::testing::world(), layers.specs(), zero::Adam({.lr = 0.01}),
+                       zero::StaticLossScaler{});
+    zero::torch::ShardedModule<EngineOf<0>> sharded(engine, *m, layers);
+    sharded.backward(small_loss(m, through(sharded), batch(0, zero::testing::world().rank())));
+    EXPECT_TRUE(sharded.step().applied);
   }
 }
 

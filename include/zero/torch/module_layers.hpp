@@ -49,10 +49,13 @@ class ModuleLayers {
     std::vector<std::string> own;
     for (const auto& p : module.named_parameters(/*recurse=*/false))
       own.push_back(p.key());
-    if (!own.empty()) groups.push_back({"the module's own parameters", own, true});
+    if (!own.empty())
+      groups.push_back({"the module's own parameters", "the module's own parameters", own, true});
     for (const auto& child : module.named_children())
-      if (!child.value()->parameters(/*recurse=*/true).empty())
-        groups.push_back({"child '" + child.key() + "'", {child.key()}, false});
+      if (!child.value()->parameters(/*recurse=*/true).empty()) {
+        const std::string label = "child '" + child.key() + "'";
+        groups.push_back({label, label, {child.key()}, false});
+      }
     return ModuleLayers(module, groups);
   }
 
@@ -62,18 +65,26 @@ class ModuleLayers {
   static ModuleLayers grouped(::torch::nn::Module& module,
                               const std::vector<std::vector<std::string>>& prefixes) {
     std::vector<Group> groups;
-    for (std::size_t i = 0; i < prefixes.size(); ++i)
-      groups.push_back({"group " + std::to_string(i), prefixes[i], false});
+    for (std::size_t i = 0; i < prefixes.size(); ++i) {
+      std::string quoted;
+      for (const std::string& prefix : prefixes[i])
+        quoted += (quoted.empty() ? "'" : ", '") + prefix + "'";
+      groups.push_back({"group " + std::to_string(i), quoted, prefixes[i], false});
+    }
     return ModuleLayers(module, groups);
   }
 
   std::size_t size() const noexcept { return layers_.size(); }
   const std::vector<ModuleParameter>& layer(std::size_t l) const {
     if (l >= layers_.size())
-      fail(ErrorKind::invalid_argument, "zero::torch: no layer " + std::to_string(l) +
-                                            " (layers 0-" + std::to_string(layers_.size() - 1) +
-                                            ")");
+      fail(ErrorKind::invalid_argument, "torch: no layer " + std::to_string(l) + " (layers 0-" +
+                                            std::to_string(layers_.size() - 1) + ")");
     return layers_[l];
+  }
+  // Layer l as errors name it: "layer 2 (child 'fc2')", "layer 1 ('h.0')".
+  std::string name(std::size_t l) const {
+    layer(l); // (checks l)
+    return "layer " + std::to_string(l) + " (" + labels_[l] + ")";
   }
   std::size_t numel(std::size_t l) const {
     std::size_t n = 0;
@@ -101,20 +112,21 @@ class ModuleLayers {
       if (first.empty()) first = named.key();
       if (l == layers_.size() || (found != layers_.size() && found != l))
         fail(ErrorKind::invalid_argument,
-             "zero::torch: the submodule holding '" + first + "' (" + submodule.name() +
+             "torch: the submodule holding '" + first + "' (" + submodule.name() +
                  ") is not one layer: its '" + named.key() + "' is in " +
                  (l == layers_.size() ? "no layer" : "another layer than '" + first + "'"));
       found = l;
     }
     if (found == layers_.size())
       fail(ErrorKind::invalid_argument,
-           "zero::torch: the submodule " + submodule.name() + " has no parameters");
+           "torch: the submodule " + submodule.name() + " has no parameters");
     return found;
   }
 
  private:
   struct Group {
-    std::string label;
+    std::string label;       // in the errors of the grouping: "group 1", "child 'fc2'"
+    std::string description; // what the layer is named by afterwards: "child 'fc2'", "'h.0'"
     std::vector<std::string> prefixes;
     bool exact; // the module's own parameters: whole names, not prefixes
   };
@@ -126,21 +138,23 @@ class ModuleLayers {
   }
 
   ModuleLayers(::torch::nn::Module& module, const std::vector<Group>& groups) {
-    require(!groups.empty(), "zero::torch: the module has no parameters to train");
+    require(!groups.empty(), "torch: the module has no parameters to train");
     layers_.resize(groups.size());
+    for (const Group& g : groups)
+      labels_.push_back(g.description);
     std::map<const void*, std::string> seen; // tensor -> its first name: ties
     for (const auto& named : module.named_parameters(/*recurse=*/true)) {
       const std::string& name = named.key();
       const ::torch::Tensor& t = named.value();
       const auto [first, fresh] = seen.emplace(t.unsafeGetTensorImpl(), name);
-      require(fresh, "zero::torch: '" + name + "' and '" + first->second +
+      require(fresh, "torch: '" + name + "' and '" + first->second +
                          "' are one tensor (tied weights); zero keeps each parameter once, in one "
                          "layer: untie them, or reuse the one tensor inside a single layer's call");
       require(t.scalar_type() == ::torch::kFloat32 && t.device().is_cpu(),
-              "zero::torch: '" + name + "' is " + std::string(c10::toString(t.scalar_type())) +
-                  " on " + t.device().str() +
+              "torch: '" + name + "' is " + std::string(c10::toString(t.scalar_type())) + " on " +
+                  t.device().str() +
                   "; register float32 CPU parameters (the engine makes the compute copy)");
-      require(t.requires_grad(), "zero::torch: '" + name +
+      require(t.requires_grad(), "torch: '" + name +
                                      "' does not require a gradient; a frozen tensor is a buffer "
                                      "(register_buffer), not a parameter zero trains");
       std::size_t owner = groups.size();
@@ -148,19 +162,19 @@ class ModuleLayers {
         for (const std::string& prefix : groups[g].prefixes)
           if (under(name, prefix, groups[g].exact)) {
             if (owner != groups.size() && owner != g)
-              fail(ErrorKind::invalid_argument, "zero::torch: '" + name + "' is in " +
+              fail(ErrorKind::invalid_argument, "torch: '" + name + "' is in " +
                                                     groups[owner].label + " and in " +
                                                     groups[g].label);
             owner = g;
           }
-      require(owner < groups.size(), "zero::torch: '" + name + "' is in no layer's group");
+      require(owner < groups.size(), "torch: '" + name + "' is in no layer's group");
       std::vector<std::size_t> shape;
       for (const std::int64_t d : t.sizes())
         shape.push_back(std::size_t(d));
       layers_[owner].push_back({name, t, std::move(shape)});
     }
     for (std::size_t g = 0; g < groups.size(); ++g)
-      require(!layers_[g].empty(), "zero::torch: " + groups[g].label + " holds no parameter");
+      require(!layers_[g].empty(), "torch: " + groups[g].label + " holds no parameter");
   }
 
   std::size_t layer_holding(const ::torch::Tensor& t) const {
@@ -171,6 +185,7 @@ class ModuleLayers {
   }
 
   std::vector<std::vector<ModuleParameter>> layers_;
+  std::vector<std::string> labels_; // per layer, for name()
 };
 
 } // namespace zero::torch

@@ -46,10 +46,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/SequenceNumber.h>
+#include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -79,7 +81,7 @@ inline ::torch::ScalarType scalar_type_of(DType t) {
   default:
     break;
   }
-  fail(ErrorKind::unsupported, std::string("zero::torch: no compute type ") + to_string(t));
+  fail(ErrorKind::unsupported, std::string("torch: no compute type ") + to_string(t));
 }
 
 template <class Engine>
@@ -95,25 +97,26 @@ class ShardedModule {
   // parameters at the engine's compute copy. The engine must have been built from layers.specs(),
   // and must outlive this object.
   ShardedModule(Engine& engine, ::torch::nn::Module& module, ModuleLayers layers)
-      : engine_(engine), layers_(std::move(layers)), called_(layers_.size(), false) {
+      : engine_(engine), layers_(std::move(layers)), called_(layers_.size(), false),
+        handed_(layers_.size(), false) {
     std::set<const void*> own;
     for (const ::torch::Tensor& t : module.parameters())
       own.insert(t.unsafeGetTensorImpl());
     for (std::size_t l = 0; l < layers_.size(); ++l)
       for (const ModuleParameter& p : layers_.layer(l))
         require(own.contains(p.tensor.unsafeGetTensorImpl()),
-                "zero::torch: '" + p.name +
+                "torch: '" + p.name +
                     "' of the layers is not a parameter of this module "
                     "(make the ModuleLayers from the module given here)");
     // A half-precision compute copy would need every call's floating inputs cast to it; not built
     // yet (docs/libtorch.md).
     require(engine_.options().compute_dtype == DType::float32,
-            std::string("zero::torch: the compute type is ") +
+            std::string("torch: the compute type is ") +
                 to_string(engine_.options().compute_dtype) +
                 "; zero::torch trains float32 modules for now (EngineOptions::compute_dtype)",
             ErrorKind::unsupported);
     require(engine_.layers() == layers_.size(),
-            "zero::torch: the engine has " + std::to_string(engine_.layers()) +
+            "torch: the engine has " + std::to_string(engine_.layers()) +
                 " layers and the module's grouping " + std::to_string(layers_.size()) +
                 " (build the engine from the same ModuleLayers' specs())");
     for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -126,6 +129,11 @@ class ShardedModule {
       }
       engine_.set_layer(l, View<const float>(values));
       if constexpr (!keeps_weights) release_views(l);
+      if (layers_.numel(l) > 0) ++layers_with_gradients_;
+      // A .grad() left from training the module before: from now on a defined one means autograd
+      // reached the parameter outside call() (check_no_gradient_outside_calls).
+      for (const ModuleParameter& p : layers_.layer(l))
+        p.tensor.mutable_grad().reset();
     }
     point_at_compute_copy();
   }
@@ -145,7 +153,7 @@ class ShardedModule {
                                                  : ::torch::full(p.sizes(), NAN, options()));
       }
     } catch (const std::exception& e) { // out of memory: the views are left as they are
-      std::fprintf(stderr, "zero::torch: ~ShardedModule: %s (the parameters keep their views)\n",
+      std::fprintf(stderr, "zero: torch: ~ShardedModule: %s (the parameters keep their views)\n",
                    e.what());
     }
   }
@@ -161,21 +169,21 @@ class ShardedModule {
   // (token ids, say); other tensors forward reads are captured by value and must not require one.
   ::torch::Tensor call(std::size_t l, const Function& forward, const ::torch::Tensor& input) {
     if (l >= layers_.size()) // (checked before any message is built: call() is on the hot path)
-      fail(ErrorKind::invalid_argument, "zero::torch: call: no layer " + std::to_string(l) +
+      fail(ErrorKind::invalid_argument, "torch: call: no layer " + std::to_string(l) +
                                             " (layers 0-" + std::to_string(layers_.size() - 1) +
                                             ")");
     if (!input.defined())
       fail(ErrorKind::invalid_argument,
-           "zero::torch: call: layer " + std::to_string(l) + "'s input is an undefined tensor");
+           "torch: call: " + layers_.name(l) + "'s input is an undefined tensor");
     if (!::torch::GradMode::is_enabled()) { // evaluation: the forward only
       const LayerParameters held = engine_.acquire(l);
       point_at(l, held);
       const ReleaseViews release{*this, l};
-      return unaliased(l, forward(input));
+      return unaliased(l, run_function(l, forward, input));
     }
     if (called_[l])
       fail(ErrorKind::invalid_argument,
-           "zero::torch: layer " + std::to_string(l) +
+           "torch: " + layers_.name(l) +
                " is called a second time before its first call's backward; each layer runs once "
                "per micro-step (its gradient goes to the engine once)");
     auto record = c10::make_intrusive<Record>();
@@ -191,12 +199,21 @@ class ShardedModule {
     return call(layer_of(submodule), forward, input);
   }
 
-  // loss * the loss scale, backward: what replaces loss.backward().
-  void backward(const ::torch::Tensor& loss) { (loss * engine_.loss_scale()).backward(); }
+  // loss * the loss scale, backward: what replaces loss.backward(). Refuses, naming the layer, a
+  // parameter autograd reached outside call().
+  void backward(const ::torch::Tensor& loss) {
+    (loss * engine_.loss_scale()).backward();
+    check_no_gradient_outside_calls();
+  }
   // Replaces optimizer.step(): the engine's step (overflow check, clipping, the update of this
   // rank's shard, the new weights shared). At stages 1-2 the new weights are gathered in the
-  // background: read them through call() or engine().acquire(l), which wait for them.
-  StepResult step() { return engine_.step(); }
+  // background: read them through call() or engine().acquire(l), which wait for them. Refuses,
+  // naming them, layers whose gradient did not reach the engine in this micro-step.
+  StepResult step() {
+    check_no_gradient_outside_calls();
+    check_micro_step_complete();
+    return engine_.step();
+  }
 
   // The fp32 master weights into tensors the module owns (a collective: the shards are gathered),
   // for a module that lives on after this object; the next call() points the layer back at the
@@ -295,7 +312,7 @@ class ShardedModule {
         record->input_version = input._version();
         record->input_requires_grad = input.requires_grad();
         record->random_state = random_state();
-        out = self.unaliased(l, record->forward(input));
+        out = self.unaliased(l, self.run_function(l, record->forward, input));
       }
       ctx->saved_data["record"] = c10::IValue::make_capsule(record);
       return {out};
@@ -308,15 +325,14 @@ class ShardedModule {
       const std::size_t l = record->layer;
       const auto owner = record->owner.lock();
       if (!owner)
-        fail(ErrorKind::invalid_argument, "zero::torch: the backward of layer " +
-                                              std::to_string(l) +
+        fail(ErrorKind::invalid_argument, "torch: the backward of layer " + std::to_string(l) +
                                               "'s call ran after its ShardedModule was destroyed");
       if (record->handed_over)
-        fail(ErrorKind::unsupported, "zero::torch: the backward of layer " + std::to_string(l) +
+        fail(ErrorKind::unsupported, "torch: the backward of " + (**owner).layers_.name(l) +
                                          "'s call ran twice (retain_graph and a second backward "
                                          "over one forward are not supported)");
       if (::torch::GradMode::is_enabled())
-        fail(ErrorKind::unsupported, "zero::torch: backward with create_graph=true (gradients of "
+        fail(ErrorKind::unsupported, "torch: backward with create_graph=true (gradients of "
                                      "gradients) is not supported");
       ShardedModule& self = **owner;
       std::optional<LayerParameters> held;
@@ -324,7 +340,7 @@ class ShardedModule {
       if constexpr (!keeps_weights) { // gather again, and record the forward this time
         if (record->input._version() != record->input_version)
           fail(ErrorKind::invalid_argument,
-               "zero::torch: the input of layer " + std::to_string(l) +
+               "torch: the input of " + self.layers_.name(l) +
                    "'s call was modified in place before its backward (stage 3 runs the call "
                    "again from it)");
         held.emplace(self.engine_.acquire(l));
@@ -334,7 +350,7 @@ class ShardedModule {
         const ::torch::AutoGradMode record_graph(true);
         record->start = start_of(record->input, record->input_requires_grad);
         const std::uint64_t first_node = at::sequence_number::peek();
-        record->output = record->forward(record->start);
+        record->output = self.run_function(l, record->forward, record->start);
         self.check_inputs(l, *record, first_node);
       }
       std::vector<::torch::Tensor> wrt;
@@ -373,7 +389,7 @@ class ShardedModule {
         try {
           self.release_views(layer);
         } catch (const std::exception& e) {
-          std::fprintf(stderr, "zero::torch: releasing layer %zu: %s\n", layer, e.what());
+          std::fprintf(stderr, "zero: torch: releasing layer %zu: %s\n", layer, e.what());
         }
       }
     }
@@ -396,7 +412,7 @@ class ShardedModule {
       try {
         set(after);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "zero::torch: restoring the random state: %s\n", e.what());
+        std::fprintf(stderr, "zero: torch: restoring the random state: %s\n", e.what());
       }
     }
     static void set(const ::torch::Tensor& state) {
@@ -415,15 +431,73 @@ class ShardedModule {
     const auto members = engine_.layout().layer_parameters(l);
     const auto& mine = layers_.layer(l);
     require(members.size() == mine.size(),
-            "zero::torch: layer " + std::to_string(l) + " has " + std::to_string(members.size()) +
+            "torch: " + layers_.name(l) + " has " + std::to_string(members.size()) +
                 " parameters in the engine, " + std::to_string(mine.size()) + " in the module");
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const ParameterSpec& spec = engine_.layout().parameter(members[i]);
       require(spec.name == mine[i].name && spec.numel == mine[i].numel(),
-              "zero::torch: layer " + std::to_string(l) + "'s parameter " + std::to_string(i) +
-                  " is '" + spec.name + "' of " + std::to_string(spec.numel) +
-                  " elements in the engine, '" + mine[i].name + "' of " +
-                  std::to_string(mine[i].numel()) + " in the module");
+              "torch: " + layers_.name(l) + "'s parameter " + std::to_string(i) + " is '" +
+                  spec.name + "' of " + std::to_string(spec.numel) + " elements in the engine, '" +
+                  mine[i].name + "' of " + std::to_string(mine[i].numel()) + " in the module");
+    }
+  }
+
+  // Runs layer l's function. At stage 3 only layer l's parameters hold weights inside its call, the
+  // other layers' are empty, so an operation libtorch refuses there most often reads a child of
+  // another layer: the error names the layer and says so. (At stages 0-2 that child's weights are
+  // there, and check_inputs names it after the forward.)
+  ::torch::Tensor run_function(std::size_t l, const Function& forward,
+                               const ::torch::Tensor& input) const {
+    if constexpr (keeps_weights) {
+      return forward(input);
+    } else {
+      try {
+        return forward(input);
+      } catch (const c10::Error& e) {
+        fail(ErrorKind::invalid_argument,
+             "torch: " + layers_.name(l) +
+                 "'s function failed at stage 3: " + e.what_without_backtrace() +
+                 " (inside a call at stage 3 only its own layer's parameters hold weights, every "
+                 "other layer's are empty: a child of another layer runs through its own call())");
+      }
+    }
+  }
+
+  // A parameter with a .grad(): autograd reached it outside every call (its child ran directly,
+  // or the loss read it), so its gradient went there instead of to the engine. (At stage 3 such a
+  // child fails first, in libtorch, on its empty parameters.)
+  void check_no_gradient_outside_calls() const {
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      for (const ModuleParameter& p : layers_.layer(l))
+        if (p.tensor.grad().defined())
+          fail(ErrorKind::invalid_argument,
+               "torch: " + layers_.name(l) + " ran outside sharded.call(): autograd gave '" +
+                   p.name +
+                   "' a .grad() of its own, which the engine never sees; run that child's forward "
+                   "through sharded.call(" +
+                   std::to_string(l) + ", function, input)");
+  }
+
+  // Every layer with elements handed its gradient over in the micro-step under way (or none did:
+  // then the engine says whether the step's micro-steps are complete).
+  void check_micro_step_complete() const {
+    if (handed_in_micro_step_ == 0) return;
+    std::string missing;
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      if (!handed_[l] && layers_.numel(l) > 0)
+        missing += (missing.empty() ? "" : ", ") + layers_.name(l);
+    fail(ErrorKind::invalid_argument,
+         "torch: step(): " + missing +
+             " handed no gradient to the engine in this micro-step (not called through "
+             "sharded.call(), or its output did not reach the loss); every layer runs through "
+             "call() once per micro-step");
+  }
+  void note_handed_over(std::size_t l) {
+    if (layers_.numel(l) == 0) return;
+    handed_[l] = true;
+    if (++handed_in_micro_step_ == layers_with_gradients_) {
+      std::fill(handed_.begin(), handed_.end(), false);
+      handed_in_micro_step_ = 0;
     }
   }
 
@@ -451,17 +525,17 @@ class ShardedModule {
         if (v.unsafeGetTensorImpl() == record.start.unsafeGetTensorImpl() || in_layer(l, v))
           continue;
         if (v.unsafeGetTensorImpl() == anchor_.unsafeGetTensorImpl())
-          fail(ErrorKind::invalid_argument, "zero::torch: layer " + std::to_string(l) +
+          fail(ErrorKind::invalid_argument, "torch: " + layers_.name(l) +
                                                 "'s function calls another layer; calls do not "
                                                 "nest (call the layers one after another)");
-        fail(ErrorKind::invalid_argument, "zero::torch: layer " + std::to_string(l) +
-                                              "'s function reads " + describe(v) +
+        fail(ErrorKind::invalid_argument, "torch: " + layers_.name(l) + "'s function reads " +
+                                              describe(v) +
                                               ", which requires a gradient zero would not "
                                               "compute; pass it as the call's input, or detach it");
       }
       if (node->sequence_nr() < first_node)
         fail(ErrorKind::invalid_argument,
-             "zero::torch: layer " + std::to_string(l) +
+             "torch: " + layers_.name(l) +
                  "'s function reads a tensor computed before the call that requires a gradient "
                  "(another layer's output?); zero would not compute its gradient: pass it as the "
                  "call's input, or detach it");
@@ -478,7 +552,7 @@ class ShardedModule {
     for (std::size_t k = 0; k < layers_.size(); ++k)
       for (const ModuleParameter& p : layers_.layer(k))
         if (p.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl())
-          return "'" + p.name + "' of layer " + std::to_string(k);
+          return "'" + p.name + "' of " + layers_.name(k);
     return "a tensor of its own";
   }
 
@@ -534,11 +608,14 @@ class ShardedModule {
       offset += p.numel();
     }
     engine_.grads_ready(l);
+    note_handed_over(l);
   }
 
   Engine& engine_;
   ModuleLayers layers_;
   std::vector<bool> called_; // a call's backward has not run yet
+  std::vector<bool> handed_; // the layer's gradient reached the engine in this micro-step
+  std::size_t handed_in_micro_step_ = 0, layers_with_gradients_ = 0;
   ::torch::Tensor anchor_ = ::torch::empty({0}).requires_grad_(true);
   std::shared_ptr<ShardedModule*> alive_ = std::make_shared<ShardedModule*>(this);
 };
