@@ -1,7 +1,8 @@
-"""The GPT of examples/train_gpt/gpt.hpp in PyTorch: nanoGPT's model.py with biases, no dropout, a
-byte vocabulary (256), GELU's tanh approximation and the head tied to the token embedding. Its
-state_dict names are nanoGPT's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...),
-which are also the names the C++ side registers and writes.
+"""The GPT of examples/train_gpt/gpt.hpp in PyTorch: examples/common/torch_gpt.py's GPT (nanoGPT's
+model.py with biases, no dropout, a byte vocabulary of 256, GELU's tanh approximation) with the
+head tied to the token embedding. Its state_dict names are nanoGPT's (transformer.wte.weight,
+transformer.h.0.attn.c_attn.weight, ...), which are also the names the C++ side registers and
+writes.
 
 Weights travel as one float32 .npy file per parameter, <name>.npy, in torch's shape (the tied
 lm_head has no file). Data is a byte file; step s's global batch is `batch` sequences, sequence b
@@ -15,8 +16,8 @@ Needs torch 1.13 or later and numpy; init_npy and batch_starts need numpy only.
 """
 import argparse
 import json
-import math
 import os
+import sys
 import time
 
 import numpy as np
@@ -70,77 +71,14 @@ def batch_starts(size, step, batch, seq, rank=0, ranks=1):
     return [((step * batch + b) * seq) % span for b in range(rank * share, (rank + 1) * share)]
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 try:
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+    from torch_gpt import GPT  # noqa: F401 (the model: one for both examples' comparisons)
 except ImportError:  # the numpy half above still works
     torch = None
 
 if torch is not None:
-
-    class CausalSelfAttention(nn.Module):
-        def __init__(self, heads, embd, seq):
-            super().__init__()
-            self.heads = heads
-            self.c_attn = nn.Linear(embd, 3 * embd)
-            self.c_proj = nn.Linear(embd, embd)
-            self.register_buffer("causal", torch.tril(torch.ones(seq, seq, dtype=torch.bool)),
-                                 persistent=False)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            hs = C // self.heads
-            q, k, v = self.c_attn(x).split(C, dim=2)
-            q, k, v = (t.view(B, T, self.heads, hs).transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            att = att.masked_fill(~self.causal[:T, :T], float("-inf")).softmax(dim=-1)
-            return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
-
-    class MLP(nn.Module):
-        def __init__(self, embd):
-            super().__init__()
-            self.c_fc = nn.Linear(embd, 4 * embd)
-            self.c_proj = nn.Linear(4 * embd, embd)
-
-        def forward(self, x):
-            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-    class Block(nn.Module):
-        def __init__(self, heads, embd, seq):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(embd, eps=1e-5)
-            self.attn = CausalSelfAttention(heads, embd, seq)
-            self.ln_2 = nn.LayerNorm(embd, eps=1e-5)
-            self.mlp = MLP(embd)
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    class GPT(nn.Module):
-        def __init__(self, layers, heads, embd, seq, vocab=VOCAB):
-            super().__init__()
-            self.seq = seq
-            self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(vocab, embd),
-                wpe=nn.Embedding(seq, embd),
-                h=nn.ModuleList(Block(heads, embd, seq) for _ in range(layers)),
-                ln_f=nn.LayerNorm(embd, eps=1e-5),
-            ))
-            self.lm_head = nn.Linear(embd, vocab, bias=False)
-            self.transformer.wte.weight = self.lm_head.weight
-
-        def forward(self, tokens, targets=None):
-            """Logits [B, T, vocab]; with targets, the mean cross-entropy over all tokens too."""
-            positions = torch.arange(tokens.shape[1], device=tokens.device)
-            x = self.transformer.wte(tokens) + self.transformer.wpe(positions)
-            for block in self.transformer.h:
-                x = block(x)
-            logits = self.lm_head(self.transformer.ln_f(x))
-            if targets is None:
-                return logits
-            return logits, F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
     def saved_parameters(model):
         """The parameters a .npy directory holds: the state_dict without the tied head."""

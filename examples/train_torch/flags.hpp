@@ -17,6 +17,7 @@ namespace train_torch {
 struct Flags {
   std::string trainer = "zero"; // zero, plain or ddp
   int stage = 3;
+  std::string optimizer = "adam"; // adam or sgd (plain SGD: no momentum, no weight decay)
   int steps = 20;
   std::int64_t batch = 12; // sequences per step, all ranks together
   GptConfig model;
@@ -47,6 +48,10 @@ inline Parsed parse(int argc, char** argv, bool report) {
   app.add_option("--stage", f.stage, "ZeRO stage (--trainer zero)")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
+  app.add_option("--optimizer", f.optimizer,
+                 "adam, or sgd (plain SGD, whose steps follow the gradient's scale)")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
   app.add_option("--steps", f.steps, "optimizer steps")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
@@ -65,7 +70,7 @@ inline Parsed parse(int argc, char** argv, bool report) {
   app.add_option("--heads", f.model.heads, "attention heads (divide --embd)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--lr", f.lr, "Adam's learning rate")
+  app.add_option("--lr", f.lr, "the learning rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--seed", f.seed, "initial weights' seed")->capture_default_str();

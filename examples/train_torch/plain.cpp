@@ -1,8 +1,8 @@
-// train_torch's libtorch trainers: plain (one process, the whole batch, torch::optim::Adam), the
-// reference zero's runs are compared with, and ddp: each rank its share, then the gradients
+// train_torch's libtorch trainers: plain (one process, the whole batch, torch::optim::Adam or SGD),
+// the reference zero's runs are compared with, and ddp: each rank its share, then the gradients
 // averaged by c10d's Gloo all-reduce, flattened into one bucket after backward (what
 // DistributedDataParallel does for a model that fits its first 25 MB bucket; libtorch 1.13's C++
-// API has no DDP module), then torch::optim::Adam on every rank.
+// API has no DDP module), then the optimizer's step on every rank.
 #include "training.hpp"
 
 #include <zero/checkpoint/safetensors.hpp>
@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 namespace train_torch {
@@ -34,16 +35,22 @@ template <class AverageGradients>
 History train_libtorch(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data,
                        std::int64_t first, std::int64_t share, AverageGradients average) {
   Gpt model = make_model(f);
-  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(f.lr));
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (f.optimizer == "sgd")
+    optimizer =
+        std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(f.lr));
+  else
+    optimizer =
+        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(f.lr));
   History h;
   for (int step = 0; step < f.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const auto [tokens, targets] = batch(data, f, step, first, share);
-    adam.zero_grad();
+    optimizer->zero_grad();
     const torch::Tensor loss = model->loss(CallDirectly{}, tokens, targets);
     loss.backward();
     average(model);
-    adam.step();
+    optimizer->step();
     h.step_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     h.loss.push_back(mean_over_ranks(world, loss.item<double>()));
@@ -54,7 +61,7 @@ History train_libtorch(zero::MpiCommunicator& world, const Flags& f, const train
     h.final_loss =
         mean_over_ranks(world, model->loss(CallDirectly{}, tokens, targets).item<double>());
   }
-  h.model_state_bytes = libtorch_state_bytes(model);
+  h.model_state_bytes = libtorch_state_bytes(model, f);
   if (!f.save_state_dict.empty() && world.rank() == 0) save_state_dict(model, f.save_state_dict);
   return h;
 }

@@ -9,6 +9,7 @@
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>
+#include <zero/optim/sgd.hpp>
 #include <zero/torch/sharded_module.hpp>
 
 #include <torch/torch.h>
@@ -53,17 +54,19 @@ inline Gpt make_model(const Flags& f) {
   return Gpt(f.model);
 }
 
-// zero's engine at stage S, through zero::torch.
-template <int S>
-History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data) {
-  using Engine = zero::Engine<zero::Stage<S>, zero::MpiCommunicator, zero::host, zero::Adam,
+// zero's engine at stage S with `optimizer` (zero::Adam or zero::StatelessSGD), through
+// zero::torch.
+template <int S, class Optimizer>
+History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data,
+                   const Optimizer& optimizer) {
+  using Engine = zero::Engine<zero::Stage<S>, zero::MpiCommunicator, zero::host, Optimizer,
                               zero::StaticLossScaler, zero::ComputeTypes<float>>;
   // example-begin train-torch
   Gpt model = make_model(f);
   const auto layers = zero::torch::ModuleLayers::grouped(*model, model->layer_groups());
   zero::EngineOptions options;
   options.deterministic = f.deterministic;
-  Engine engine(world, layers.specs(), zero::Adam({.lr = f.lr}), zero::StaticLossScaler{}, options);
+  Engine engine(world, layers.specs(), optimizer, zero::StaticLossScaler{}, options);
   zero::torch::ShardedModule<Engine> sharded(engine, *model, layers);
   const auto run = [&](std::int64_t layer, auto function, const torch::Tensor& input) {
     return sharded.call(std::size_t(layer), function, input);
@@ -96,7 +99,13 @@ History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt
   return h;
 }
 
-// Instantiated in stage0.cpp ... stage3.cpp.
+// zero's engine at stage S with the optimizer the flags name; instantiated in stage0.cpp ...
+// stage3.cpp, one file per stage so that they compile in parallel.
+template <int S>
+History train_zero(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data) {
+  if (f.optimizer == "sgd") return train_zero<S>(world, f, data, zero::StatelessSGD({.lr = f.lr}));
+  return train_zero<S>(world, f, data, zero::Adam({.lr = f.lr}));
+}
 extern template History train_zero<0>(zero::MpiCommunicator&, const Flags&,
                                       const train_gpt::Tokens&);
 extern template History train_zero<1>(zero::MpiCommunicator&, const Flags&,
@@ -109,12 +118,13 @@ extern template History train_zero<3>(zero::MpiCommunicator&, const Flags&,
 History train_plain(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data);
 History train_ddp(zero::MpiCommunicator& world, const Flags& f, const train_gpt::Tokens& data);
 
-// What plain libtorch keeps per parameter: the weights, the gradients and Adam's two moments.
-inline std::size_t libtorch_state_bytes(Gpt& model) {
+// What plain libtorch keeps per parameter: the weights, the gradients and Adam's two moments (SGD
+// without momentum: none).
+inline std::size_t libtorch_state_bytes(Gpt& model, const Flags& f) {
   std::size_t n = 0;
   for (const torch::Tensor& p : model->parameters())
     n += std::size_t(p.numel());
-  return 4 * n * sizeof(float);
+  return (f.optimizer == "adam" ? 4 : 2) * n * sizeof(float);
 }
 
 } // namespace train_torch
