@@ -119,8 +119,8 @@ endfunction()
 #   Passes when the command exits with 0 (with FAILS: refuses, with a status from 1 to 127; with
 #   STATUS: exactly n) and its output matches `regex` (tests/support/expect_output.py; '.' matches
 #   newlines, as in CMake's regular expressions). CTest's PASS_REGULAR_EXPRESSION alone ignores the
-#   exit status, so a crash after the expected line would pass; do not use it. Without STATUS, a
-#   status of 77 reports skipped.
+#   exit status, so a crash after the expected line would pass; do not use it. Without FAILS or
+#   STATUS, a status of 77 reports skipped; with FAILS it fails (a refusal was expected).
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
 function(zero_add_output_test name)
   cmake_parse_arguments(arg "FAILS" "MATCHES;STATUS" "COMMAND" ${ARGN})
