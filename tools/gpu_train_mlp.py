@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`train_mlp --device cuda` on a GPU, checked against the host run and timed.
 
-Run by tools/zero-gpu-check (step train-mlp-gpu) with the pack's environment: train_mlp and
-mpirun on PATH. Only the standard library. Each check prints one line the check's report keeps:
+Run by tools/zero-gpu-check (step train-mlp-gpu) with train_mlp and mpirun on PATH (the pack's, or
+the build's under `local`). Only the standard library. Each check prints one line the check's report keeps:
 "correctness ...: ok|FAILED" (a failure fails the step: exit 1), "result ..." (figures) and
 "target ...: PASS|FAIL" (the speed goals below: a report, not a failure).
 
@@ -124,7 +124,7 @@ def main():
     if kept:
         os.makedirs(kept, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
-        tmp = kept or scratch  # under zero-gpu-check, each run's JSON and output come back
+        tmp = kept or scratch  # under zero-gpu-check, each run's JSON and output stay in its logs
         host = train(tmp, "host-stage3", ["--stage", "3", "--steps", "100", *small])
         gpu3 = train(tmp, "gpu-stage3", ["--stage", "3", "--steps", "100", *small, *cuda])
         if host and gpu3:
