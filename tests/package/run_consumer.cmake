@@ -1,10 +1,12 @@
 # cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DMODE=install|subdirectory -P run_consumer.cmake
-# install: installs the build to a prefix, moves the prefix elsewhere (the package must not remember
-# where it was installed), then against the moved prefix: builds and runs tests/package/consumer
-# asking for no component on a machine where CUDA and MPI cannot be found; builds it asking for
-# every component zero was built with, and runs the MPI program; and configures tests/package/probe,
-# which checks what find_package(zero) says about components it cannot have. subdirectory: builds
-# tests/package/subdirectory_consumer, which vendors the source tree. Each step prints its time.
+# install: installs the build to a prefix, checks that only what a user links or runs went there
+# (check_installed_files.cmake), moves the prefix elsewhere (the package must not remember where it
+# was installed), then against the moved prefix: builds and runs tests/package/consumer asking for
+# no component on a machine where CUDA, MPI and libtorch cannot be found; builds it asking for
+# every component zero was built with, and runs the MPI and libtorch programs; and configures
+# tests/package/probe, which checks what find_package(zero) says about components it cannot have.
+# subdirectory: builds tests/package/subdirectory_consumer, which vendors the source tree. Each step
+# prints its time.
 file(REMOVE_RECURSE ${WORK_DIR})
 string(TIMESTAMP started "%s")
 function(run)
@@ -29,6 +31,8 @@ if(MODE STREQUAL "subdirectory")
 endif()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/installed)
+run(${CMAKE_COMMAND} -DPREFIX=${WORK_DIR}/installed
+    -P ${SOURCE_DIR}/tests/package/check_installed_files.cmake)
 file(RENAME ${WORK_DIR}/installed ${WORK_DIR}/moved)
 set(prefix ${WORK_DIR}/moved)
 file(GLOB package_dir ${prefix}/lib*/cmake/zero)
@@ -41,7 +45,7 @@ foreach(file IN LISTS target_files)
   endif()
 endforeach()
 set(zero_built_components "")
-foreach(component mpi:Mpi nvme:Nvme cuda:Cuda)
+foreach(component mpi:Mpi nvme:Nvme cuda:Cuda torch:Torch)
   string(REPLACE ":" ";" component ${component})
   list(GET component 0 name)
   list(GET component 1 file_name)
@@ -49,10 +53,18 @@ foreach(component mpi:Mpi nvme:Nvme cuda:Cuda)
     list(APPEND zero_built_components ${name})
   endif()
 endforeach()
+# A build that found libtorch installs the torch component.
+file(STRINGS ${BUILD_DIR}/CMakeCache.txt torch_dir REGEX "^Torch_DIR:")
+file(STRINGS ${BUILD_DIR}/CMakeCache.txt torch_enabled REGEX "^ZERO_ENABLE_TORCH:BOOL=(ON|TRUE|1)$")
+list(FIND zero_built_components torch torch_installed)
+if(torch_enabled AND torch_dir AND NOT torch_dir MATCHES "NOTFOUND$" AND torch_installed EQUAL -1)
+  message(FATAL_ERROR "zero's build found libtorch (${torch_dir}), but the installed package has "
+                      "no torch component (zeroTorchTargets.cmake)")
+endif()
 lap("installed, moved and checked for absolute paths (built with: ${zero_built_components})")
 
-# A machine without CUDA or MPI: no nvcc on PATH, and neither package can be found (MPI's compiler
-# wrappers stay on PATH beside the C++ compiler, but find_package(MPI) is disabled).
+# A machine without CUDA, MPI or libtorch: no nvcc on PATH, and none of their packages can be found
+# (MPI's compiler wrappers stay on PATH beside the C++ compiler, but find_package(MPI) is disabled).
 set(path "")
 string(REPLACE ":" ";" entries "$ENV{PATH}")
 foreach(entry IN LISTS entries)
@@ -63,21 +75,23 @@ endforeach()
 string(REPLACE ";" ":" path "${path}")
 set(no_cuda ${CMAKE_COMMAND} -E env PATH=${path} --unset=CUDA_PATH --unset=CUDACXX
     ${CMAKE_COMMAND} --no-warn-unused-cli -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON
     -DCUDAToolkit_ROOT=${WORK_DIR}/no-cuda)
 run(${no_cuda} -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/headers
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/headers)
 run(${WORK_DIR}/headers/consumer)
-lap("zero::zero consumer built and run without CUDA or MPI")
+lap("zero::zero consumer built and run without CUDA, MPI or libtorch")
 
 string(REPLACE ";" "," components "config;${zero_built_components}")
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/components
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DZERO_COMPONENTS=${components})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/components --parallel 2)
-if(EXISTS ${WORK_DIR}/components/consumer_mpi)
-  run(${WORK_DIR}/components/consumer_mpi)
-endif()
+foreach(program consumer_mpi consumer_torch)
+  if(EXISTS ${WORK_DIR}/components/${program})
+    run(${WORK_DIR}/components/${program})
+  endif()
+endforeach()
 lap("consumer asking for ${components} built and run")
 
 execute_process(COMMAND ${no_cuda} -S ${SOURCE_DIR}/tests/package/probe -B ${WORK_DIR}/probe
