@@ -2,6 +2,7 @@
 // Builds the engine for a plan and the chosen optimizer, loads the initial weights and trains.
 // Instantiated once per stage (stage0.cpp ... stage3.cpp), so that they compile in parallel.
 
+#include "../common/optimizer_config.hpp"
 #include "training.hpp"
 #include "weights.hpp"
 
@@ -29,23 +30,11 @@ History run_with(zero::MpiCommunicator& world, const Flags& f, const Tokens& dat
   return train(world, f, engine, data);
 }
 
-// The optimizer the flags and the config ask for: the config's section, with the flags' type,
-// lr and weight decay (the flags were merged with the config already; they win).
-inline zero::config::OptimizerConfig optimizer_config(const Flags& f) {
-  using zero::config::OptimizerType;
-  auto o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
-  o.type = f.optimizer == "adamw" ? OptimizerType::adamw : OptimizerType::adam;
-  o.adam_w_mode = false; // "adam" here is torch.optim.Adam; "adamw" names the decoupled one
-  o.lr = f.lr;
-  o.weight_decay = f.weight_decay;
-  return o;
-}
-
 template <class Plan>
 History run(zero::MpiCommunicator& world, const Flags& f, const Tokens& data) {
-  return zero::with_optimizer<zero::Adam, zero::AdamW>(optimizer_config(f), [&](auto optimizer) {
-    return run_with<Plan>(world, f, data, std::move(optimizer));
-  });
+  return zero::with_optimizer<zero::Adam, zero::AdamW>(
+      examples::optimizer_config(f),
+      [&](auto optimizer) { return run_with<Plan>(world, f, data, std::move(optimizer)); });
 }
 
 History run_stage0(zero::MpiCommunicator&, const Flags&, const Tokens&);

@@ -280,7 +280,7 @@ History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& 
   const GpuStreams streams;
   cudaDeviceProp properties{};
   ZERO_CHECK_CUDA(cudaGetDeviceProperties(&properties, place.device));
-  History h = zero::with_optimizer(optimizer_config(f), [&](auto optimizer) {
+  History h = zero::with_optimizer_on<Where>(examples::optimizer_config(f), [&](auto optimizer) {
     if (nccl) {
       zero::NcclCommunicator comm(world, place.device);
       return run_on_gpu_with<Plan, Where>(world, comm, streams, f, data, init,

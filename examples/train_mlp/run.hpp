@@ -3,9 +3,10 @@
 // and trains. Instantiated once per stage and placement (stage0.cpp ... stage3_nvme.cpp), so they
 // compile in parallel.
 
+#include "../common/optimizer_config.hpp"
 #include "training.hpp"
 
-#include <zero/optim/from_config.hpp>
+#include <zero/engine/optimizer_choice.hpp>
 
 namespace train {
 
@@ -26,26 +27,12 @@ History run_with(zero::MpiCommunicator& world, const Flags& f, const Dataset& da
   return train(world, f, engine, data);
 }
 
-// The optimizer the flags and the config ask for: the config's section, with the flags' type,
-// lr, weight decay and momentum (the flags were merged with the config already; they win).
-inline zero::config::OptimizerConfig optimizer_config(const Flags& f) {
-  using zero::config::OptimizerType;
-  auto o = f.ds && f.ds->optimizer ? *f.ds->optimizer : zero::config::OptimizerConfig{};
-  o.type = f.optimizer == "sgd"     ? OptimizerType::sgd
-           : f.optimizer == "adamw" ? OptimizerType::adamw
-           : f.optimizer == "lamb"  ? OptimizerType::lamb
-                                    : OptimizerType::adam;
-  o.adam_w_mode = false; // "adam" here is torch.optim.Adam; "adamw" names the decoupled one
-  o.lr = f.lr;
-  o.weight_decay = f.weight_decay;
-  o.momentum = f.momentum;
-  return o;
-}
-
 template <class Plan, class Where = InMemory>
 History run(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
             InitialWeights& init) {
-  return zero::with_optimizer(optimizer_config(f), [&](auto optimizer) {
+  // The optimizers this placement runs (LAMB's step is not built on the NVMe tier): a config
+  // asking for another is refused naming optimizer.type.
+  return zero::with_optimizer_on<Where>(examples::optimizer_config(f), [&](auto optimizer) {
     return run_with<Plan, Where>(world, f, data, init, std::move(optimizer));
   });
 }
