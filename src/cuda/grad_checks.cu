@@ -3,6 +3,8 @@
 // per-block partial sums in a second, single-block pass, so that its bits depend on n only. The
 // in-place unscale stores the host's bits, NaNs included (docs/optimizers.md).
 
+#include "dtype_dispatch.cuh"
+
 #include "zero/core/cuda_check.hpp"
 #include "zero/precision/cuda_checks.hpp"
 
@@ -96,21 +98,6 @@ __global__ void finish_sum_kernel(const double* partial, unsigned count, double*
   __shared__ typename Reduce::TempStorage storage;
   const double total = Reduce(storage).Sum(s);
   if (threadIdx.x == 0) *sum += total;
-}
-
-template <class F>
-void with_gradient_type(DType type, const char* what, F&& f) {
-  switch (type) {
-  case DType::float32:
-    return f(float{});
-  case DType::float16:
-    return f(half{});
-  case DType::bfloat16:
-    return f(bfloat16{});
-  default:
-    fail(ErrorKind::invalid_argument,
-         std::string(what) + ": gradients must be float, half or bfloat16, not " + to_string(type));
-  }
 }
 
 } // namespace

@@ -6,6 +6,8 @@
 // elements in order, folded pairwise by one thread. Elements are loaded one at a time (no 16-byte
 // vectors yet): they give the host's bits on an H100, and have not been measured.
 
+#include "dtype_dispatch.cuh"
+
 #include "zero/core/cuda_check.hpp"
 #include "zero/optim/cuda_step.hpp"
 
@@ -28,8 +30,6 @@ struct LambBatch {
   std::uint32_t block_chunk[max_blocks_per_launch];
 };
 static_assert(sizeof(LambBatch) <= 4000, "a launch batch must fit in a kernel argument");
-
-struct NoCopy {};
 
 template <class G>
 __global__ void __launch_bounds__(threads_per_block)
@@ -158,7 +158,7 @@ void lamb_prepare(const LambUpdate& update, std::span<const StepTensor> tensors,
     chunks += lamb_chunks(tensors[t].size);
   }
   require(chunks == 0 || chunk_sums != nullptr, "cuda lamb: no memory for the chunk sums");
-  const auto with_grad = [&](auto grad_tag) {
+  with_gradient_type(types.grad, "cuda lamb", [&](auto grad_tag) {
     using G = decltype(grad_tag);
     for_each_batch(
         tensors,
@@ -168,19 +168,7 @@ void lamb_prepare(const LambUpdate& update, std::span<const StepTensor> tensors,
               batch, update, grad_multiplier, chunk_sums);
           ZERO_CHECK_CUDA(cudaGetLastError());
         });
-  };
-  switch (types.grad) {
-  case DType::float32:
-    return with_grad(float{});
-  case DType::float16:
-    return with_grad(half{});
-  case DType::bfloat16:
-    return with_grad(bfloat16{});
-  default:
-    fail(ErrorKind::invalid_argument,
-         std::string("cuda lamb: gradients must be float, half or bfloat16, not ") +
-             to_string(types.grad));
-  }
+  });
 }
 
 void lamb_apply(const LambUpdate& update, std::span<const StepTensor> tensors,
@@ -197,7 +185,7 @@ void lamb_apply(const LambUpdate& update, std::span<const StepTensor> tensors,
   }
   require(any_copy == all_copy || !any_copy,
           "cuda lamb: either every tensor of a call has a compute copy or none has");
-  const auto with_copy = [&](auto copy_tag) {
+  with_copy_type(types.low_precision, any_copy, "cuda lamb", [&](auto copy_tag) {
     using Out = decltype(copy_tag);
     for_each_batch(
         tensors,
@@ -207,18 +195,7 @@ void lamb_apply(const LambUpdate& update, std::span<const StepTensor> tensors,
               <<<static_cast<unsigned>(blocks), threads_per_block, 0, stream>>>(batch, update);
           ZERO_CHECK_CUDA(cudaGetLastError());
         });
-  };
-  if (!any_copy) return with_copy(NoCopy{});
-  switch (types.low_precision) {
-  case DType::float16:
-    return with_copy(half{});
-  case DType::bfloat16:
-    return with_copy(bfloat16{});
-  default:
-    fail(ErrorKind::invalid_argument,
-         std::string("cuda lamb: the compute copy must be half or bfloat16, not ") +
-             to_string(types.low_precision));
-  }
+  });
 }
 
 } // namespace zero::cuda_kernels

@@ -8,6 +8,8 @@
 // falling back to element loads for misaligned tensors and for the last elements of a chunk. The
 // element-wise math is the optimizer's functor, as on the host.
 
+#include "dtype_dispatch.cuh"
+
 #include "zero/core/cuda_check.hpp"
 #include "zero/optim/cuda_step.hpp"
 
@@ -34,8 +36,6 @@ struct LaunchBatch {
   int tensor_count;
 };
 static_assert(sizeof(LaunchBatch) <= 4000, "a launch batch must fit in a kernel argument");
-
-struct NoCopy {};
 
 template <class T>
 __device__ bool aligned_for_lanes(const void* p) {
@@ -216,33 +216,12 @@ void dispatch(const Update& update, std::span<const StepTensor> tensors, StepTyp
   require(std::isfinite(grad_multiplier),
           "cuda fused_step: the gradient multiplier must be finite");
 
-  const auto with_grad = [&](auto grad_tag) {
-    using G = decltype(grad_tag);
-    if (!any_copy) return launch_all<Update, G, NoCopy>(update, tensors, grad_multiplier, stream);
-    switch (types.low_precision) {
-    case DType::float16:
-      return launch_all<Update, G, half>(update, tensors, grad_multiplier, stream);
-    case DType::bfloat16:
-      return launch_all<Update, G, bfloat16>(update, tensors, grad_multiplier, stream);
-    default:
-      fail(ErrorKind::invalid_argument,
-           std::string("cuda fused_step: the compute copy must be half "
-                       "or bfloat16, not ") +
-               to_string(types.low_precision));
-    }
-  };
-  switch (types.grad) {
-  case DType::float32:
-    return with_grad(float{});
-  case DType::float16:
-    return with_grad(half{});
-  case DType::bfloat16:
-    return with_grad(bfloat16{});
-  default:
-    fail(ErrorKind::invalid_argument,
-         std::string("cuda fused_step: gradients must be float, half or bfloat16, not ") +
-             to_string(types.grad));
-  }
+  with_gradient_type(types.grad, "cuda fused_step", [&](auto grad_tag) {
+    with_copy_type(types.low_precision, any_copy, "cuda fused_step", [&](auto copy_tag) {
+      launch_all<Update, decltype(grad_tag), decltype(copy_tag)>(update, tensors, grad_multiplier,
+                                                                 stream);
+    });
+  });
 }
 
 } // namespace
