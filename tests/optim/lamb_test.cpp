@@ -8,6 +8,8 @@
 // where the piece sits in memory, and splitting a parameter into pieces changes only the last
 // bits of its sums.
 
+#include "fixture.hpp"
+
 #include <zero/optim/fused_step.hpp>
 #include <zero/optim/lamb.hpp>
 #include <zero/optim/trust_ratio_step.hpp>
@@ -22,57 +24,18 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace lamb_test {
 
-struct Case {
-  std::string name;
-  std::map<std::string, std::vector<std::string>> fields;
-  std::map<std::string, std::vector<std::string>> indexed; // "param32 3 1" -> values
-};
+using optim_fixture::Case;
+using optim_fixture::float_from_hex;
+using optim_fixture::number;
 
 std::vector<Case> read_cases() {
-  std::ifstream in(ZERO_LAMB_FIXTURES);
-  if (!in) ADD_FAILURE() << "cannot open " << ZERO_LAMB_FIXTURES;
-  std::vector<Case> cases;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    std::vector<std::string> values;
-    for (std::string v; words >> v;)
-      values.push_back(v);
-    if (key == "case") {
-      cases.push_back({values.at(0), {}, {}});
-    } else if (key == "param32" || key == "param64") {
-      const std::string name = key + " " + values.at(0) + " " + values.at(1);
-      values.erase(values.begin(), values.begin() + 2);
-      cases.back().indexed[name] = values;
-    } else if (key == "size") {
-      const std::string name = key + " " + values.at(0);
-      values.erase(values.begin());
-      cases.back().indexed[name] = values;
-    } else if (key != "end") {
-      cases.back().fields[key] = values;
-    }
-  }
-  return cases;
-}
-
-float float_from_hex(const std::string& hex) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(std::stoul(hex, nullptr, 16)));
-}
-
-double number(const Case& c, const std::string& key, std::size_t index = 0) {
-  return std::stod(c.fields.at(key).at(index));
+  return optim_fixture::read_cases(ZERO_LAMB_FIXTURES,
+                                   {{"param32", 2}, {"param64", 2}, {"size", 1}});
 }
 
 // make_lamb_fixtures.py's initial_weights() and gradient(), evaluated in the same float64 order.

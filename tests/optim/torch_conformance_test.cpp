@@ -5,6 +5,8 @@
 // torch's own Adam step written out with both corrections 1. The bound is a relative error under
 // 1e-6; the formulas follow PyTorch's roundings, so the test also expects identical bits.
 
+#include "fixture.hpp"
+
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
 #include <zero/optim/sgd.hpp>
@@ -14,53 +16,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
-struct Case {
-  std::string name;
-  std::map<std::string, std::vector<std::string>> fields;  // key -> values (single-line items)
-  std::map<std::string, std::vector<std::string>> indexed; // "grad 3" -> values
-};
+using optim_fixture::Case;
+using optim_fixture::float_from_hex;
+using optim_fixture::number;
 
 std::vector<Case> read_cases() {
-  std::ifstream in(ZERO_OPTIM_FIXTURES);
-  if (!in) ADD_FAILURE() << "cannot open " << ZERO_OPTIM_FIXTURES;
-  std::vector<Case> cases;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    std::vector<std::string> values;
-    for (std::string v; words >> v;)
-      values.push_back(v);
-    if (key == "case") {
-      cases.push_back({values.at(0), {}, {}});
-    } else if (key == "end") {
-      continue;
-    } else if (key == "grad" || key == "param" || key == "copy" || key == "state") {
-      const std::string name = key + " " + values.at(0);
-      values.erase(values.begin());
-      cases.back().indexed[name] = values;
-    } else {
-      cases.back().fields[key] = values;
-    }
-  }
-  return cases;
-}
-
-float float_from_hex(const std::string& hex) {
-  const auto bits = static_cast<std::uint32_t>(std::stoul(hex, nullptr, 16));
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+  return optim_fixture::read_cases(ZERO_OPTIM_FIXTURES,
+                                   {{"grad", 1}, {"param", 1}, {"copy", 1}, {"state", 1}});
 }
 
 std::vector<float> floats(const std::vector<std::string>& hex) {
@@ -75,10 +42,6 @@ std::vector<std::uint16_t> bits16(const std::vector<std::string>& hex) {
   for (const auto& h : hex)
     out.push_back(static_cast<std::uint16_t>(std::stoul(h, nullptr, 16)));
   return out;
-}
-
-double number(const Case& c, const std::string& key, std::size_t index = 0) {
-  return std::stod(c.fields.at(key).at(index));
 }
 
 // Equal bits, and within a 1e-6 relative tolerance (reported separately, so that a
