@@ -6,7 +6,8 @@ if(ZERO_CLANG_FORMAT)
        ${PROJECT_SOURCE_DIR}/include/*.hpp ${PROJECT_SOURCE_DIR}/src/*.cu ${PROJECT_SOURCE_DIR}/src/*.cuh
        ${PROJECT_SOURCE_DIR}/tests/*.cpp ${PROJECT_SOURCE_DIR}/tests/*.hpp ${PROJECT_SOURCE_DIR}/tests/*.cu
        ${PROJECT_SOURCE_DIR}/bench/*.cpp ${PROJECT_SOURCE_DIR}/tools/*.cpp ${PROJECT_SOURCE_DIR}/examples/*.cpp
-       ${PROJECT_SOURCE_DIR}/examples/*.hpp ${PROJECT_SOURCE_DIR}/docs/*.cpp)
+       ${PROJECT_SOURCE_DIR}/examples/*.hpp ${PROJECT_SOURCE_DIR}/support/*.hpp
+       ${PROJECT_SOURCE_DIR}/docs/*.cpp)
   add_custom_target(format-check
     COMMAND ${ZERO_CLANG_FORMAT} --dry-run --Werror ${zero_format_files}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} COMMENT "Checking clang-format" VERBATIM)

@@ -8,7 +8,7 @@
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
-#include <CLI/CLI.hpp>
+#include <command_line/parse.hpp>
 
 #include <limits>
 #include <string>
@@ -114,21 +114,6 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
       ->type_name("N");
 }
 
-// CLI11's message in the words this example always used where it had its own ("--steps needs a
-// value (see --help)"); any other names the flag in CLI11's words.
-inline std::string message(const CLI::ParseError& e) {
-  const std::string text = e.what();
-  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
-  if (const std::size_t colon = text.find(": ");
-      colon != std::string::npos && text.ends_with(" missing"))
-    return text.substr(0, colon) + " needs a value (see --help)"; // "--seq: 1 required N missing"
-  if (text.ends_with(override_)) {
-    const std::string name = text.substr(0, text.size() - override_.size());
-    return (name.size() == 1 ? "-" : "--") + name + " takes no value (see --help)";
-  }
-  return text;
-}
-
 } // namespace detail
 
 // Throws zero::Error(invalid_argument) naming the flag when the command line is bad. --help:
@@ -139,16 +124,9 @@ inline Flags parse(int argc, char** argv) {
   bool deterministic = false, contiguous_memory = false;
   CLI::App app{"", "train_gpt"};
   detail::describe(app, text, f, deterministic, contiguous_memory);
-  bool help = false;
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    help = true;
-  } catch (const CLI::CallForAllHelp&) {
-    help = true;
-  } catch (const CLI::ParseError& e) {
-    zero::fail(zero::ErrorKind::invalid_argument, detail::message(e));
-  }
+  // "--steps needs a value (see --help)", "--deterministic takes no value (see --help)".
+  const bool help = command_line::parse<zero::Error>(
+      app, argc, argv, {.after_message = " (see --help)"}, zero::ErrorKind::invalid_argument);
   // The config first: flags override what it says. It is read even for --help, as it always was.
   if (!f.config.empty()) {
     f.ds = zero::config::from_json_file(f.config);

@@ -10,7 +10,7 @@
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
-#include <CLI/CLI.hpp>
+#include <command_line/parse.hpp>
 
 #include <algorithm>
 #include <array>
@@ -293,33 +293,14 @@ inline void describe(CLI::App& app) {
          "share a GPU); auto picks NCCL when every rank has a GPU of its own");
 }
 
-// CLI11's message in the words this example always used where it had its own ("--steps needs a
-// value (see --help)"); any other names the flag in CLI11's words.
-inline std::string message(const CLI::ParseError& e) {
-  const std::string text = e.what();
-  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
-  if (const std::size_t colon = text.find(": ");
-      colon != std::string::npos && text.ends_with(" missing"))
-    return text.substr(0, colon) + " needs a value (see --help)"; // "--seq: 1 required N missing"
-  if (text.ends_with(override_)) {
-    const std::string name = text.substr(0, text.size() - override_.size());
-    return (name.size() == 1 ? "-" : "--") + name + " takes no value (see --help)";
-  }
-  return text;
-}
-
 // The flags given, in their order, with their values ("1" for a flag without one).
 inline FlagPairs read_command_line(int argc, char** argv) {
   CLI::App app{"", "train_mlp"};
   describe(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    // --help is one of the pairs: apply_flags answers it, after checking the rest.
-  } catch (const CLI::CallForAllHelp&) {
-  } catch (const CLI::ParseError& e) {
-    zero::fail(zero::ErrorKind::invalid_argument, message(e));
-  }
+  // "--steps needs a value (see --help)", "--deterministic takes no value (see --help)". --help is
+  // one of the pairs: apply_flags answers it, after checking the rest.
+  (void)command_line::parse<zero::Error>(app, argc, argv, {.after_message = " (see --help)"},
+                                         zero::ErrorKind::invalid_argument);
   for (const std::string& extra : app.remaining())
     zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + extra + "' (see --help)");
   // parse_order has each option once per value it took; the k-th time is its k-th result.

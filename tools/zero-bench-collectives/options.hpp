@@ -7,7 +7,7 @@
 #include <zero/core/dtype.hpp>
 #include <zero/core/error.hpp>
 
-#include <CLI/CLI.hpp>
+#include <command_line/parse.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -158,21 +158,6 @@ inline void describe(CLI::App& app, Text& text, Options& o) {
   app.add_option("--json", o.json, "also write the results as JSON (rank 0)")->type_name("FILE");
 }
 
-// CLI11's message in the words this tool always used where it had its own ("-n needs a value");
-// any other names the flag in CLI11's words.
-inline std::string message(const CLI::ParseError& e) {
-  const std::string text = e.what();
-  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
-  if (const std::size_t colon = text.find(": ");
-      colon != std::string::npos && text.ends_with(" missing"))
-    return text.substr(0, colon) + " needs a value"; // "--iters: 1 required N missing"
-  if (text.ends_with(override_)) {
-    const std::string name = text.substr(0, text.size() - override_.size());
-    return (name.size() == 1 ? "-" : "--") + name + " takes no value";
-  }
-  return text;
-}
-
 } // namespace detail
 
 // Throws zero::Error(invalid_argument) naming the flag when the command line is bad.
@@ -181,16 +166,8 @@ inline Options parse_options(int argc, char** argv) {
   detail::Text text;
   CLI::App app{"", "zero-bench-collectives"};
   detail::describe(app, text, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    // The rest of the command line is still checked: --help with a bad flag is an error.
-    o.help = true;
-  } catch (const CLI::CallForAllHelp&) {
-    o.help = true;
-  } catch (const CLI::ParseError& e) {
-    zero::fail(zero::ErrorKind::invalid_argument, detail::message(e));
-  }
+  // "-n needs a value", "--blocking takes no value", as this tool always said.
+  o.help = command_line::parse<zero::Error>(app, argc, argv, {}, zero::ErrorKind::invalid_argument);
   for (const std::string& extra : app.remaining())
     zero::fail(zero::ErrorKind::invalid_argument, "unknown option '" + extra + "' (see --help)");
   // Each value given, converted; the messages name the flag by both its names.

@@ -3,7 +3,7 @@
 // also writes --help. A bad command line is a UsageError that says what is wrong and names the
 // flag; main prints it with the usage and exits with status 2.
 
-#include <CLI/CLI.hpp>
+#include <command_line/parse.hpp>
 
 #include <filesystem>
 #include <optional>
@@ -65,19 +65,6 @@ inline void describe(CLI::App& app, Text& text, Arguments& a) {
       ->disable_flag_override();
 }
 
-// CLI11's message in the words this tool always used where it had its own ("--tag needs a
-// value", "--moments takes no value"); any other names the flag in CLI11's words.
-inline std::string message(const CLI::ParseError& e) {
-  const std::string text = e.what();
-  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
-  if (const std::size_t colon = text.find(": ");
-      colon != std::string::npos && text.ends_with(" missing"))
-    return text.substr(0, colon) + " needs a value"; // "--tag: 1 required TEXT missing"
-  if (text.ends_with(override_))
-    return "--" + text.substr(0, text.size() - override_.size()) + " takes no value";
-  return text;
-}
-
 } // namespace detail
 
 inline Arguments parse_arguments(int argc, char** argv) {
@@ -85,15 +72,8 @@ inline Arguments parse_arguments(int argc, char** argv) {
   detail::Text text;
   CLI::App app{"", "zero-checkpoint"};
   detail::describe(app, text, a);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    a.help = true;
-  } catch (const CLI::CallForAllHelp&) {
-    a.help = true;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(detail::message(e));
-  }
+  // "--tag needs a value", "--moments takes no value", as this tool always said.
+  a.help = command_line::parse<UsageError>(app, argc, argv, {});
   // An argument CLI11 did not place: an unknown option, or a third word.
   for (const std::string& extra : app.remaining())
     if (extra.starts_with("-")) throw UsageError("unknown option " + extra);

@@ -4,7 +4,7 @@
 
 #include "zero/estimate/memory.hpp"
 
-#include <CLI/CLI.hpp>
+#include <command_line/parse.hpp>
 
 #include <cctype>
 #include <cmath>
@@ -174,19 +174,6 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
   app.add_flag("--json", args.json, "print JSON instead of a table")->disable_flag_override();
 }
 
-// CLI11's message in the words this tool always used where it had its own; any other names the
-// flag in CLI11's words.
-inline std::string message(const CLI::ParseError& e) {
-  const std::string text = e.what();
-  const std::string override_ = " was given a disallowed flag override"; // NAME without dashes
-  if (const std::size_t colon = text.find(": ");
-      colon != std::string::npos && text.ends_with(" missing"))
-    return "option '" + text.substr(0, colon) + "' needs a value"; // "--dp: 1 required N missing"
-  if (text.ends_with(override_))
-    return "option '--" + text.substr(0, text.size() - override_.size()) + "' takes no value";
-  return text;
-}
-
 } // namespace detail
 
 inline Arguments parse_arguments(int argc, char** argv) {
@@ -194,16 +181,9 @@ inline Arguments parse_arguments(int argc, char** argv) {
   detail::Text text;
   CLI::App app{"", "zero-estimate"};
   detail::describe(app, text, args);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    // The rest of the command line is still checked: --help with a bad flag is an error.
-    args.help = true;
-  } catch (const CLI::CallForAllHelp&) {
-    args.help = true;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(detail::message(e));
-  }
+  // "option '--dp' needs a value", "option '--json' takes no value", as this tool always said.
+  args.help = command_line::parse<UsageError>(app, argc, argv,
+                                              {.before_flag = "option '", .after_flag = "'"});
   // Every argument is a flag: what CLI11 did not place is an unknown one, or a stray word.
   for (const std::string& extra : app.remaining()) {
     if (!extra.starts_with("--")) throw UsageError("unexpected argument '" + extra + "'");
