@@ -1,7 +1,7 @@
 // HostStream, HostEvent and HostStreamSpace: order within a stream, concurrency across streams,
 // events as the only order between them, failures that stop dependent work, and the point of the
-// space: a pipeline that drops an event wait reads stale data, every run. StreamHold makes a
-// producer "slow" without sleeps, so every test here is deterministic.
+// space: a pipeline that drops an event wait reads stale data, every run. StreamHold and a
+// deferring stream make a producer "slow" without sleeps, so every test here is deterministic.
 
 #include <zero/core/bfloat16.hpp>
 #include <zero/core/error.hpp>
@@ -12,8 +12,6 @@
 #include <zero/core/view.hpp>
 
 #include <gtest/gtest.h>
-
-#include <chrono>
 
 #include <stdexcept>
 #include <string>
@@ -81,20 +79,67 @@ TEST(HostStream, RunsTasksInSubmissionOrder) {
     EXPECT_EQ(ran[static_cast<std::size_t>(i)], i);
 }
 
-// hold_for ends by itself: synchronize waits it out (a StreamHold would make it throw), and no task
-// starts before it ends.
-TEST(HostStream, HoldForDelaysTasksAndSynchronizeWaitsItOut) {
-  zero::HostStream stream("held for a while");
-  const auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point ran_at;
-  stream.hold_for(std::chrono::milliseconds(50));
-  stream.enqueue("note the time", [&] { ran_at = std::chrono::steady_clock::now(); });
+// A deferring stream starts a task only once something waits for a point at or after it: the
+// host (an event's synchronize or query, the stream's synchronize) or another stream's wait, when
+// that stream reaches it; and no further than that point.
+TEST(HostStream, DeferredTasksRunOnlyOnceWaitedFor) {
+  zero::HostStream stream("deferring");
+  zero::HostStream other("waiting");
+  bool before = false;
+  stream.enqueue("queued before", [&] { before = true; });
+  stream.defer_until_waited();
+  std::vector<int> ran; // touched by the worker only until the event that follows it passed
+  zero::HostEvent first, second, third;
+  stream.enqueue("first", [&] { ran.push_back(1); });
+  first.record(stream);
+  stream.enqueue("second", [&] { ran.push_back(2); });
+  second.record(stream);
+  stream.enqueue("third", [&] { ran.push_back(3); });
+  third.record(stream);
+  stream.enqueue("last", [&] { ran.push_back(4); });
+  EXPECT_EQ(stream.deferred_tasks(), 7u); // what was queued before the call runs as before
+  first.synchronize();
+  EXPECT_TRUE(before);
+  EXPECT_EQ(ran, std::vector<int>{1});
+  EXPECT_EQ(stream.deferred_tasks(), 5u);
+  while (!second.query()) { // asking counts as waiting, so that a loop that polls ends
+  }
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
+  other.wait(third);
+  zero::HostEvent waited;
+  waited.record(other);
+  waited.synchronize(); // the other stream's wait let `stream` run up to `third`, no further
+  EXPECT_EQ(ran, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(stream.deferred_tasks(), 1u);
   stream.synchronize();
-  EXPECT_GE(ran_at - start, std::chrono::milliseconds(50));
-  bool again = false; // the hold is over: the next task is not delayed
-  stream.enqueue("after the hold", [&] { again = true; });
+  EXPECT_EQ(ran, (std::vector<int>{1, 2, 3, 4}));
+  stream.end_deferral(); // back to running at once
+  zero::HostEvent after;
+  stream.enqueue("after", [&] { ran.push_back(5); });
+  after.record(stream);
+  EXPECT_EQ(stream.deferred_tasks(), 0u);
   stream.synchronize();
-  EXPECT_TRUE(again);
+  EXPECT_EQ(ran, (std::vector<int>{1, 2, 3, 4, 5}));
+}
+
+// Deferred work that nobody waits for runs when the deferral ends, or when the stream goes.
+TEST(HostStream, DeferredTasksRunAtTheEndOfTheDeferralOrOfTheStream) {
+  bool ran = false;
+  {
+    zero::HostStream stream("deferring");
+    stream.defer_until_waited();
+    stream.enqueue("never waited for", [&] { ran = true; });
+  }
+  EXPECT_TRUE(ran);
+  zero::HostStream stream("deferring");
+  stream.defer_until_waited();
+  zero::HostEvent done;
+  int value = 0;
+  stream.enqueue("write", [&] { value = 7; });
+  done.record(stream);
+  stream.end_deferral();
+  done.synchronize();
+  EXPECT_EQ(value, 7);
 }
 
 TEST(HostStream, RunsOtherStreamsWhileOneIsHeld) {
@@ -160,6 +205,36 @@ TEST(HostStreamSpace, DroppedEventWaitReadsStaleData) {
   EXPECT_EQ(widened, (std::vector<float>{1.5f, -2.0f, 3.25f, 0.5f}));
   EXPECT_EQ(out, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}))
       << "without the event wait the consumer must read the stale buffer";
+}
+
+// The same with the producer deferred instead of held: the consumer that waits lets it run (its
+// wait task asks for the event), the one that does not wait reads the stale buffer, every run.
+TEST(HostStreamSpace, DeferredProducerRunsForItsWaitersOnly) {
+  zero::HostStream producer_stream("producer");
+  zero::HostStream consumer_stream("consumer");
+  const zero::HostStreamSpace producer(producer_stream);
+  const zero::HostStreamSpace consumer(consumer_stream);
+  const std::vector<zero::bfloat16> gradients = gradients_of({1.5f, -2.0f, 3.25f, 0.5f});
+  for (const bool waits : {true, false}) {
+    std::vector<float> widened(4, 0.0f);
+    std::vector<float> out(4, 0.0f);
+    zero::HostEvent widened_ready;
+    producer_stream.defer_until_waited();
+    if (waits)
+      widen_then_copy(producer, consumer, widened_ready,
+                      zero::View<const zero::bfloat16>(gradients), zero::View<float>(widened),
+                      zero::View<float>(out));
+    else
+      widen_then_copy_without_wait(producer, consumer, widened_ready,
+                                   zero::View<const zero::bfloat16>(gradients),
+                                   zero::View<float>(widened), zero::View<float>(out));
+    consumer.fence();
+    producer_stream.end_deferral();
+    producer.fence();
+    const std::vector<float> expected =
+        waits ? std::vector<float>{1.5f, -2.0f, 3.25f, 0.5f} : std::vector<float>(4, 0.0f);
+    EXPECT_EQ(out, expected) << (waits ? "with" : "without") << " the event wait";
+  }
 }
 
 TEST(HostStream, TaskFailureSurfacesAtSynchronizeAndStopsDependentWork) {

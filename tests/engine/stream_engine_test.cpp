@@ -5,8 +5,11 @@
 // - stages 0, 1 and 3 give HostThreads' bits (bf16 runs: plain, accumulating locally
 //   and clipped, 7-element buckets), and so do stage 3 and a clipped stage 0 with per-parameter
 //   chunks (images out of order: queued unpacking, and the norm's blocks packed on the stream);
-// - the optimizer store does not share a layer before its queued update has run (its stream held
-//   until a flag is set, which every done() must see).
+// - so do they with the stream deferred (it runs work only once something waits for it): every
+//   read, write and collective the engine orders after queued work waits for it, or reads stale
+//   data, every run;
+// - the optimizer store does not share a layer before its queued update has run (its stream
+//   deferred: an update runs only once something waits for it).
 
 #include "training_scenario.hpp"
 
@@ -23,10 +26,7 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -76,10 +76,36 @@ TEST(StreamEngine, StagesGiveTheHostThreadsBits) {
       "stage 0, per-parameter chunks, clipped");
 }
 
-// The optimizer store over a held stream: done(l) comes only once layer l's queued update has run.
-// A thread sets `released` and then releases the hold; every done() must find it set and the
-// layer's new compute copy in place. A store that called done(l) without waiting for the layer's
-// event sees neither, every run. (The engine's step() cannot show this: it waits for the norm's
+// The default stream deferred while the engine trains over it: it runs work only once the engine
+// waits for it, as late as a device could, so that a read, a write or a collective ordered after
+// queued work without a wait for it sees stale data, every run: backward writing a gradient the
+// queued accumulation or packing has not read yet (micro-steps added locally, stage 3's scratch),
+// the host reading a stage 3 layer before its queued unpacking (per-parameter chunks), the norm
+// read before its slots' copy. (A shard_within plan's average over the replicas is the gradient
+// store's test's, tests/gpu/gradient_store_test.cpp.)
+TEST(StreamEngine, ADeferredStreamGivesTheHostThreadsBits) {
+  struct Deferred {
+    Deferred() { zero::HostStreamSpace::default_stream().defer_until_waited(); }
+    ~Deferred() { zero::HostStreamSpace::default_stream().end_deferral(); }
+    Deferred(const Deferred&) = delete;
+    Deferred& operator=(const Deferred&) = delete;
+  } deferred;
+  const Scenario locally{
+      .dtype = DType::bfloat16, .accumulation = 3, .clipping = 0.05, .deterministic = false};
+  expect_stream_engine_equals_host<zero::Stage<1>>(locally, "deferred, stage 1, added locally");
+  expect_stream_engine_equals_host<zero::Stage<3>>(locally, "deferred, stage 3");
+  using PerParameterStage3 =
+      zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                         zero::shard_parameters, zero::partition_with<zero::PerParameter>>;
+  expect_stream_engine_equals_host<PerParameterStage3>(
+      {.dtype = DType::bfloat16, .clipping = 0.05, .persistence = 100},
+      "deferred, stage 3, per-parameter chunks");
+}
+
+// The optimizer store over a deferring stream (it runs an update only once something waits for
+// it): done(l) comes only once layer l's queued update has run, so every done() finds the layer's
+// new compute copy in place. A store that called done(l) without waiting for the layer's event
+// finds the old one, every run. (The engine's step() cannot show this: it waits for the norm's
 // queued sums before it queues any update.)
 TEST(StreamEngine, OptimizerStoreSharesALayerOnlyAfterItsUpdateRan) {
   using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
@@ -112,23 +138,18 @@ TEST(StreamEngine, OptimizerStoreSharesALayerOnlyAfterItsUpdateRan) {
   inline_.step(
       zero::Adam({.lr = 0.01}).begin_step(), 1.0f, gradients,
       [&](std::size_t l) { return zero::View<zero::bfloat16>(expected[l]); }, [](std::size_t) {});
-  std::atomic<bool> released{false};
-  std::thread releaser([&released, hold = stream.hold()]() mutable {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    released = true;
-    hold.release();
-  });
+  stream.defer_until_waited();
   std::size_t shared = 0;
   queued.step(
       zero::Adam({.lr = 0.01}).begin_step(), 1.0f, gradients,
       [&](std::size_t l) { return zero::View<zero::bfloat16>(out[l]); },
       [&](std::size_t l) {
-        EXPECT_TRUE(released.load()) << "layer " << l << " shared before its update could run";
         for (std::size_t i = 0; i < out[l].size(); ++i)
-          ASSERT_EQ(out[l][i].bits, expected[l][i].bits) << "layer " << l << " element " << i;
+          ASSERT_EQ(out[l][i].bits, expected[l][i].bits)
+              << "layer " << l << " element " << i << ": shared before its update ran";
         ++shared;
       });
-  releaser.join();
+  stream.end_deferral();
   EXPECT_EQ(shared, layers);
 }
 

@@ -5,8 +5,9 @@
 //   per-parameter ones, whose unpacking is queued), inline and through MpiCommunicator or a
 //   StagedCommunicator pointed at the stream;
 // - a buffer given back by release() is gathered into again only after the work that read it ran:
-//   the stream is held while a queued read of layer A waits, and layer B reuses A's buffer. Without
-//   the wait the gather overwrites A before the read, which then sees B's values, every run.
+//   the stream runs a queued read of layer A only once something waits for it, and layer B reuses
+//   A's buffer. Without the wait the gather overwrites A before the read, which then sees B's
+//   values, every run.
 
 #include "training_scenario.hpp"
 
@@ -21,10 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -124,9 +122,9 @@ TEST(StreamGather, QueuedReadsSeeEveryLayerInOrder) {
   }
 }
 
-// Layer 0 is acquired, read by a copy queued behind a held stream, and released; layer 2 then
-// takes its buffer (no prefetching: one buffer in the pool). A thread sets `released` and then
-// releases the hold.
+// Layer 0 is acquired, read by a copy queued on a stream that runs it only once something waits for
+// it (deferring), and released; layer 2 then takes its buffer (no prefetching: one buffer in the
+// pool), which must wait for the read.
 template <class Comm>
 void expect_gather_after_queued_read(Comm& comm, zero::HostStream& stream) {
   const int rank = world().rank();
@@ -138,12 +136,7 @@ void expect_gather_after_queued_read(Comm& comm, zero::HostStream& stream) {
   Gather gather(comm, *layout.sharded, layout.images,
                 typename Gather::Limits{.max_live_elements = std::size_t{1} << 30}, std::nullopt,
                 nullptr, space);
-  std::atomic<bool> released{false};
-  std::thread releaser([&released, hold = stream.hold()]() mutable {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    released = true;
-    hold.release();
-  });
+  stream.defer_until_waited();
   const std::size_t a = 0, b = 2;
   const zero::View<const float> layer_a = gather.acquire(blocks, a);
   std::vector<float> read(layer_a.size(), -1.0f);
@@ -151,14 +144,13 @@ void expect_gather_after_queued_read(Comm& comm, zero::HostStream& stream) {
   gather.release(a);
   const std::size_t one_buffer = gather.pool_bytes();
   gather.acquire(blocks, b);
-  EXPECT_TRUE(released.load()) << "layer " << b << " was gathered into layer " << a
-                               << "'s buffer before the queued read of it could run";
   EXPECT_EQ(gather.pool_bytes(), one_buffer) << "layer " << b << " did not reuse the buffer";
-  releaser.join();
+  stream.end_deferral();
   stream.synchronize();
   gather.release(b);
   for (std::size_t i = 0; i < read.size(); ++i)
-    ASSERT_EQ(read[i], parameter_value(a, i)) << "layer " << a << " element " << i;
+    ASSERT_EQ(read[i], parameter_value(a, i))
+        << "layer " << a << " element " << i << ": its buffer was gathered into before its read";
 }
 
 TEST(StreamGather, ABufferIsGatheredIntoOnlyAfterItsQueuedReaders) {

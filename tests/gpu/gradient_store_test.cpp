@@ -33,6 +33,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -66,20 +67,31 @@ struct Case {
 };
 
 // Stage: 0 (whole, reduced whole), 1 (whole, reduced into a shard), 2/3 (a scratch, a shard).
-// `held`: the store's stream starts no work for 150 ms after each step's backward began (the twin
-// only), so that collectives not ordered after it read gradients not yet written, every run.
+// `held`: from each step's backward to its checks, the store's stream runs work only once waited
+// for (the twin only: ComputeHold), so that collectives not ordered after it read gradients not yet
+// written, and a norm read without waiting for its slots reads stale ones, every run.
+// `own_groups`: each rank is a shard group of its own (a shard_within<1> plan): the stores reduce
+// over a communicator of one rank, then average the reduced gradient over every rank (the
+// replicas), after the work queued into it.
 template <class T, class Partitioner, int Stage>
-void run_case(StagedSetup& s, const Case& c, bool held = false) {
+void run_case(StagedSetup& s, const Case& c, bool held = false, bool own_groups = false) {
   constexpr bool reduced_sharded = Stage >= 1;
   constexpr bool written_sharded = Stage >= 2;
   using HostReduced = zero::Kept<reduced_sharded, Partitioner, zero::host>;
   using HostWritten = zero::Kept<written_sharded, Partitioner, zero::host>;
   using DeviceReduced = zero::Kept<reduced_sharded, Partitioner, DeviceMemory>;
   using DeviceWritten = zero::Kept<written_sharded, Partitioner, DeviceMemory>;
+  std::optional<zero::MpiCommunicator> host_group;
+  std::optional<Staged> device_group;
+  if (own_groups) {
+    host_group.emplace(zero::MpiCommunicator(world().boost_communicator()).split(s.rank, 0));
+    device_group.emplace(zero::MpiCommunicator(world().boost_communicator()).split(s.rank, 0),
+                         s.caller(), DeviceSpace(s.streams.transfer));
+  }
   const zero::ModelLayout layout(
       test_partitioner<Partitioner>().partition(
-          device_test_model(large_layer_for(c.bucket_elements, 20000)), s.ranks),
-      s.rank, s.rank);
+          device_test_model(large_layer_for(c.bucket_elements, 20000)), own_groups ? 1 : s.ranks),
+      own_groups ? 0 : s.rank, s.rank);
   zero::EngineOptions options;
   options.compute_dtype = zero::dtype_of<T>;
   options.reduce_bucket_elements = c.bucket_elements;
@@ -87,14 +99,14 @@ void run_case(StagedSetup& s, const Case& c, bool held = false) {
   options.deterministic = c.deterministic;
 
   zero::GradientStore<T, HostReduced, HostWritten, zero::MpiCommunicator, zero::HostThreads> host(
-      world(), layout, options, {});
+      own_groups ? *host_group : world(), layout, options, {});
   zero::GradientStore<T, DeviceReduced, DeviceWritten, Staged, DeviceSpace> device(
-      s.comm, layout, options, s.compute());
+      own_groups ? *device_group : s.comm, layout, options, s.compute());
   const std::string what =
       std::string("stage ") + std::to_string(Stage) + " " + zero::to_string(zero::dtype_of<T>) +
       " layout " + std::string(layout.sharded->policy()) + " bucket " +
       std::to_string(c.bucket_elements) + " micro-steps " + std::to_string(c.micro_steps) +
-      (c.deterministic ? " deterministic" : "");
+      (c.deterministic ? " deterministic" : "") + (own_groups ? " own shard groups" : "");
 
   for (int step = 0; step < 2; ++step) {
     zero::MicroSteps host_steps(*layout.sharded, c.micro_steps);
@@ -121,7 +133,10 @@ void run_case(StagedSetup& s, const Case& c, bool held = false) {
     }
     host.finish();
     device.finish();
-    hold.ended();
+    if (own_groups) {
+      host.average_over_replicas(world());
+      device.average_over_replicas(s.comm);
+    }
 
     const double host_norm = host.local_sum_of_squares();
     const double device_norm = device.local_sum_of_squares();
@@ -175,8 +190,17 @@ TEST(DeviceGradientStore, PerParameterGivesTheHostBits) {
   every_stage<float, zero::PerParameter>(s);
 }
 
+// shard_within<1>: every rank reduces alone, and the reduced shard is averaged over every rank
+// afterwards, from the host's communicator. Micro-steps are added into float sums on the stream, so
+// with the store's stream deferred (the twin) that average must wait for the work queued into it.
+TEST(DeviceGradientStore, AveragesOverTheReplicasAfterTheQueuedWork) {
+  StagedSetup s;
+  for (const Case& c : {Case{1000, 2, true}, Case{1 << 20, 1, false}})
+    run_case<float, zero::FlatContiguous, 1>(s, c, true, true);
+}
+
 #if ZERO_TEST_TWIN
-// The store's stream held while backward writes: the in-place all-reduce (stage 0) and the
+// The store's stream deferred while backward writes: the in-place all-reduce (stage 0) and the
 // buckets (stages 1/2) must start after the writes queued there, through the communicator pointed
 // at the store's stream (it is not the communicator's own caller stream). Without that, stage 0
 // fails here at 2 and 3 ranks (at one, the late write lands over the stale result).

@@ -5,13 +5,19 @@
 // compute copy back (offload/offloaded_optimizer_store.hpp). Against the HostThreads engine given
 // the same gradients (device_engine_scenario.hpp): the same weights bit for bit (the update is the
 // host's own code), the same norms, a step skipped on every rank for an infinity on one without
-// touching the host states. Over the twin in CI at 1-3 ranks, and over CUDA (label gpu).
+// touching the host states; and the store alone against the host store it wraps, its every
+// done(l) after layer l's copy back. Over the twin in CI at 1-3 ranks, and over CUDA (label gpu).
 
 #include "device_engine_scenario.hpp"
 #include "test_outcome.hpp"
 
+#include <zero/engine/kept.hpp>
+#include <zero/engine/model_layout.hpp>
+#include <zero/engine/optimizer_store.hpp>
 #include <zero/offload/offloaded_optimizer_store.hpp>
 #include <zero/optim/lamb.hpp>
+#include <zero/shard/flat_contiguous.hpp>
+#include <zero/shard/verify.hpp>
 #if ZERO_TEST_NVME
 #include <zero/offload/nvme_stores.hpp>
 #endif
@@ -19,6 +25,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace device_engine_test {
 
@@ -162,6 +170,75 @@ TEST(Offload, DelayedParameterUpdateLagsOneStep) {
   const Outcome device3 = train_on_device<zero::Stage<3>, zero::bfloat16, Offloaded>(s, at_once);
   expect_same_norms(device3, host3, "DPU from the start, stage 3");
   expect_same_weights(device3, host3, "DPU from the start, stage 3");
+}
+
+// The offloaded store on its own, its states sharded, against the host store it wraps given the
+// same gradients: at every done(l) layer l's new compute copy is in device memory (read there
+// through another stream) and holds the host store's bits, in layer order, for two steps; with the
+// update run on the host while step() returns (the delayed update) too. Over the twin the compute
+// stream runs work only once waited for, so an update that read a gradient before its copy to the
+// host ran, or a done(l) before the copy back, sees stale data, every run. (In the engine the
+// parameter stores do nothing at done(l), their gathers being ordered on the stream, so only a
+// caller that reads the copy then shows the last wait.)
+TEST(Offload, StoreHandsOnTheHostStoresCopyAtEachDone) {
+  using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
+  using HostStore = zero::OptimizerStore<zero::Adam, Kept, zero::HostThreads>;
+  const int rank = world().rank();
+  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, model()), rank,
+                                 rank);
+  StagedSetup s;
+  for (const bool delayed : {false, true}) {
+    zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
+    options.delayed_parameter_update_after = delayed ? 0 : -1;
+    HostStore on_host(world(), layout, options, {});
+    zero::OffloadedOptimizerStore<HostStore, Kept, DeviceSpace> offloaded(world(), layout, options,
+                                                                          s.compute());
+    const std::size_t layers = layout.layers();
+    std::vector<std::vector<zero::bfloat16>> grads(layers), host_out(layers);
+    std::vector<zero::Buffer<zero::bfloat16, DeviceMemory>> device_grads, device_out;
+    for (std::size_t l = 0; l < layers; ++l) {
+      std::vector<float> values(layout.sharded->layer(l).numel);
+      for (std::size_t i = 0; i < values.size(); ++i)
+        values[i] = initial_value(l, i);
+      on_host.set_layer(l, values);
+      offloaded.set_layer(l, values);
+      const std::size_t n = Kept::layout(layout)->block(l, Kept::rank(layout)).size();
+      for (std::size_t i = 0; i < n; ++i)
+        grads[l].push_back(zero::bfloat16(
+            static_cast<float>((i * 7 + l * 3 + std::size_t(rank)) % 23) * 0.1f - 1.1f));
+      host_out[l].resize(n);
+      device_grads.push_back(s.upload(grads[l])); // there for every stream on return
+      device_out.emplace_back(n);
+    }
+    zero::Adam host_adam = adam(), device_adam = adam();
+    for (int step = 0; step < 2; ++step) {
+      on_host.step(
+          host_adam.begin_step(), 1.0f / 8,
+          [&](std::size_t l) { return zero::View<const zero::bfloat16>(grads[l]); },
+          [&](std::size_t l) { return zero::View<zero::bfloat16>(host_out[l]); },
+          [](std::size_t) {});
+      const ComputeHold held(s, true);
+      std::size_t next_done = 0;
+      const auto out = [&](std::size_t l) { return device_out[l].view(); };
+      const auto done = [&](std::size_t l) {
+        EXPECT_EQ(l, next_done++) << "done() out of layer order";
+        const std::vector<zero::bfloat16> got = s.read(device_out[l]);
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i].bits, host_out[l][i].bits)
+              << (delayed ? "delayed, " : "") << "step " << step << ", layer " << l << " element "
+              << i << ": not the host store's compute copy at done()";
+      };
+      offloaded.step(
+          device_adam.begin_step(), 1.0f / 8,
+          [&](std::size_t l) { return std::as_const(device_grads[l]).view(); }, out, done);
+      if (delayed) {
+        EXPECT_TRUE(offloaded.update_pending());
+        offloaded.finish_delayed_update(out, done);
+      }
+      EXPECT_EQ(next_done, layers);
+      s.compute().fence(); // what a store that did not wait left queued runs before the buffers go
+    }
+  }
 }
 
 // Without the optimizer offloaded there is no host update to delay: refused, naming the option.

@@ -3,8 +3,9 @@
 // memory on HostThreads (engine/optimizer_store.hpp): the same compute copies, master weights and
 // moments bit for bit after two Adam steps, sharded (stages 1-3: this rank's block, gathered back
 // through the staged communicator) and whole (stage 0); done(l) comes after layer l's update has
-// run, in layer order; the cold paths (set_layer, layer, read_states and write_states) reach device
-// memory through host copies. The device store is built over the staged communicator (its tensors
+// run (over the twin, on a stream that runs the update only once waited for), in layer order; the
+// cold paths (set_layer, layer, read_states and write_states) reach device memory through host
+// copies. The device store is built over the staged communicator (its tensors
 // on the agreed layout) and steps on a stream that is not the communicator's caller. Runs at 1-3
 // ranks (sharing one GPU).
 
@@ -89,6 +90,9 @@ void expect_device_store_equals_host() {
         [&](std::size_t l) { return zero::View<const bfloat16>(grads[l]); },
         [&](std::size_t l) { return zero::View<bfloat16>(host_out[l]); }, [](std::size_t) {});
     std::size_t next_done = 0;
+    // Over the twin the store's stream runs an update only once something waits for it: a done(l)
+    // that did not wait for layer l's update reads the old compute copy, every run.
+    const ComputeHold held(s, true);
     on_device.step(
         device_adam.begin_step(), 1.0f / 8,
         [&](std::size_t l) { return std::as_const(device_grads[l]).view(); },

@@ -60,9 +60,9 @@ struct Stores<T, Partitioner, 3> {
 };
 
 // `gather`: the elements per gather collective (stages 1/2), or the persistence threshold (stage
-// 3: layers of fewer elements stay gathered). `held`: the store's stream starts no work for 150 ms
-// after each step's writes began (the twin only), so that gathers not ordered after it share the
-// previous step's weights, every run.
+// 3: layers of fewer elements stay gathered). `held`: from each step's writes to its checks, the
+// store's stream runs work only once waited for (the twin only: ComputeHold), so that gathers not
+// ordered after it share the previous step's weights, every run.
 template <class T, class Partitioner, int Stage>
 void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
   constexpr bool sharded_update = Stage != 0;
@@ -145,7 +145,6 @@ void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
     }
     host.end_update();
     device.end_update();
-    hold.ended(); // gathers that did not wait for the step's writes ran during the hold
     expect_same_layers(("after step " + std::to_string(step)).c_str());
     host.end_step();
     device.end_step();

@@ -28,8 +28,6 @@
 #endif
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <vector>
 
 namespace zero::testing {
@@ -110,34 +108,33 @@ struct StagedSetup {
   }
 };
 
-// Over the twin, with `held`: the compute stream starts no work for `duration`, from now
-// (HostStream::hold_for, which ends by itself, so the code under test may synchronize on the
-// stream meanwhile), so that work ordered wrongly after it runs before it, every run. On a GPU it
-// does nothing.
+// Over the twin, with `held`: while it lives, the compute stream runs a task only once something
+// waits for it (HostStream::defer_until_waited): as late as the waits of the code under test allow,
+// so that work ordered after it without a wait runs before it and reads stale data, every run,
+// whatever the machine's speed. Code under test may synchronize on the stream meanwhile. On a GPU
+// it does nothing.
 class ComputeHold {
  public:
-  ComputeHold(
-      [[maybe_unused]] StagedSetup& s, [[maybe_unused]] bool held,
-      [[maybe_unused]] std::chrono::milliseconds duration = std::chrono::milliseconds(150)) {
+  ComputeHold([[maybe_unused]] StagedSetup& s, [[maybe_unused]] bool held) {
 #if ZERO_TEST_TWIN
     if (held) {
-      s.streams.compute.hold_for(duration);
-      end_ = std::chrono::steady_clock::now() + duration;
+      stream_ = &s.streams.compute;
+      stream_->defer_until_waited();
     }
 #endif
   }
-  // Whether the hold is still on (never when not held): a test checks that the work it meant to
-  // hold was queued while it was.
-  bool holding() const {
-    return std::chrono::steady_clock::now() < end_;
-  }
-  // Returns once the hold has ended.
-  void ended() const {
-    std::this_thread::sleep_until(end_);
+  ComputeHold(const ComputeHold&) = delete;
+  ComputeHold& operator=(const ComputeHold&) = delete;
+  ~ComputeHold() {
+#if ZERO_TEST_TWIN
+    if (stream_ != nullptr) stream_->end_deferral();
+#endif
   }
 
  private:
-  std::chrono::steady_clock::time_point end_; // the epoch when not held: no wait
+#if ZERO_TEST_TWIN
+  zero::HostStream* stream_ = nullptr;
+#endif
 };
 
 } // namespace zero::testing

@@ -6,7 +6,7 @@
 // Results must match bit for bit: the communicators sum in rank order. Every case runs three ways:
 // inline (HostThreads), queued on a host stream with a host communicator (each collective waits on
 // the host for its packing), and queued with a staged communicator ordered after that stream. A
-// held stream shows that a collective waits for its packing.
+// deferring stream shows that a collective waits for its packing.
 
 #include "comm_test.hpp"
 
@@ -23,12 +23,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <chrono>
 #include <numeric>
 #include <random>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -65,13 +62,14 @@ std::vector<G> layer_grads(int rank, std::size_t g, std::size_t numel) {
   return v;
 }
 
-// The rank-order average as the collectives compute it, in the bucket type.
+// The rank-order average as the collectives compute it, in the bucket type; with `first_rank`, of
+// the gradients of ranks first_rank, first_rank + 1, ...
 template <class B>
-float expected_average(int ranks, std::size_t g, std::size_t i) {
+float expected_average(int ranks, std::size_t g, std::size_t i, int first_rank = 0) {
   using A = zero::accumulate_t<B>;
-  A acc = zero::convert<A>(zero::convert<B>(grad_value(0, g, i)));
+  A acc = zero::convert<A>(zero::convert<B>(grad_value(first_rank, g, i)));
   for (int r = 1; r < ranks; ++r)
-    acc = acc + zero::convert<A>(zero::convert<B>(grad_value(r, g, i)));
+    acc = acc + zero::convert<A>(zero::convert<B>(grad_value(first_rank + r, g, i)));
   return zero::convert<float>(zero::convert<B>(acc / static_cast<A>(ranks)));
 }
 
@@ -270,13 +268,14 @@ TEST(BucketedReducer, BackwardOrderNeedsTheLargestLayersBucketsPlusOne) {
   EXPECT_GE(reducer.stats().buckets, reducer.plan().size());
 }
 
-// Over a held stream the packing has not run when the bucket fills: the collective must wait for it
-// (a host communicator, on the host; a staged one, after the caller stream). A thread sets
-// `released` and then releases the hold. A reducer that launched without waiting would finish
-// before the release and reduce the unpacked buffer: the shard would not hold the averages, every
-// run.
+// Over a deferring stream (it runs work only once something waits for it) the packing has not run
+// when the bucket fills: the collective must wait for it (a host communicator, on the host; a
+// staged one, after the caller stream). A reducer that launched without waiting would reduce the
+// unpacked buffer: the shard would not hold the averages, every run. Each call takes gradients of
+// its own (`first_rank`), so that a bucket allocated where an earlier call's was cannot hold the
+// right values before its packing.
 template <class Comm>
-void expect_collective_after_packing(Comm& comm, zero::HostStream& stream) {
+void expect_collective_after_packing(Comm& comm, zero::HostStream& stream, int first_rank) {
   auto& world = zero::testing::world();
   const auto layout = zero::FlatContiguous{}.partition(model(), world.size());
   const zero::LayerImages images(layout);
@@ -285,41 +284,37 @@ void expect_collective_after_packing(Comm& comm, zero::HostStream& stream) {
       zero::HostStreamSpace(stream));
   std::vector<float> shard(layout.shard_numel(world.rank()), -7.0f);
   std::vector<std::vector<float>> grads(layout.layer_count());
-  std::atomic<bool> released{false};
-  std::thread releaser([&released, hold = stream.hold()]() mutable {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    released = true;
-    hold.release();
-  });
+  stream.defer_until_waited();
   reducer.begin({shard.data(), DType::float32, shard.size(), zero::Delivery::assign});
   for (std::size_t g = layout.layer_count(); g-- > 0;) {
-    grads[g] = layer_grads<float>(world.rank(), g, layout.layer(g).numel);
+    grads[g] = layer_grads<float>(first_rank + world.rank(), g, layout.layer(g).numel);
     reducer.add(g, zero::View<const float>(grads[g]));
   }
   reducer.finish();
-  EXPECT_TRUE(released.load()) << "the collectives completed before their packing could run";
-  releaser.join();
+  stream.end_deferral();
   stream.synchronize();
   const auto begin = ordered_begin(layout);
   for (std::size_t at = 0; at < shard.size(); ++at) {
     const auto ref = layout.element_at(world.rank(), at);
     const std::size_t g = ref ? layout.layer_of(ref->parameter) : 0;
-    const float want =
-        ref ? expected_average<float>(world.size(), g, begin[ref->parameter] + ref->offset) : 0.0f;
+    const float want = ref ? expected_average<float>(
+                                 world.size(), g, begin[ref->parameter] + ref->offset, first_rank)
+                           : 0.0f;
     ASSERT_EQ(std::bit_cast<std::uint32_t>(shard[at]), std::bit_cast<std::uint32_t>(want))
-        << "element " << at << " of the shard: got " << shard[at] << ", want " << want;
+        << "element " << at << " of the shard: got " << shard[at] << ", want " << want
+        << " (a collective before its packing?)";
   }
 }
 
 TEST(BucketedReducer, OverAStreamACollectiveWaitsForItsPacking) {
   auto& world = zero::testing::world();
   zero::HostStream stream("reducer");
-  expect_collective_after_packing(world, stream);
+  expect_collective_after_packing(world, stream, 0);
   zero::HostStream transfer("transfer");
   zero::StagedCommunicator<zero::HostStreamSpace, zero::MpiCommunicator> staged(
       zero::MpiCommunicator(world.boost_communicator()), zero::HostStreamSpace(transfer),
       zero::HostStreamSpace(transfer));
-  expect_collective_after_packing(staged, stream);
+  expect_collective_after_packing(staged, stream, 100);
 }
 
 TEST(BucketedReducer, MistakesAreNamed) {

@@ -6,7 +6,10 @@
 // A stream that misses an event wait then reads data that is not ready, as it would on a GPU, and
 // StreamHold (a gate that keeps a stream's worker from starting tasks) makes that deterministic:
 // hold the producer, and the consumer that does not wait reads stale data every time, with no
-// sleeps. docs/execution-spaces.md has the contract and an example.
+// sleeps. For code that waits on the producer itself, defer_until_waited() makes the stream run a
+// task only once something waits for it: as late as its waits allow, so a missing wait reads stale
+// data every run, however fast or slow the machine. docs/execution-spaces.md has the contract and
+// an example.
 //
 // Semantics follow CUDA's where they can:
 // - HostEvent::record(stream) marks the point after everything queued on `stream` so far;
@@ -14,6 +17,8 @@
 // - HostStream::wait(event) makes the stream's later tasks wait until the event's point has
 //   passed. Waiting on an event that was never recorded does nothing (cudaStreamWaitEvent's rule),
 //   and so do query() (true) and synchronize() on it.
+// - A deferring stream (defer_until_waited) has no CUDA counterpart: it is the latest a device
+//   could run the work, for tests.
 // - A task that throws fails its stream: the stream discards its queued tasks, refuses new ones,
 //   and synchronize() rethrows the failure (as zero::Error, naming the stream and the task) every
 //   time it is called. The events recorded behind the failed task never pass: whoever waits on
@@ -26,7 +31,6 @@
 #include "zero/core/error.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -70,10 +74,36 @@ inline ErrorKind task_failure_kind(const std::exception_ptr& failure) noexcept {
   }
 }
 
+// How a point recorded on a deferring stream (HostStream::defer_until_waited) asks the stream to
+// run up to it: shared by the stream and those points, so that a point outliving its stream asks
+// nobody (the stream ran or discarded everything before it went).
+class StreamDemand {
+ public:
+  explicit StreamDemand(HostStream& stream) noexcept : stream_(&stream) {}
+  StreamDemand(const StreamDemand&) = delete;
+  StreamDemand& operator=(const StreamDemand&) = delete;
+  // Lets the stream start its first `tasks` tasks. Defined after HostStream.
+  inline void demand(std::uint64_t tasks);
+  void detach() noexcept {
+    const std::lock_guard lock(mutex_);
+    stream_ = nullptr;
+  }
+
+ private:
+  std::mutex mutex_; // taken before the stream's own
+  HostStream* stream_;
+};
+
 // One recorded point of an event: passed when the stream's worker reaches it, failed when the
 // stream fails before that. Shared by the event, the recording task and the waiting tasks.
 class EventPoint {
  public:
+  // Recorded on a deferring stream as its `tasks`-th task: whoever waits for the point, or asks
+  // whether it passed, first lets the stream run that far. Set before the point is shared.
+  void defer_on(std::shared_ptr<StreamDemand> stream, std::uint64_t tasks) noexcept {
+    deferred_on_ = std::move(stream);
+    tasks_ = tasks;
+  }
   void pass() {
     {
       const std::lock_guard lock(mutex_);
@@ -91,11 +121,13 @@ class EventPoint {
     changed_.notify_all();
   }
   bool passed() const {
+    ask_for_it();
     const std::lock_guard lock(mutex_);
     throw_if_failed();
     return state_ == State::passed;
   }
   void wait() const {
+    ask_for_it();
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return state_ != State::pending; });
     throw_if_failed();
@@ -103,6 +135,10 @@ class EventPoint {
 
  private:
   enum class State { pending, passed, failed };
+  // Outside the point's mutex: the stream's worker takes it (abandon) under the stream's.
+  void ask_for_it() const {
+    if (deferred_on_) deferred_on_->demand(tasks_);
+  }
   void throw_if_failed() const {
     if (state_ == State::failed)
       fail(ErrorKind::invalid_argument, "the event's point never passed: " + reason_);
@@ -112,6 +148,8 @@ class EventPoint {
   mutable std::condition_variable changed_;
   State state_ = State::pending;
   std::string reason_;
+  std::shared_ptr<StreamDemand> deferred_on_; // null unless recorded on a deferring stream
+  std::uint64_t tasks_ = 0;
 };
 
 } // namespace detail
@@ -144,11 +182,13 @@ class HostStream {
   // Runs what is queued (or, after a failure, discards it), then stops the worker. A failure
   // nobody synchronized for is logged: a destructor must not throw.
   ~HostStream() {
+    demand_->detach(); // what is deferred runs now: nobody need ask for it
     {
       const std::lock_guard lock(mutex_);
       if (holds_ != 0)
         detail::assertion_failed("no StreamHold outlives its HostStream", __FILE__, __LINE__);
       stopping_ = true;
+      deferring_ = false;
     }
     changed_.notify_all();
     worker_.join();
@@ -174,6 +214,8 @@ class HostStream {
       fail(ErrorKind::invalid_argument, "synchronize on stream '" + name_ +
                                             "' while it is held would never return: release " +
                                             "its StreamHold first");
+    demanded_ = std::max(demanded_, target); // a deferring stream runs what is waited for
+    changed_.notify_all();
     changed_.wait(lock, [&] { return finished_ >= target; });
     if (failure_) {
       failure_reported_ = true;
@@ -190,17 +232,38 @@ class HostStream {
     return StreamHold(*this);
   }
 
-  // For `duration` from now, the worker starts no task (a running one finishes): a hold that ends
-  // by itself, so the host may synchronize meanwhile (it waits out the hold, then the work). A
-  // test's way to make a stream late without a thread to release it.
-  void hold_for(std::chrono::steady_clock::duration duration) {
+  // From now until end_deferral(), the worker starts a task queued meanwhile only once something
+  // waits for a point at or after it: synchronize(), or HostEvent::synchronize() or query() of an
+  // event recorded behind it, or another stream's wait() on such an event once that stream's
+  // worker reaches it. The stream is then as late as the waits on it allow (the latest a GPU could
+  // run the work), whatever the machine's speed: work that reads what a task writes without a
+  // wait for it reads what was there before, every run. A test's way to make a stream late
+  // without timing; unlike a StreamHold, code under test may wait on the stream meanwhile. What
+  // was queued before the call runs as before.
+  void defer_until_waited() {
     const std::lock_guard lock(mutex_);
-    held_until_ = std::max(held_until_, std::chrono::steady_clock::now() + duration);
+    deferring_ = true;
+    demanded_ = std::max(demanded_, submitted_);
+  }
+  // Lets everything deferred run, and the stream run as usual again.
+  void end_deferral() {
+    {
+      const std::lock_guard lock(mutex_);
+      deferring_ = false;
+    }
+    changed_.notify_all();
+  }
+  // Tasks queued and not started because nobody waited for them yet (0 unless deferring).
+  std::uint64_t deferred_tasks() const {
+    const std::lock_guard lock(mutex_);
+    const std::uint64_t may_start = std::max(demanded_, finished_);
+    return deferring_ && submitted_ > may_start ? submitted_ - may_start : 0;
   }
 
  private:
   friend class HostEvent;
   friend class StreamHold;
+  friend class detail::StreamDemand;
 
   struct Task {
     std::string description;
@@ -216,8 +279,19 @@ class HostStream {
         fail(detail::task_failure_kind(failure_), "stream '" + name_ + "' refuses '" +
                                                       task.description +
                                                       "' after its failure: " + failure_text());
+      if (deferring_ && task.recorded) task.recorded->defer_on(demand_, submitted_ + 1);
       queue_.push_back(std::move(task));
       ++submitted_;
+    }
+    changed_.notify_all();
+  }
+
+  // Lets a deferring stream start its first `tasks` tasks (detail::StreamDemand).
+  void demand(std::uint64_t tasks) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (tasks <= demanded_) return;
+      demanded_ = tasks;
     }
     changed_.notify_all();
   }
@@ -235,18 +309,17 @@ class HostStream {
   }
   std::string failure_message() const { return "stream '" + name_ + "': " + failure_text(); }
 
-  // The worker: takes tasks in order while the stream is not held; the mutex handoffs order each
-  // task after the host calls that queued it and before the synchronize() that waits for it.
+  // The worker: takes tasks in order while the stream is not held (nor deferring past what was
+  // asked for: the task in front is the finished_-th); the mutex handoffs order each task after
+  // the host calls that queued it and before the synchronize() that waits for it.
   void run() {
     std::unique_lock lock(mutex_);
     for (;;) {
-      changed_.wait(
-          lock, [&] { return (!queue_.empty() && holds_ == 0) || (stopping_ && queue_.empty()); });
+      changed_.wait(lock, [&] {
+        return (!queue_.empty() && holds_ == 0 && (!deferring_ || finished_ < demanded_)) ||
+               (stopping_ && queue_.empty());
+      });
       if (queue_.empty()) return;
-      if (const auto until = held_until_; std::chrono::steady_clock::now() < until) { // hold_for
-        changed_.wait_until(lock, until);
-        continue;
-      }
       Task task = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -282,13 +355,20 @@ class HostStream {
   std::uint64_t submitted_ = 0;
   std::uint64_t finished_ = 0; // run or discarded
   int holds_ = 0;
-  std::chrono::steady_clock::time_point held_until_; // hold_for: no task starts before it
+  bool deferring_ = false;     // defer_until_waited
+  std::uint64_t demanded_ = 0; // while deferring, the tasks that may start
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::string failed_task_;
   bool failure_reported_ = false;
+  std::shared_ptr<detail::StreamDemand> demand_ = std::make_shared<detail::StreamDemand>(*this);
   std::thread worker_; // last: it starts running in the constructor and uses the members above
 };
+
+inline void detail::StreamDemand::demand(std::uint64_t tasks) {
+  const std::lock_guard lock(mutex_);
+  if (stream_ != nullptr) stream_->demand(tasks);
+}
 
 inline void StreamHold::release() noexcept {
   if (stream_ != nullptr) std::exchange(stream_, nullptr)->release_hold();
