@@ -144,6 +144,47 @@ function(zero_mpi_command out np)
   set(${out} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe ${MPIEXEC_PREFLAGS} PARENT_SCOPE)
 endfunction()
 
+# zero_add_dropped_wait_test(site TARGET binary [RANKS n] FILTER gtest-filter MATCHES regex)
+#   The stream-space twin must catch a wait missing inside the library, not only in pipelines the
+#   tests write: runs the tests of `binary` that FILTER selects (under mpirun at RANKS ranks, or
+#   alone) with ZERO_TEST_DROP_WAIT=site (include/zero/core/dropped_waits.hpp), and passes only when
+#   that run fails through their own comparison: a status from 1 to 127 (no crash, no timeout), the
+#   library's note that it dropped the wait at `site`, and the comparison's failure message MATCHES
+#   (a regular expression). Without the switch the same tests pass in the binary's own registration.
+#   Registered as zero_test_dropped_wait.<site>[.npN], label dropped_wait; not in builds with a
+#   sanitizer (ZERO_TEST_DROPPED_WAITS), which report what the broken ordering causes instead.
+if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=")
+  set(zero_dropped_waits_default OFF)
+else()
+  set(zero_dropped_waits_default ON)
+endif()
+option(ZERO_TEST_DROPPED_WAITS "Tests that drop a wait inside the library and expect the twin to catch it"
+       ${zero_dropped_waits_default})
+function(zero_add_dropped_wait_test site)
+  cmake_parse_arguments(arg "" "TARGET;RANKS;FILTER;MATCHES" "" ${ARGN})
+  if(arg_UNPARSED_ARGUMENTS OR NOT arg_TARGET OR NOT arg_FILTER OR NOT arg_MATCHES)
+    message(FATAL_ERROR "zero_add_dropped_wait_test(${site}): give TARGET, FILTER and MATCHES")
+  endif()
+  if(NOT ZERO_TEST_DROPPED_WAITS OR NOT TARGET ${arg_TARGET})
+    return() # switched off, or the binary is not built here (ZERO_TEST_AREAS)
+  endif()
+  set(name zero_test_dropped_wait.${site})
+  set(command $<TARGET_FILE:${arg_TARGET}> --gtest_filter=${arg_FILTER})
+  set(processors 1)
+  if(arg_RANKS)
+    zero_mpi_command(launcher ${arg_RANKS})
+    list(PREPEND command ${launcher})
+    string(APPEND name .np${arg_RANKS})
+    set(processors ${arg_RANKS})
+  endif()
+  string(REPLACE "." "[.]" site_pattern "${site}")
+  zero_add_output_test(${name} FAILS
+    MATCHES "^(?=.*dropping the wait at ${site_pattern} )(?=.*${arg_MATCHES})"
+    COMMAND ${command})
+  set_tests_properties(${name} PROPERTIES LABELS "dropped_wait;mpi" PROCESSORS ${processors}
+    TIMEOUT 300 ENVIRONMENT "${zero_mpi_test_environment};ZERO_TEST_DROP_WAIT=${site}")
+endfunction()
+
 function(zero_add_mpi_test name)
   cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES;LABELS;RANKS;ENVIRONMENT;CAN_SKIP" ${ARGN})
   zero_test_excluded(${name} excluded)

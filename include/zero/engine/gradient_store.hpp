@@ -27,6 +27,7 @@
 // a kernel on the stream would be ordered after it.
 
 #include "zero/core/buffer.hpp"
+#include "zero/core/dropped_waits.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/host_stream_space.hpp" // accumulate over HostStreamSpace
 #include "zero/core/run_table.hpp"
@@ -129,7 +130,8 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
   // stream space, in host memory, once the queued work that reads the gradients handed over so far
   // has run; in the space's memory at once (backward's writes are queued after that work).
   View<T, ViewMemory> gradients(std::size_t l) {
-    if constexpr (StreamSpace<Exec> && Memory::host_accessible) handed_over_.last.synchronize();
+    if constexpr (StreamSpace<Exec> && Memory::host_accessible)
+      if (!detail::wait_dropped("gradients.handed_over")) handed_over_.last.synchronize();
     return gradient_buffer(l);
   }
 
@@ -166,7 +168,8 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
   void average_over_replicas(Comm& replica) {
     // Deliveries and sums queued as layers landed write and read the reduced gradient this averages
     // in place: they must have run first (the sums are taken again afterwards).
-    if constexpr (StreamSpace<Exec>) exec_.fence();
+    if constexpr (StreamSpace<Exec>)
+      if (!detail::wait_dropped("gradients.replicas")) exec_.fence();
     visit_reduced(
         [&](auto& reduced) { replica.all_reduce(reduced.local(), ReduceOp::avg).wait(); });
     std::fill(summed_.begin(), summed_.end(), false);
@@ -342,7 +345,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
     copy(exec_, std::as_const(q.slots).view(), q.host.view());
     typename Exec::event_type read_back;
     record(exec_, read_back);
-    read_back.synchronize();
+    if (!detail::wait_dropped("gradients.sums_read_back")) read_back.synchronize();
     for (std::size_t l = 0; l < layer_sums_.size(); ++l)
       if (q.queued[l]) {
         layer_sums_[l] = q.host.view()[l];

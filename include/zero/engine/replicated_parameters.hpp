@@ -16,6 +16,7 @@
 // queued after). set_layer stages a layer through the host (a cold path).
 
 #include "zero/comm/communicator.hpp"
+#include "zero/core/dropped_waits.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/run_table.hpp"
 #include "zero/core/stream_space.hpp"
@@ -123,7 +124,8 @@ requires HostAccessibleSpace<Space> ||
   // memory bandwidth) and overlap the next forward instead.
   void end_update() {
     if constexpr (Updated::sharded) {
-      const CallerScope<Comm, Exec> caller(&comm_, exec_); // after the step's writes
+      const CallerScope<Comm, Exec> caller( // after the step's writes
+          detail::wait_dropped("replicated_parameters.caller") ? nullptr : &comm_, exec_);
       for (std::size_t l = 0; l < gathers_.size(); ++l)
         gathers_[l] = gather_layer_image_in_pieces(comm_, *model_.sharded, l,
                                                    View<const T, ViewMemory>(update_target(l)),

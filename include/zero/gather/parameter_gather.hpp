@@ -40,6 +40,7 @@
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
+#include "zero/core/dropped_waits.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/host_stream_space.hpp"
@@ -226,7 +227,8 @@ class ParameterGather {
   template <BlockSource<T, Memory> Source>
   void refresh_persistent(Source& source) {
     // The layers kept gathered are read by work queued on the stream: it runs before they change.
-    if constexpr (StreamSpace<Exec>) exec_.fence();
+    if constexpr (StreamSpace<Exec>)
+      if (!detail::wait_dropped("gather.refresh")) exec_.fence();
     for (std::size_t l = 0; l < slots_.size(); ++l) {
       Slot& s = slots_[l];
       if (!s.persistent) continue;
@@ -302,7 +304,9 @@ class ParameterGather {
     s.completing = true;
     s.ordered = take_buffer();
     if (!images_.in_order(l)) s.image = take_buffer();
-    const CallerScope<Comm, Exec> caller(&comm_, exec_), hpz_caller(hpz_, exec_);
+    const bool unordered = detail::wait_dropped("gather.caller");
+    const CallerScope<Comm, Exec> caller(unordered ? nullptr : &comm_, exec_),
+        hpz_caller(unordered ? nullptr : hpz_, exec_);
     order_after_consumers(s);
     live_ += layout_.layer(l).flat_numel;
     peak_live_ = std::max(peak_live_, live_);
@@ -404,6 +408,7 @@ class ParameterGather {
   // collective, which that ordering covers too. With any other communicator the host waits here.
   void order_after_consumers(const Slot& s) {
     if constexpr (StreamSpace<Exec> && !OrderedAfterCaller<Comm, Exec>) {
+      if (detail::wait_dropped("gather.buffer_reusable")) return;
       reusable_[*s.ordered].synchronize();
       if (s.image) reusable_[*s.image].synchronize();
     }

@@ -36,6 +36,7 @@
 #include "zero/comm/communicator.hpp"
 #include "zero/core/buffer.hpp"
 #include "zero/core/convert.hpp"
+#include "zero/core/dropped_waits.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/run_table.hpp"
@@ -355,6 +356,7 @@ class BucketedReducer {
   // the packing queued so far has run (the others are pointed at the stream: CallerScope).
   void wait_for_packing_on_the_host() {
     if constexpr (StreamSpace<Exec> && !OrderedAfterCaller<Comm, Exec>) {
+      if (detail::wait_dropped("reducer.packed")) return;
       typename Exec::event_type packed;
       record(exec_, packed);
       packed.synchronize();
@@ -370,7 +372,8 @@ class BucketedReducer {
     BucketState& s = state_[b];
     s.launched = Clock::now();
     wait_for_packing_on_the_host();
-    const CallerScope<Comm, Exec> caller(&comm_, exec_);
+    const CallerScope<Comm, Exec> caller(detail::wait_dropped("reducer.caller") ? nullptr : &comm_,
+                                         exec_);
     const Bucket& bucket = plan_[b];
     const auto rank = static_cast<std::size_t>(comm_.rank());
     visit_dtype(options_.bucket_dtype, [&](auto tag) {
