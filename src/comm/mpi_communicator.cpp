@@ -82,12 +82,17 @@ struct MpiCommunicator::State {
   State(MPI_Comm parent, const CommOptions& opts) : options(opts), requested(opts) {
     initialize_mpi();
     ZERO_CHECK_MPI(MPI_Comm_dup(parent, &comm));
-    ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-    ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-    ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
-    choose_transport();
-    peers = std::make_unique<detail::PeerLiveness>(comm, rank);
-    departures = std::make_unique<detail::Departures>(comm, rank, size);
+    try {
+      ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+      ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+      ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
+      choose_transport(); // refuses a transport the ranks' places rule out, on every rank
+      peers = std::make_unique<detail::PeerLiveness>(comm, rank);
+      departures = std::make_unique<detail::Departures>(comm, rank, size);
+    } catch (...) {
+      MPI_Comm_free(&comm); // the destructor does not run for an object never built
+      throw;
+    }
     detail::Watchdog watchdog{
         .timeout_seconds = options.timeout_seconds,
         .on_timeout = [this](const std::string& what, double seconds,
@@ -108,18 +113,18 @@ struct MpiCommunicator::State {
     // A peer still waiting in a later operation learns now that this rank will not come.
     departures->announce(worker->operations_completed());
     worker.reset();
-    // Freeing the window and the communicator are collective calls. A rank that unwinds from an
-    // error (an exception seen on this rank only) must not wait in them for peers that are
-    // still waiting for its next collective: it leaves them to the process's end. Otherwise the
-    // ranks leave together: once every peer has left too, nothing can block.
+    // Freeing the shared-memory window is a collective call. A rank that unwinds from an error seen
+    // on this rank only must not wait in it for peers that are still waiting for its next
+    // collective: it leaves the window to the process's end (freeing a communicator does not wait
+    // for peers). Otherwise, also when every rank unwinds from the same error, the ranks leave
+    // together: once every peer has left too, nothing can block.
     int finalized = 0;
     MPI_Finalized(&finalized); // a program that finalised MPI itself before this
     const bool skip_collectives =
-        std::uncaught_exceptions() > exceptions_at_start || finalized != 0;
+        (std::uncaught_exceptions() > exceptions_at_start && !detail::last_error_on_every_rank()) ||
+        finalized != 0;
     std::string missing;
-    if (skip_collectives) {
-      departures->abandon();
-    } else if (!departures->wait_for_peers(options.timeout_seconds, missing)) {
+    if (!skip_collectives && !departures->wait_for_peers(options.timeout_seconds, missing)) {
       std::fprintf(stderr,
                    "zero: rank %d of %d left its communicator, but rank(s) %s did not within "
                    "%.0f s (ZERO_TIMEOUT_S): they still wait in an operation this rank never "
@@ -131,7 +136,7 @@ struct MpiCommunicator::State {
     if (skip_collectives) std::visit([](auto& t) { t->abandon(); }, transport);
     transport = std::unique_ptr<detail::MpiTransport>();
     departures.reset();
-    if (comm != MPI_COMM_NULL && !skip_collectives) ZERO_LOG_MPI(MPI_Comm_free(&comm));
+    if (comm != MPI_COMM_NULL && finalized == 0) ZERO_LOG_MPI(MPI_Comm_free(&comm));
   }
 
   void choose_transport() {
@@ -144,7 +149,8 @@ struct MpiCommunicator::State {
     const std::string where = std::to_string(size) + " ranks on " + std::to_string(nodes) +
                               " nodes" + (options.node_size > 0 ? " (ZERO_NODE_SIZE)" : "");
     if (options.transport == Transport::shared_memory && !one_node)
-      fail(ErrorKind::unsupported, "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
+      fail_on_every_rank(ErrorKind::unsupported,
+                         "ZERO_MPI_TRANSPORT=shm needs all ranks on one node: " + where);
     // Two levels need as many ranks on every node; where they differ (a split communicator may
     // take some ranks of a node), the collectives are flat.
     Transport chosen = options.transport;

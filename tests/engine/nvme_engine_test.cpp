@@ -11,6 +11,7 @@
 
 #include "training_scenario.hpp"
 
+#include <zero/engine/optimizer_choice.hpp>
 #include <zero/offload/nvme_stores.hpp>
 #include <zero/optim/lamb.hpp>
 
@@ -218,18 +219,22 @@ TEST(NvmeEngine, AConfigAskingForNvmeNeedsThePlacement) {
       "optimizer states on NVMe need a directory: set EngineOptions::nvme.optimizer.nvme_path");
 }
 
-// LAMB's step needs whole-parameter sums the NVMe store's sub-group pipeline does not make: the
-// engine is refused when it is built (a program taking its optimizer from a config compiles it).
-TEST(NvmeEngine, LambIsRefusedWhenTheEngineIsBuilt) {
-  SwapRoot root;
+// LAMB's step needs whole-parameter sums the NVMe store's sub-group pipeline does not make: such an
+// engine does not compile (tests/engine/compile_fail), and a program taking its optimizer from a
+// config compiles the others and refuses LAMB by name.
+TEST(NvmeEngine, LambFromAConfigIsRefusedNamingTheKey) {
+  zero::config::OptimizerConfig lamb;
+  lamb.type = zero::config::OptimizerType::lamb;
+  int built = 0;
   expect_error_contains(
-      [&] {
-        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, NvmeOptimizer, zero::Lamb,
-                     zero::StaticLossScaler>
-            engine(zero::testing::world(), model(), zero::Lamb{}, zero::StaticLossScaler{},
-                   on_nvme(root, {}));
-      },
-      "an optimizer with a trust ratio (LAMB) keeps its states in memory");
+      [&] { zero::with_optimizer_on<NvmeOptimizer>(lamb, [&](auto) { return ++built; }); },
+      "optimizer.type Lamb: an optimizer with a trust ratio (LAMB) keeps its states in memory");
+  EXPECT_EQ(built, 0);
+  static_assert(!zero::optimizer_runs_on<zero::Lamb, NvmeOptimizer>());
+  static_assert(zero::optimizer_runs_on<zero::Adam, NvmeOptimizer>());
+  zero::config::OptimizerConfig adam;
+  adam.type = zero::config::OptimizerType::adam;
+  EXPECT_EQ(zero::with_optimizer_on<NvmeOptimizer>(adam, [&](auto) { return ++built; }), 1);
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 #include "device_engine_scenario.hpp"
 #include "test_outcome.hpp"
 
+#include <zero/engine/optimizer_choice.hpp>
 #include <zero/optim/lamb.hpp>
 
 #include <gtest/gtest.h>
@@ -33,9 +34,10 @@ TEST(DeviceEngine, Fp32GivesTheHostEnginesBits) {
 TEST(DeviceEngine, Fp32ComputeIsRefusedOverCuda) {
   StagedSetup s;
   try {
-    DeviceEngine<zero::Stage<0>, float> engine(world(), s.comm, model(), adam(),
-                                               zero::StaticLossScaler{},
-                                               options_for({.dtype = DType::float32}), s.compute());
+    // Compiled for every compute type: over CUDA memory float is left out, and refused by name.
+    zero::Engine<zero::Stage<0>, Staged, OnTheDevice, zero::Adam, zero::StaticLossScaler> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{},
+        options_for({.dtype = DType::float32}), s.compute());
     ADD_FAILURE() << "an fp32 compute copy over CUDA was accepted";
   } catch (const zero::Error& e) {
     EXPECT_NE(std::string(e.what()).find("writes a float16 or bfloat16 compute copy only"),
@@ -134,19 +136,17 @@ TEST(DeviceEngine, RefusesAConfigsOffload) {
   }
 }
 
-// LAMB's step keeps its states in host memory: over a device space it is refused when the engine
-// is built, naming the space (it compiles, as a program taking its optimizer from a config must).
-TEST(DeviceEngine, RefusesLamb) {
-  StagedSetup s;
-  using LambOnTheDevice = zero::Engine<zero::Stage<1>, Staged, OnTheDevice, zero::Lamb,
-                                       zero::StaticLossScaler, zero::ComputeTypes<zero::bfloat16>>;
+// LAMB over states in device memory does not compile (tests/engine/compile_fail), and a program
+// taking its optimizer from a config is refused naming optimizer.type.
+TEST(DeviceEngine, RefusesLambFromAConfig) {
+  zero::config::OptimizerConfig lamb;
+  lamb.type = zero::config::OptimizerType::lamb;
   try {
-    LambOnTheDevice engine(world(), s.comm, model(), zero::Lamb{}, zero::StaticLossScaler{},
-                           options_for({.dtype = DType::bfloat16}), s.compute());
+    zero::with_optimizer_on<OnTheDevice>(lamb, [](auto) { return 0; });
     ADD_FAILURE() << "LAMB over a device space was accepted";
   } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("(LAMB) keeps its states in host memory: its step over " +
-                                         std::string(DeviceSpace::name) + " is not built"),
+    EXPECT_NE(std::string(e.what()).find("optimizer.type Lamb: an optimizer with a trust ratio "
+                                         "(LAMB) keeps its states in host memory"),
               std::string::npos)
         << e.what();
   }
@@ -161,8 +161,9 @@ TEST(DeviceEngine, RefusesCommunicatorsOfDifferentRankOrders) {
   Staged backwards(zero::MpiCommunicator(world().boost_communicator()).split(0, -s.rank),
                    s.caller(), DeviceSpace(s.streams.transfer));
   try {
-    DeviceEngine<zero::Stage<1>, float> engine(world(), backwards, model(), adam(),
-                                               zero::StaticLossScaler{}, {}, s.compute());
+    DeviceEngine<zero::Stage<1>, zero::bfloat16> engine(
+        world(), backwards, model(), adam(), zero::StaticLossScaler{},
+        options_for({.dtype = DType::bfloat16}), s.compute());
     ADD_FAILURE() << "the engine took communicators of different rank orders";
   } catch (const zero::Error& e) {
     EXPECT_NE(std::string(e.what()).find("same ranks in the same order"), std::string::npos)

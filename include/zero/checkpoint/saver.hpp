@@ -27,6 +27,18 @@ namespace zero::checkpoint {
 
 class Saver {
  public:
+  Saver() = default;
+  Saver(const Saver&) = delete;
+  Saver& operator=(const Saver&) = delete;
+  // A save still running is waited for, but not completed (that needs every rank): its owner calls
+  // finish() before it goes (Engine::wait_for_checkpoint).
+  ~Saver() {
+    if (pending_)
+      zero::detail::log_error(
+          "engine destroyed with a checkpoint save in flight: it was not completed "
+          "(call wait_for_checkpoint() first)");
+  }
+
   // `store` is the optimizer store this rank saves from, or null where a rank saves no states
   // (replicas of another rank's shard); `saving_ranks` ranks (0, 1, ...) save theirs.
   template <class Comm, class Store>

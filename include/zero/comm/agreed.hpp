@@ -62,15 +62,16 @@ agreed(Comm& comm, std::string_view what, Build&& build) {
     for (std::size_t r = 0; r < all.size(); ++r)
       if (all[r] >= 0) {
         const auto messages = detail::gather_text(comm, message, message_bytes);
-        fail(static_cast<ErrorKind>(all[r]), failed_on + std::to_string(r) + ": " + messages[r]);
+        fail_on_every_rank(static_cast<ErrorKind>(all[r]),
+                           failed_on + std::to_string(r) + ": " + messages[r]);
       }
   } else {
     std::vector<std::int64_t> worst{failed_kind};
     comm.all_reduce(worst, ReduceOp::max).wait();
     if (worst[0] >= 0)
-      fail(failed_kind >= 0 ? static_cast<ErrorKind>(failed_kind) : ErrorKind::io,
-           failed_kind >= 0 ? failed_on + std::to_string(comm.rank()) + ": " + message
-                            : failed_on + "another rank (its own error says why)");
+      fail_on_every_rank(failed_kind >= 0 ? static_cast<ErrorKind>(failed_kind) : ErrorKind::io,
+                         failed_kind >= 0 ? failed_on + std::to_string(comm.rank()) + ": " + message
+                                          : failed_on + "another rank (its own error says why)");
   }
   if constexpr (returns) return std::move(*result);
 }
@@ -83,9 +84,9 @@ requires GatheringCommunicator<Comm> std::vector<float>
 rank0_values(Comm& comm, View<const float> values, std::size_t count, const std::string& what) {
   std::vector<std::int64_t> size{static_cast<std::int64_t>(values.size())};
   comm.broadcast(size, 0).wait();
-  require(static_cast<std::size_t>(size[0]) == count, what + " has " + std::to_string(count) +
-                                                          " elements, rank 0 passed " +
-                                                          std::to_string(size[0]));
+  require_on_every_rank(static_cast<std::size_t>(size[0]) == count,
+                        what + " has " + std::to_string(count) + " elements, rank 0 passed " +
+                            std::to_string(size[0]));
   std::vector<float> agreed(count);
   if (comm.rank() == 0) std::copy(values.begin(), values.end(), agreed.begin());
   comm.broadcast(agreed, 0).wait();

@@ -82,6 +82,14 @@ inline LastError& last_error() noexcept {
   static LastError record;
   return record;
 }
+
+// Whether the last zero::Error this thread built was raised alike on every rank
+// (fail_on_every_rank): a communicator destroyed while that error unwinds can then leave together
+// with its peers, which unwind from it too, instead of leaving behind what needs them.
+inline bool& last_error_on_every_rank() noexcept {
+  thread_local bool on_every_rank = false;
+  return on_every_rank;
+}
 } // namespace detail
 
 class Error : public std::runtime_error {
@@ -89,6 +97,7 @@ class Error : public std::runtime_error {
   Error(ErrorKind kind, const std::string& message)
       : std::runtime_error("zero: " + message), kind_(kind) {
     detail::last_error().record(message);
+    detail::last_error_on_every_rank() = false;
   }
   ErrorKind kind() const noexcept { return kind_; }
 
@@ -104,6 +113,18 @@ class Error : public std::runtime_error {
 inline void require(bool condition, std::string_view message,
                     ErrorKind kind = ErrorKind::invalid_argument) {
   if (!condition) fail(kind, std::string(message));
+}
+
+// The same for an error every rank of the communicators involved raises alike (decided from what a
+// collective gave all of them: comm/agreed.hpp), so that they can tear down together.
+[[noreturn]] inline void fail_on_every_rank(ErrorKind kind, const std::string& message) {
+  Error error(kind, message);
+  detail::last_error_on_every_rank() = true;
+  throw error;
+}
+inline void require_on_every_rank(bool condition, std::string_view message,
+                                  ErrorKind kind = ErrorKind::invalid_argument) {
+  if (!condition) fail_on_every_rank(kind, std::string(message));
 }
 
 namespace detail {

@@ -10,11 +10,14 @@
 #include "zero/comm/agreed.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/nvme.hpp"
 #include "zero/core/view.hpp"
+#include "zero/engine/options.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/schedule/lr_scheduler.hpp"
 #include "zero/shard/shard_layout.hpp"
 
+#include <concepts>
 #include <cstddef>
 #include <filesystem>
 #include <optional>
@@ -53,6 +56,40 @@ checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOption
     m.lr_scheduler_last_batch_iteration = options.lr_scheduler->last_batch_iteration();
   }
   return m;
+}
+
+// Starts a save of the run as DIR/TAG (Engine::save_checkpoint): the ranks that write states hand
+// their store to the saver, which rank 0 completes with the manifest. States on the NVMe tier are
+// saved synchronously only (a background save would copy them into host memory), and a delayed
+// update still running on the host is applied first: its states are the step's.
+template <class Plan, class Placement, class Saver, class Groups, class States, class Opt,
+          class Scaler>
+void begin_save(Saver& saver, Groups& groups, const std::filesystem::path& dir,
+                const std::string& tag, const CheckpointOptions& options,
+                const EngineOptions& engine_options, const ShardLayout& layout, States& states,
+                const Opt& optimizer, const Scaler& scaler) {
+  if constexpr (std::same_as<typename Placement::optimizer_states, nvme>)
+    require(!options.async,
+            "save_checkpoint: an asynchronous save would copy the optimizer states from NVMe into "
+            "host memory; save them synchronously",
+            ErrorKind::unsupported);
+  states.apply_delayed_update();
+  const int writers = saving_ranks<Plan>(groups.shard().size());
+  auto* store = groups.world().rank() < writers ? &states.optimizer_states() : nullptr;
+  const auto manifest =
+      describe_run<Plan>(tag, options, groups.world().size(), groups.shard().size(),
+                         engine_options.compute_dtype, layout, states, optimizer, scaler);
+  saver.begin(groups.control_world(), dir, manifest, options, store, writers);
+}
+
+// Engine::reserve_checkpoint_snapshot: the host memory a background save copies this rank's states
+// into, where it writes states and saves run in the background (not from the NVMe tier). Only
+// sizes are read: a delayed update still running on the host does not matter here.
+template <class Plan, class Placement, class Saver, class Groups, class States>
+void reserve_snapshot(Saver& saver, Groups& groups, States& states) {
+  if constexpr (!std::same_as<typename Placement::optimizer_states, nvme>)
+    if (groups.world().rank() < saving_ranks<Plan>(groups.shard().size()))
+      saver.reserve_snapshot(states.optimizer_states());
 }
 
 // Loads DIR/TAG (or what DIR/latest names, or DIR itself) into `states`, `optimizer`, `scaler`

@@ -18,21 +18,12 @@
 // compute type, which is chosen at run time (EngineOptions::compute_dtype) once, here, among the
 // types the engine is compiled for (the sixth argument, zero::ComputeTypes<float, half, bfloat16>
 // by default; one type compiles the stores once instead of three times).
-// All ranks must call the same methods in the same order (they are collectives).
-//
-// Over a device (Placement<execute_on<CudaStreamSpace>>, docs/gpu-engine.md) the engine takes two
-// communicators of the same ranks: a host one for its own collectives (agreements, set_layer's
-// broadcast, the norm, checkpoints) and one of device memory for the model states (its
-// host_type names the first), and the stream it queues its kernels on:
-//
-//   zero::Engine<zero::Stage<3>, Staged, zero::Placement<zero::execute_on<zero::CudaStreamSpace>>,
-//                zero::Adam, zero::DynamicLossScaler>
-//       engine(mpi, staged, parameters, adam, scaler, options, zero::CudaStreamSpace(stream));
-// Gradients and acquired layers are then in device memory, ordered on that stream.
+// All ranks must call the same methods in the same order (they are collectives). Over a device
+// (Placement<execute_on<CudaStreamSpace>>) the engine also takes a host communicator of the same
+// ranks for its own collectives, and the stream it queues its kernels on (docs/gpu-engine.md).
 
 #include "zero/checkpoint/saver.hpp"
 #include "zero/comm/agreed.hpp"
-#include "zero/comm/counting_communicator.hpp"
 #include "zero/engine/checkpointing.hpp"
 #include "zero/engine/detail/construction.hpp"
 #include "zero/engine/micro_steps.hpp"
@@ -41,6 +32,7 @@
 #include "zero/engine/options.hpp"
 #include "zero/engine/rank_groups.hpp"
 #include "zero/engine/report.hpp"
+#include "zero/engine/sample_counts.hpp"
 #include "zero/engine/typed_states.hpp"
 #include "zero/estimate/memory.hpp"
 #include "zero/optim/optimizer.hpp"
@@ -55,7 +47,6 @@
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -71,9 +62,10 @@ class Engine {
   using Control = detail::control_communicator_t<Comm>;
   static constexpr bool separate_control = !std::same_as<Comm, Control>;
   using Groups = RankGroups<Plan, Comm, Control>;
-  using Counted = typename Groups::counted_type;
   template <class T>
-  using States = ModelStates<T, Plan, Counted, Placement, Opt, typename Groups::control_type>;
+  using States = ModelStates<T, Plan, typename Groups::counted_type, Placement, Opt,
+                             typename Groups::control_type>;
+  using Typed = TypedStates<States, typename detail::compute_types_on<Exec, Compute>::type>;
   // Where gradients are handed out: host memory, or the device's.
   using GradientMemory = HandedOutMemory<typename Placement::gradients>;
 
@@ -102,13 +94,6 @@ class Engine {
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
-  // A background save still running is waited for, but not completed (that needs every rank):
-  // call wait_for_checkpoint() before the engine goes.
-  ~Engine() {
-    if (saver_.in_flight())
-      detail::log_error("engine destroyed with a checkpoint save in flight: it was not completed "
-                        "(call wait_for_checkpoint() first)");
-  }
 
   // --- model ------------------------------------------------------------------------------------
   const ShardLayout& layout() const noexcept { return *model_.sharded; }
@@ -128,10 +113,7 @@ class Engine {
     const std::vector<float> agreed =
         rank0_values(groups_.control_world(), values, layout().layer(l).numel,
                      "set_layer: layer " + std::to_string(l));
-    states_.visit([&](auto& s) {
-      s.set_layer(l, View<const float>(agreed));
-      baseline_.nvme = s.nvme_traffic(); // setting weights is not part of the next step's traffic
-    });
+    states_.visit([&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
   }
 
   // Layer l's fp32 master weights, all of them. Collective (gathers the shards).
@@ -153,15 +135,8 @@ class Engine {
   template <Element T>
   View<T, GradientMemory> gradients(std::size_t l) {
     model_.check_layer(l);
-    require(dtype_of<T> == options_.compute_dtype, std::string("gradients: the compute type is ") +
-                                                       to_string(options_.compute_dtype) +
-                                                       ", not " + to_string(dtype_of<T>));
-    return states_.visit([&](auto& s) -> View<T, GradientMemory> {
-      if constexpr (std::is_same_v<typename std::decay_t<decltype(s)>::value_type, T>)
-        return s.gradients(l);
-      else
-        return {};
-    });
+    return states_.template visit_as<T, View<T, GradientMemory>>(
+        "gradients", [&](auto& s) { return s.gradients(l); });
   }
 
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
@@ -170,6 +145,10 @@ class Engine {
     if (const auto arrival = micro_.arrive(l))
       states_.visit([&](auto& s) { s.grads_ready(l, *arrival); });
   }
+
+  // With EngineOptions::weigh_by_samples: the gradients this rank hands over in this step are sums
+  // over `samples` more samples (call it once per micro-step, or once with the step's total).
+  void add_samples(std::size_t samples) { samples_.add(samples); }
 
   // --- the step ---------------------------------------------------------------------------------
   // Finishes the reductions, checks for overflow on every rank, clips by the global norm, updates
@@ -184,7 +163,9 @@ class Engine {
       result.seconds.reduction_wait = clock.lap();
       result.reduction = s.reduction();
       result.loss_scale = scaler_.scale();
-      const double unscale = 1.0 / (result.loss_scale * options_.gradient_accumulation_steps);
+      const double unscale =
+          samples_.gradient_factor(groups_.control_world(), options_.gradient_accumulation_steps) /
+          result.loss_scale;
       // One all-reduce gives both the norm and the overflow check: a sum of squares is finite
       // exactly when every gradient is, and a NaN or infinity on any rank reaches every rank.
       const GradNorm norm =
@@ -202,7 +183,7 @@ class Engine {
       scaler_.update(!norm.finite);
       s.end_step();
       const StepBaseline now{groups_.total(), groups_.hpz_total(), s.gather_exposed_seconds(),
-                             s.gather_counts(), s.nvme_traffic()};
+                             s.gather_counts(), s.nvme_traffic_in_steps()};
       baseline_.advance(result, now);
     });
     micro_.start_step();
@@ -216,9 +197,7 @@ class Engine {
   // option to typed forward and backward code.
   template <class F>
   decltype(auto) visit_compute_type(F&& f) {
-    return states_.visit([&](auto& s) -> decltype(auto) {
-      return f(typename std::decay_t<decltype(s)>::value_type{});
-    });
+    return states_.visit_type(std::forward<F>(f));
   }
 
   // --- checkpoints (docs/checkpoints.md) -------------------------------------------------------
@@ -231,19 +210,9 @@ class Engine {
                        const CheckpointOptions& options = {}) {
     wait_for_checkpoint();
     require_between_steps("save_checkpoint");
-    if constexpr (std::same_as<typename Placement::optimizer_states, nvme>)
-      require(!options.async,
-              "save_checkpoint: an asynchronous save would copy the optimizer states "
-              "from NVMe into host memory; save them synchronously",
-              ErrorKind::unsupported);
-    const int writers = detail::saving_ranks<Plan>(groups_.shard().size());
     states_.visit([&](auto& s) {
-      s.apply_delayed_update(); // a delayed update's states are the step's
-      auto* store = groups_.world().rank() < writers ? &s.optimizer_states() : nullptr;
-      const auto manifest =
-          detail::describe_run<Plan>(tag, options, groups_.world().size(), groups_.shard().size(),
-                                     options_.compute_dtype, layout(), s, optimizer_, scaler_);
-      saver_.begin(groups_.control_world(), dir, manifest, options, store, writers);
+      detail::begin_save<Plan, Placement>(saver_, groups_, dir, tag, options, options_, layout(), s,
+                                          optimizer_, scaler_);
     });
     if (!options.async) wait_for_checkpoint();
   }
@@ -252,10 +221,7 @@ class Engine {
   // the first one does, while training waits: fresh memory costs far more than the copy). Not
   // collective.
   void reserve_checkpoint_snapshot() {
-    if (std::same_as<typename Placement::optimizer_states, nvme>) return; // no background saves
-    if (groups_.world().rank() >= detail::saving_ranks<Plan>(groups_.shard().size())) return;
-    // Only sizes are read: a delayed update still running on the host does not matter here.
-    states_.visit([&](auto& s) { saver_.reserve_snapshot(s.optimizer_states()); });
+    states_.visit([&](auto& s) { detail::reserve_snapshot<Plan, Placement>(saver_, groups_, s); });
   }
 
   // Completes a save in flight (waits for its writers, then rank 0 publishes it). Collective; a
@@ -273,10 +239,8 @@ class Engine {
     wait_for_checkpoint();
     require_between_steps("load_checkpoint");
     return states_.visit([&](auto& s) {
-      LoadedCheckpoint loaded = detail::load_into(groups_.control_world(), dir, tag, lr_scheduler,
-                                                  layout(), s, optimizer_, scaler_);
-      baseline_.nvme = s.nvme_traffic(); // loading is not part of the next step's traffic
-      return loaded;
+      return detail::load_into(groups_.control_world(), dir, tag, lr_scheduler, layout(), s,
+                               optimizer_, scaler_);
     });
   }
 
@@ -305,29 +269,19 @@ class Engine {
         groups_(make_groups(options_.hpz_partition_size)),
         model_(detail::make_layout_checked<Plan>(groups_.control_shard(), std::move(parameters)),
                groups_.shard().rank(), groups_.world().rank()),
-        micro_(*model_.sharded, options_.gradient_accumulation_steps) {
+        micro_(*model_.sharded, options_.gradient_accumulation_steps),
+        samples_(options_.weigh_by_samples) {
     detail::agree_on_options(groups_.control_world(), options_);
     detail::check_requested_places<Placement>(options_);
-    // The host stores agree within the shard group on what can fail on one rank; with several
-    // groups (shard_within), the groups agree too, or one group's failure would leave the others
-    // waiting in the first world collective. The device stores cannot agree over their
-    // communicator (an allocation failing on one of the ranks sharing a GPU): the engine agrees for
-    // them over the host one.
-    auto make_states = [&] {
+    groups_.build_agreed("building the model states", [&] {
       states_.emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
                       options_, groups_.hpz(), exec);
-    };
-    if (!separate_control && groups_.shard().size() == groups_.world().size())
-      make_states();
-    else
-      agreed(groups_.control_world(), "building the model states", make_states);
+    });
   }
 
   // Checkpoints are taken between steps: no micro-step half done, no layer held.
   void require_between_steps(const char* what) {
-    require(micro_.at_step_start(), std::string(what) +
-                                        ": call it between steps (after step(), before the next "
-                                        "micro-step's gradients)");
+    micro_.require_at_step_start(what);
     states_.visit([](auto& s) { s.require_nothing_acquired(); });
   }
   EngineOptions options_;
@@ -337,8 +291,9 @@ class Engine {
   Groups groups_;
   ModelLayout model_;
   MicroSteps micro_;
-  TypedStates<States, Compute> states_; // the three stores, of the compute type
-  StepBaseline baseline_;               // the totals the next step's report subtracts
+  SampleCounts samples_;
+  Typed states_;          // the three stores, of the compute type
+  StepBaseline baseline_; // the totals the next step's report subtracts
   checkpoint::Saver saver_;
 };
 

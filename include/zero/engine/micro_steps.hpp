@@ -61,6 +61,11 @@ class MicroSteps {
   void start_step() noexcept { micro_ = 0; }
   // No gradient of the next step handed over yet.
   bool at_step_start() const noexcept { return micro_ == 0 && count_ == 0; }
+  // An error naming `what` (a call made between steps only) unless at_step_start().
+  void require_at_step_start(const char* what) const {
+    require(at_step_start(), std::string(what) + ": call it between steps (after step(), before "
+                                                 "the next micro-step's gradients)");
+  }
 
  private:
   int accumulation_;

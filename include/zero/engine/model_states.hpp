@@ -14,6 +14,7 @@
 #include "zero/engine/layer_parameters.hpp"
 #include "zero/engine/micro_steps.hpp"
 #include "zero/engine/model_layout.hpp"
+#include "zero/engine/optimizer_choice.hpp"
 #include "zero/engine/optimizer_store.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/replicated_parameters.hpp"
@@ -38,26 +39,27 @@ namespace detail {
 // zero::nvme includes (with the zero::nvme link target): without it these specialisations stay
 // incomplete types. So does ZeRO-Offload's (optimizer states in host memory beside a device
 // space), which <zero/offload/offloaded_optimizer_store.hpp> defines.
-template <class Opt, class K, class Exec>
+template <Optimizer Opt, KeptState K, ExecutionSpace Exec>
 struct optimizer_store_for {
   using type = OptimizerStore<Opt, K, Exec>;
 };
-template <class Opt, class K, class Exec>
+template <Optimizer Opt, KeptState K, ExecutionSpace Exec>
 requires offloaded_from<typename K::space, Exec>
 struct optimizer_store_for<Opt, K, Exec>;
-template <class Opt, class Partitioner, class Exec>
+template <Optimizer Opt, class Partitioner, ExecutionSpace Exec>
 struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec>;
 
 // K: how the parameters are kept; Updated: how the optimizer states are (what a step updates).
-template <class T, class K, class Updated, class Comm, class Exec, bool = K::sharded>
+template <Element T, KeptState K, KeptState Updated, Communicator Comm, ExecutionSpace Exec,
+          bool = K::sharded>
 struct parameter_store_for {
   using type = ShardedParameters<T, K, Comm, Exec>;
 };
-template <class T, class K, class Updated, class Comm, class Exec>
+template <Element T, KeptState K, KeptState Updated, Communicator Comm, ExecutionSpace Exec>
 struct parameter_store_for<T, K, Updated, Comm, Exec, false> {
   using type = ReplicatedParameters<T, Updated, Comm, typename K::space, Exec>;
 };
-template <class T, class Partitioner, class Updated, class Comm, class Exec>
+template <Element T, class Partitioner, KeptState Updated, Communicator Comm, ExecutionSpace Exec>
 struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true>;
 
 // Whether a store's specialisation is defined: the header that defines it was included.
@@ -86,6 +88,15 @@ class ModelStates {
   // How each state is kept, from the plan and the placement: the stores read neither.
   using KeptParams = KeptParameters<Plan, typename Where::parameters>;
   using KeptOptimizer = KeptOptimizerStates<Plan, typename Where::optimizer_states>;
+  // Refused where the types meet (engine/optimizer_choice.hpp); a program that takes its optimizer
+  // from a config compiles only those its placement runs (zero::with_optimizer_on).
+  static_assert(detail::optimizer_refusal<Opt, Where>() != detail::lamb_on_nvme,
+                "zero: an optimizer with a trust ratio (LAMB) keeps its states in memory: its step "
+                "on the NVMe tier is not built");
+  static_assert(detail::optimizer_refusal<Opt, Where>() != detail::lamb_over_a_device,
+                "zero: an optimizer with a trust ratio (LAMB) keeps its states in host memory: its "
+                "step over states in device memory is not built (offload them: "
+                "zero::optimizer_states_in<zero::pinned_host>)");
   // The stores defined in offload/, whose headers a program includes when its placement needs them.
   static constexpr bool offloaded_to_memory =
       detail::offloaded_from<typename Where::optimizer_states, Exec> &&
@@ -106,30 +117,28 @@ class ModelStates {
   using Gradients = GradientStore<T, KeptOptimizerStates<Plan, typename Where::gradients>,
                                   KeptGradients<Plan, typename Where::gradients>, Comm, Exec>;
   using OptimizerStates = typename detail::optimizer_store_for<Opt, KeptOptimizer, Exec>::type;
-  static_assert(ParameterStore<Parameters, T>,
-                "zero: the parameter store of this placement does not provide the contract the "
-                "engine calls (zero::ParameterStore, engine/stores.hpp)");
-  static_assert(GradientStorage<Gradients, T, Comm>,
-                "zero: the gradient store of this placement does not provide the contract the "
-                "engine calls (zero::GradientStorage, engine/stores.hpp)");
-  // LAMB's step runs on the host, over states in host memory: not on the NVMe tier's store, and
-  // not over a device space (its device passes have no stream-space overloads yet).
-  static constexpr bool lamb_on_nvme = TrustRatioUpdate<typename Opt::update_type> &&
-                                       std::same_as<typename Where::optimizer_states, nvme>;
-  static constexpr bool lamb_on_device = TrustRatioUpdate<typename Opt::update_type> &&
-                                         !std::same_as<typename Where::optimizer_states, nvme> &&
-                                         !HostAccessibleSpace<typename Where::optimizer_states>;
-  // CUDA's fused step writes a half or bfloat16 compute copy only: an fp32 one over a space of
-  // CUDA memory is refused when the engine is built (an engine compiled for every compute type
-  // still compiles). The twin's kernels are the host's, which write any.
-  static constexpr bool fp32_copy_on_cuda =
-      std::same_as<T, float> && std::same_as<typename Exec::memory_space, cuda>;
   // ZeRO-Offload: the optimizer states on the host beside a device space. Their store moves host
   // memory, so it is given the host communicator of the shard group.
   static constexpr bool offloaded = detail::offloaded_from<typename Where::optimizer_states, Exec>;
-  static_assert(OptimizerStateStore<OptimizerStates>,
-                "zero: the optimizer store of this placement does not provide the contract the "
-                "engine calls (zero::OptimizerStateStore, engine/stores.hpp)");
+  using OptimizerGroup = std::conditional_t<offloaded, Control, Comm>;
+  static_assert(!std::same_as<T, float> || !std::same_as<typename Exec::memory_space, cuda>,
+                "zero: CUDA's fused step writes a float16 or bfloat16 compute copy only: over "
+                "CUDA memory the engine's zero::ComputeTypes must name half or bfloat16");
+  static_assert(ParameterStoreType<Parameters, T>,
+                "zero: the parameter store of this placement does not provide the contract the "
+                "engine calls (zero::ParameterStoreType, engine/stores.hpp)");
+  static_assert(GradientStoreType<Gradients, T, Comm>,
+                "zero: the gradient store of this placement does not provide the contract the "
+                "engine calls (zero::GradientStoreType, engine/stores.hpp)");
+  // The update reads the reduced gradient in the compute type or in float.
+  template <class G>
+  using ReducedView = View<const G, GradientMemory>;
+  using TargetView = decltype(std::declval<Parameters&>().update_target(std::size_t{}));
+  static_assert(
+      OptimizerStoreType<OptimizerStates, Opt, OptimizerGroup, ReducedView<T>, TargetView> &&
+          OptimizerStoreType<OptimizerStates, Opt, OptimizerGroup, ReducedView<float>, TargetView>,
+      "zero: the optimizer store of this placement does not provide the contract the engine "
+      "calls (zero::OptimizerStoreType, engine/stores.hpp)");
 
  public:
   using value_type = T;
@@ -142,17 +151,7 @@ class ModelStates {
       : shard_(shard), control_(control), exec_(exec),
         parameters_(shard, model, options, hpz, exec), gradients_(shard, model, options, exec),
         optimizer_(optimizer_group(shard, control), model, options, exec) {
-    // Refused when the engine is built rather than at compile time: a program that takes its
-    // optimizer from a config (with_optimizer) compiles every optimizer with every placement. The
-    // same on every rank.
-    if constexpr (lamb_on_nvme)
-      fail(ErrorKind::unsupported, "an optimizer with a trust ratio (LAMB) keeps its states in "
-                                   "memory: its step on the NVMe tier is not built");
-    if constexpr (lamb_on_device)
-      fail(ErrorKind::unsupported,
-           std::string("an optimizer with a trust ratio (LAMB) keeps its states in host memory: "
-                       "its step over ") +
-               Exec::name + " is not built");
+    // What only the options decide is refused here, the same on every rank.
     if (options.delayed_parameter_update_after >= 0) {
       if constexpr (!offloaded)
         fail(ErrorKind::unsupported,
@@ -176,21 +175,17 @@ class ModelStates {
                     to_string(options.reduced_gradient_dtype()),
                 ErrorKind::mismatch);
       });
-    if constexpr (fp32_copy_on_cuda)
-      fail(ErrorKind::unsupported,
-           std::string("compute_dtype float32: the optimizer step over ") + Exec::name +
-               (offloaded ? " (offloaded to the host) is built and tested for a float16 or "
-                            "bfloat16 compute copy only"
-                          : " writes a float16 or bfloat16 compute copy only"));
   }
 
   ModelStates(const ModelStates&) = delete;
   ModelStates& operator=(const ModelStates&) = delete;
 
   void set_layer(std::size_t l, View<const float> values) {
+    const IoStats before = nvme_traffic();
     apply_delayed_update();
     parameters_.set_layer(l, values);
     optimizer_.set_layer(l, values);
+    outside_steps_ += nvme_traffic() - before;
   }
   std::vector<float> layer(std::size_t l) {
     apply_delayed_update();
@@ -226,10 +221,9 @@ class ModelStates {
         };
         const auto target = [&](std::size_t l) { return parameters_.update_target(l); };
         const auto updated = [&](std::size_t l) { parameters_.layer_updated(l); };
-        if constexpr (lamb_on_nvme || lamb_on_device || fp32_copy_on_cuda)
-          return; // refused at construction
-        else if constexpr (TrustRatioUpdate<typename O::update_type>)
-          optimizer_.step(control_, update, grad_multiplier, grads, target, updated);
+        if constexpr (TrustRatioUpdate<typename O::update_type>)
+          optimizer_.step(optimizer_group(shard_, control_), update, grad_multiplier, grads, target,
+                          updated);
         else
           optimizer_.step(update, grad_multiplier, grads, target, updated);
       }
@@ -262,6 +256,7 @@ class ModelStates {
   // a step converts them. No communication: share_loaded_parameters() then shares them.
   template <class Fill>
   void load_states(Fill&& fill) {
+    const IoStats before = nvme_traffic();
     apply_delayed_update();
     parameters_.begin_update();
     std::optional<std::size_t> open; // the layer whose compute copy is being written
@@ -275,15 +270,22 @@ class ModelStates {
             [&](View<T> copy) { convert_n(into.data(), copy.data(), part.size()); });
     });
     if (open) parameters_.layer_updated(*open);
+    outside_steps_ += nvme_traffic() - before;
   }
   // Collective: what every rank loaded reaches the ranks that keep it (as after a step).
-  void share_loaded_parameters() { parameters_.end_update(); }
+  void share_loaded_parameters() {
+    const IoStats before = nvme_traffic();
+    parameters_.end_update();
+    outside_steps_ += nvme_traffic() - before;
+  }
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
   GatherCounts gather_counts() const noexcept { return parameters_.gather_counts(); }
   // Everything the NVMe tier moved for this rank so far.
   IoStats nvme_traffic() const { return parameters_.nvme_traffic() + optimizer_.nvme_traffic(); }
+  // What it moved in steps: setting weights and loading checkpoints left out.
+  IoStats nvme_traffic_in_steps() const { return nvme_traffic() - outside_steps_; }
 
   MemoryReport memory() const {
     MemoryReport m;
@@ -300,7 +302,7 @@ class ModelStates {
 
  private:
   // The shard group's communicator the optimizer store moves its states with.
-  static auto& optimizer_group(Comm& shard, Control& control) {
+  static OptimizerGroup& optimizer_group(Comm& shard, Control& control) {
     if constexpr (offloaded)
       return control;
     else
@@ -313,6 +315,7 @@ class ModelStates {
   Parameters parameters_;
   Gradients gradients_;
   OptimizerStates optimizer_;
+  IoStats outside_steps_; // NVMe traffic of set_layer and loads
 };
 
 } // namespace zero

@@ -38,6 +38,12 @@ struct EngineOptions {
   // larger layer is gathered in contiguous pieces of its image (DeepSpeed's allgather_bucket_size).
   std::size_t allgather_bucket_elements = 500'000'000;
   int gradient_accumulation_steps = 1;
+  // Uneven shares of a batch: false (the default) gives each rank's gradient the same weight, right
+  // when every rank has as many samples (PyTorch's DDP does the same). true: the gradients handed
+  // over are sums over the rank's samples, each step's counts come through Engine::add_samples,
+  // and step() divides by the samples of all ranks, so that every sample weighs the same wherever
+  // it was (a global batch that does not divide by the ranks, a ragged last batch).
+  bool weigh_by_samples = false;
   // Clip gradients to this global L2 norm; 0 turns clipping off (DeepSpeed's gradient_clipping).
   double gradient_clipping = 0.0;
   // Bitwise reproducible results whatever the stage and bucket size; with gradient accumulation,
@@ -103,7 +109,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 20> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 21> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -111,6 +117,7 @@ struct EngineOptions {
              {"overlap_comm", std::uint64_t(overlap_comm)},
              {"allgather_bucket_elements", allgather_bucket_elements},
              {"gradient_accumulation_steps", std::uint64_t(gradient_accumulation_steps)},
+             {"weigh_by_samples", std::uint64_t(weigh_by_samples)},
              {"gradient_clipping", std::bit_cast<std::uint64_t>(gradient_clipping)},
              {"deterministic", std::uint64_t(deterministic)},
              {"persistence_threshold", persistence_threshold},

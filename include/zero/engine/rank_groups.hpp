@@ -11,6 +11,7 @@
 // NcclCommunicator) does the data, and a host communicator given beside it the control, split into
 // the same world and shard groups.
 
+#include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/counting_communicator.hpp"
 #include "zero/core/error.hpp"
@@ -68,6 +69,20 @@ class RankGroups {
       return control_.shard ? *control_.shard : control_.world;
     else
       return shard();
+  }
+
+  // build() on every rank, agreed where a failure on one rank could leave others waiting: the
+  // host stores agree within the shard group on what can fail on one rank, so with one group of
+  // all ranks there is nothing more to agree; with several groups (shard_within) the groups agree
+  // too, or one group's failure would leave the others in the first world collective; the device
+  // stores cannot agree over their communicator (an allocation failing on one of the ranks sharing
+  // a GPU), so the host one agrees for them.
+  template <class Build>
+  void build_agreed(const char* what, Build&& build) {
+    if (!separate_control && shard().size() == world().size())
+      build();
+    else
+      agreed(control_world(), what, build);
   }
 
   // Everything communicated since construction, all groups.

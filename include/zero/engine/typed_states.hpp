@@ -16,6 +16,7 @@
 #include <concepts>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -66,6 +67,25 @@ class TypedStates<States, ComputeTypes<Types...>> {
   template <class F>
   decltype(auto) visit(F&& f) {
     return dispatch<Types...>(*this, f);
+  }
+  // f(T{}) with the compute type T: the bridge from the run-time option to typed code of the
+  // caller's (forward and backward).
+  template <class F>
+  decltype(auto) visit_type(F&& f) {
+    return visit([&](auto& s) -> decltype(auto) {
+      return f(typename std::decay_t<decltype(s)>::value_type{});
+    });
+  }
+  // f(states) returning an R, for a caller whose code is typed by T: an error naming both types
+  // unless T is the compute type (`what` names the call).
+  template <class T, class R, class F>
+  R visit_as(const char* what, F&& f) {
+    require(compute_ == dtype_of<T>, std::string(what) + ": the compute type is " +
+                                         to_string(compute_) + ", not " + to_string(dtype_of<T>));
+    if constexpr ((std::same_as<T, Types> || ...))
+      return f(std::get<States<T>>(states_));
+    else
+      return R{}; // not reached: T is not among the compute types
   }
   template <class F>
   decltype(auto) visit(F&& f) const {

@@ -18,12 +18,12 @@
 
 namespace zero::detail {
 
-template <class Opt, class Partitioner, class Exec>
+template <Optimizer Opt, class Partitioner, ExecutionSpace Exec>
 struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
   using type = NvmeOptimizerStore<Opt, Kept<true, Partitioner, nvme>, Exec>;
 };
 // Beside a device space (GPU -> pinned host -> NVMe): the host's store, behind the device.
-template <class Opt, class Partitioner, class Exec>
+template <Optimizer Opt, class Partitioner, ExecutionSpace Exec>
 requires offloaded_from<nvme, Exec>
 struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
   using K = Kept<true, Partitioner, nvme>;
@@ -31,7 +31,7 @@ struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
 };
 
 // The NVMe tier gathers its layers on the host thread, whatever the engine's execution space.
-template <class T, class Partitioner, class Updated, class Comm, class Exec>
+template <Element T, class Partitioner, KeptState Updated, Communicator Comm, ExecutionSpace Exec>
 struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true> {
   using type = NvmeParameters<T, Kept<true, Partitioner, nvme>, Comm>;
 };

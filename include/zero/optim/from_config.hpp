@@ -9,7 +9,9 @@
 //   return zero::with_optimizer(config, [&](auto optimizer) { return train(optimizer); });
 //   zero::with_optimizer<zero::Adam, zero::AdamW>(config, use); // only these: fewer to compile
 //
-// A type the program did not list is refused by name.
+// A type the program did not list is refused by name. An engine's placement may rule out some of
+// them (LAMB on the NVMe tier): zero::with_optimizer_on<Placement> (engine/optimizer_choice.hpp)
+// compiles only the others and refuses those by name.
 
 #include "zero/config/optimizer.hpp"
 #include "zero/core/error.hpp"
@@ -96,26 +98,62 @@ struct FromConfig<Lamb> {
   }
 };
 
-template <class First, class... Rest, class Use>
-auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
-  using Result = std::invoke_result_t<Use&, First>;
+namespace detail {
+// Every optimizer listed runs (engine/optimizer_choice.hpp gives a placement's refusals).
+struct NoRefusal {
+  template <class O>
+  static constexpr const char* refusal() noexcept {
+    return nullptr;
+  }
+};
+
+// The first of the optimizers that Refusal lets run: `use`'s result type is taken from it, and
+// `use` is never instantiated with a refused one.
+template <class Refusal, class... Opts>
+struct first_allowed;
+template <class Refusal, class First, class... Rest>
+struct first_allowed<Refusal, First, Rest...> {
+  using type = std::conditional_t<Refusal::template refusal<First>() == nullptr, First,
+                                  typename first_allowed<Refusal, Rest...>::type>;
+};
+template <class Refusal>
+struct first_allowed<Refusal> {
+  using type = void;
+};
+
+// with_optimizer over Opts, where an optimizer the config asks for and Refusal refuses is refused
+// at run time with Refusal's reason, naming the config key.
+template <class Refusal, class... Opts, class Use>
+auto with_optimizer_if(const config::OptimizerConfig& o, Use&& use) {
+  using Allowed = typename first_allowed<Refusal, Opts...>::type;
+  static_assert(!std::is_void_v<Allowed>, "zero::with_optimizer: none of the optimizers listed "
+                                          "runs here");
+  using Result = std::invoke_result_t<Use&, Allowed>;
   static_assert(!std::is_void_v<Result>, "zero::with_optimizer: `use` must return a value");
+  const bool adam = o.type == config::OptimizerType::adam;
+  const std::string asked = std::string("optimizer.type ") + config::to_string(o.type) +
+                            (!adam || o.adam_w_mode ? "" : " with adam_w_mode false");
   std::optional<Result> result;
   const auto try_one = [&]<class O>(std::type_identity<O>) {
     if (result || !FromConfig<O>::asked(o)) return;
-    result.emplace(use(FromConfig<O>::make(o)));
+    if constexpr (Refusal::template refusal<O>() != nullptr)
+      fail(ErrorKind::unsupported, asked + ": " + Refusal::template refusal<O>());
+    else
+      result.emplace(use(FromConfig<O>::make(o)));
   };
-  try_one(std::type_identity<First>{});
-  (try_one(std::type_identity<Rest>{}), ...);
+  (try_one(std::type_identity<Opts>{}), ...);
   if (!result) {
-    std::string supported = FromConfig<First>::name;
-    ((supported += std::string(", ") + FromConfig<Rest>::name), ...);
-    const bool adam = o.type == config::OptimizerType::adam;
-    fail(ErrorKind::unsupported, std::string("optimizer.type ") + config::to_string(o.type) +
-                                     (!adam || o.adam_w_mode ? "" : " with adam_w_mode false") +
-                                     ": this program runs " + supported);
+    std::string supported;
+    ((supported += (supported.empty() ? "" : ", ") + std::string(FromConfig<Opts>::name)), ...);
+    fail(ErrorKind::unsupported, asked + ": this program runs " + supported);
   }
   return std::move(*result);
+}
+} // namespace detail
+
+template <class First, class... Rest, class Use>
+auto with_optimizer(const config::OptimizerConfig& o, Use&& use) {
+  return detail::with_optimizer_if<detail::NoRefusal, First, Rest...>(o, std::forward<Use>(use));
 }
 
 // Any of zero's optimizers.

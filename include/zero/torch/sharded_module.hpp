@@ -205,6 +205,14 @@ class ShardedModule {
     (loss * engine_.loss_scale()).backward();
     check_no_gradient_outside_calls();
   }
+  // Uneven shares of a batch (the engine built with EngineOptions::weigh_by_samples): `loss` is the
+  // mean over this rank's `samples` samples. Its gradients reach the engine as sums over them, so
+  // that every sample weighs the same in the step whatever rank it was on.
+  void backward(const ::torch::Tensor& loss, std::size_t samples) {
+    engine_.add_samples(samples); // refused unless the engine weighs ranks by their samples
+    (loss * (engine_.loss_scale() * static_cast<double>(samples))).backward();
+    check_no_gradient_outside_calls();
+  }
   // Replaces optimizer.step(): the engine's step (overflow check, clipping, the update of this
   // rank's shard, the new weights shared). At stages 1-2 the new weights are gathered in the
   // background: read them through call() or engine().acquire(l), which wait for them. Refuses,

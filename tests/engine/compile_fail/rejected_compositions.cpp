@@ -6,6 +6,7 @@
 #include <zero/core/host_stream_space.hpp>
 #include <zero/engine/engine.hpp>
 #include <zero/optim/adam.hpp>
+#include <zero/optim/lamb.hpp>
 #include <zero/shard/whole_parameter_greedy.hpp>
 
 #include <utility>
@@ -176,5 +177,29 @@ void instantiate() {
       control, staged, {}, zero::Adam{}, zero::StaticLossScaler{});
 }
 } // namespace offloaded_without_its_header
+
+namespace lamb_on_nvme {
+// LAMB's trust ratio combines per-parameter sums in host memory; the NVMe store streams sub-groups.
+void instantiate() {
+  using Where = zero::Placement<zero::optimizer_states_in<zero::nvme>>;
+  zero::SelfCommunicator comm;
+  zero::Engine<zero::Stage<2>, zero::SelfCommunicator, Where, zero::Lamb, zero::StaticLossScaler>
+      engine(comm, {}, zero::Lamb{}, zero::StaticLossScaler{});
+}
+} // namespace lamb_on_nvme
+
+namespace lamb_over_a_device {
+// LAMB's step runs on the host; its passes have no stream-space overloads.
+void instantiate() {
+  using Where = zero::Placement<zero::execute_on<zero::DeviceTwinSpace>>;
+  using Staged = zero::StagedCommunicator<zero::DeviceTwinSpace, zero::SelfCommunicator>;
+  zero::SelfCommunicator control;
+  zero::HostStream stream{"compute"};
+  Staged staged(zero::SelfCommunicator{}, zero::DeviceTwinSpace(stream),
+                zero::DeviceTwinSpace(stream));
+  zero::Engine<zero::Stage<2>, Staged, Where, zero::Lamb, zero::StaticLossScaler> engine(
+      control, staged, {}, zero::Lamb{}, zero::StaticLossScaler{});
+}
+} // namespace lamb_over_a_device
 
 int main() {}

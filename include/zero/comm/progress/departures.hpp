@@ -13,10 +13,13 @@
 // receives notices while an operation is slow: one from a rank that completed fewer operations than
 // the running one's number says that rank will never take part. At an orderly teardown every rank
 // departs, and each receives all its peers' notices before anything is freed (the wait sleeps
-// between looks), so no notice outlives the communicator; that wait is also the teardown's
-// barrier.
+// between looks); that wait is also the teardown's barrier. A rank unwinding from an error does
+// not wait: it frees the duplicate at once, and each notice names the instance of the
+// communicator it was sent on (numbers exchanged when it was built), so that a late one reaching a
+// later communicator that reuses the context is recognised and dropped.
 
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 #include "zero/core/error.hpp"
 
 #include <mpi.h>
@@ -30,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,26 +42,34 @@ namespace zero::detail {
 
 class Departures {
  public:
-  // Collective over `comm`: duplicates it for the notices.
+  // Collective over `comm`: duplicates it for the notices, and the ranks exchange the numbers
+  // their notices will carry.
   Departures(MPI_Comm comm, int rank, int size)
-      : rank_(rank), left_(static_cast<std::size_t>(size)) {
-    ZERO_CHECK_MPI(MPI_Comm_dup(comm, &notices_));
+      : rank_(rank), instances_(static_cast<std::size_t>(size)),
+        left_(static_cast<std::size_t>(size)) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    ZERO_CHECK_MPI(MPI_Comm_idup(comm, &notices_, &request));
+    wait_for(request, "duplicating the communicator for departure notices");
     ZERO_CHECK_MPI(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN));
+    instance_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
+                static_cast<std::uint64_t>(::getpid());
+    ZERO_CHECK_MPI(MPI_Iallgather(&instance_, 1, MPI_UINT64_T, instances_.data(), 1,
+                                  MPI_UINT64_T, notices_, &request));
+    wait_for(request, "exchanging the departure notices' numbers");
   }
   Departures(const Departures&) = delete;
   Departures& operator=(const Departures&) = delete;
 
-  // The duplicate is freed only once every peer's notice is in: a notice arriving later could
-  // otherwise reach a communicator that reuses its context. Sends still in flight keep their
-  // buffer.
+  // Sends still in flight keep their buffer (MPI still reads it); freeing the duplicate does not
+  // wait for peers.
   ~Departures() {
-    if (abandoned_ || finalized()) return;
+    if (finalized()) return;
     if (!sends_complete()) {
       for (MPI_Request& r : sends_)
         if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-      (void)notice_.release(); // in flight: MPI still reads it
+      (void)notice_.release();
     }
-    if (all_peers_left()) ZERO_LOG_MPI(MPI_Comm_free(&notices_));
+    ZERO_LOG_MPI(MPI_Comm_free(&notices_));
   }
 
   // Tells every peer that this rank leaves after `completed` operations. The first call counts.
@@ -69,6 +81,7 @@ class Departures {
     MPI_Comm_rank(MPI_COMM_WORLD, &notice_->world_rank);
     ::gethostname(notice_->host.data(), notice_->host.size() - 1);
     last_error().copy_to(notice_->error);
+    notice_->instance = instance_;
     const int size = static_cast<int>(left_.size());
     for (int r = 0; r < size; ++r) {
       if (r == rank_) continue;
@@ -102,11 +115,11 @@ class Departures {
   }
 
   // The orderly end, after announce(): waits until every peer has left too, sleeping between looks
-  // (an MPI wait would spin and yield, starving whatever shares the core). False after
+  // as zero's other waits outside the pipeline do (detail/mpi_wait.hpp). False after
   // `timeout_seconds`, with the peers still there in `missing` ("1, 3").
   bool wait_for_peers(double timeout_seconds, std::string& missing) {
     const auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::microseconds(20);
+    auto pause = mpi_wait_first_sleep;
     for (;;) {
       {
         std::lock_guard lock(mutex_);
@@ -122,19 +135,13 @@ class Departures {
         return false;
       }
       std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      pause = std::min(pause * 2, mpi_wait_longest_sleep);
     }
-  }
-
-  // Leaves the duplicate and the notice in flight to the process's end: a rank unwinding from an
-  // error must not wait for peers that wait for it.
-  void abandon() noexcept {
-    abandoned_ = true;
-    (void)notice_.release();
   }
 
  private:
   struct Notice {
+    std::uint64_t instance = 0;  // the communicator's, as the sender numbered it
     std::uint64_t completed = 0; // operations the sender completed on the communicator
     std::int64_t pid = 0;
     int world_rank = 0;
@@ -160,7 +167,8 @@ class Departures {
                               MPI_STATUS_IGNORE));
       n.host.back() = '\0';
       n.error.back() = '\0';
-      left_[static_cast<std::size_t>(status.MPI_SOURCE)] = n;
+      const auto from = static_cast<std::size_t>(status.MPI_SOURCE);
+      if (n.instance == instances_[from]) left_[from] = n; // else sent to a freed predecessor
     }
   }
 
@@ -179,8 +187,9 @@ class Departures {
 
   int rank_ = 0;
   MPI_Comm notices_ = MPI_COMM_NULL;
+  std::uint64_t instance_ = 0;
+  std::vector<std::uint64_t> instances_; // each rank's number for this communicator
   std::atomic<bool> announced_{false};
-  bool abandoned_ = false;
   std::unique_ptr<Notice> notice_; // this rank's, read by MPI until its sends complete
   std::vector<MPI_Request> sends_;
   std::mutex mutex_;                        // the watchdog's thread and the teardown both receive

@@ -9,6 +9,7 @@
 #include "zero/core/memory_space.hpp"
 #include "zero/core/nvme.hpp"
 #include "zero/engine/options.hpp"
+#include "zero/engine/typed_states.hpp"
 #include "zero/shard/parameter.hpp"
 #include "zero/shard/partitioner.hpp"
 #include "zero/shard/verify.hpp"
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace zero::detail {
@@ -78,6 +80,31 @@ consteval bool engine_arguments_fit() {
   return true;
 }
 
+// The compute types an engine over Exec keeps of those it was given: CUDA's fused step writes a
+// float16 or bfloat16 compute copy only, so over CUDA memory float is left out (and refused by name
+// when the options ask for it, check_requested_places below).
+template <class Out, class... In>
+struct without_float {
+  using type = Out;
+};
+template <class... Out, class First, class... Rest>
+struct without_float<ComputeTypes<Out...>, First, Rest...>
+    : without_float<std::conditional_t<std::same_as<First, float>, ComputeTypes<Out...>,
+                                       ComputeTypes<Out..., First>>,
+                    Rest...> {};
+template <class Exec, class Types>
+struct compute_types_on {
+  using type = Types;
+};
+template <class Exec, class... Types>
+requires std::same_as<typename Exec::memory_space, cuda>
+struct compute_types_on<Exec, ComputeTypes<Types...>> {
+  using type = typename without_float<ComputeTypes<>, Types...>::type;
+  static_assert(!std::same_as<type, ComputeTypes<>>,
+                "zero: CUDA's fused step writes a float16 or bfloat16 compute copy only: an engine "
+                "over CUDA memory needs zero::half or zero::bfloat16 among its ComputeTypes");
+};
+
 inline EngineOptions validated(EngineOptions o) {
   o.validate();
   return o;
@@ -108,29 +135,33 @@ void agree_on_options(Counted& world, const EngineOptions& options) {
   for (int r = 1; r < world.size(); ++r)
     for (std::size_t k = 0; k < mine.size(); ++k)
       if (all[std::size_t(r) * mine.size() + k] != all[k])
-        fail(ErrorKind::mismatch, "engine: rank " + std::to_string(r) +
-                                      " was given a different EngineOptions::" + settings[k].first +
-                                      " than rank 0; every rank must pass the same options");
+        fail_on_every_rank(ErrorKind::mismatch,
+                           "engine: rank " + std::to_string(r) +
+                               " was given a different EngineOptions::" + settings[k].first +
+                               " than rank 0; every rank must pass the same options");
 }
 
 // A DeepSpeed config names where states go; the placement type decides. They must agree ("cpu"
 // is host memory, where a host engine keeps them anyway, and a device engine only when its
-// placement offloads them).
+// placement offloads them). The options were agreed, so every rank refuses alike.
 inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, bool on_device,
                                   const char* key, const char* placement,
                                   const char* offloaded_placement) {
   if (asked != config::OffloadDevice::none && on_device)
-    fail(ErrorKind::unsupported, std::string(key) + " = \"" + config::to_string(asked) +
-                                     "\", but this engine keeps them in device memory: " +
-                                     offloaded_placement + " (docs/zero-offload.md)");
+    fail_on_every_rank(ErrorKind::unsupported,
+                       std::string(key) + " = \"" + config::to_string(asked) +
+                           "\", but this engine keeps them in device memory: " +
+                           offloaded_placement + " (docs/zero-offload.md)");
   if (asked == config::OffloadDevice::nvme && !on_nvme)
-    fail(ErrorKind::unsupported,
-         std::string(key) +
-             " = \"nvme\", but this engine keeps them in memory: give it the placement " +
-             placement + " (and include <zero/offload/nvme_stores.hpp>)");
+    fail_on_every_rank(
+        ErrorKind::unsupported,
+        std::string(key) +
+            " = \"nvme\", but this engine keeps them in memory: give it the placement " +
+            placement + " (and include <zero/offload/nvme_stores.hpp>)");
   if (asked == config::OffloadDevice::cpu && on_nvme)
-    fail(ErrorKind::unsupported,
-         std::string(key) + " = \"cpu\", but this engine's placement keeps them on NVMe");
+    fail_on_every_rank(ErrorKind::unsupported,
+                       std::string(key) +
+                           " = \"cpu\", but this engine's placement keeps them on NVMe");
 }
 
 template <class Space>
@@ -141,9 +172,17 @@ constexpr bool in_device_memory() {
     return !Space::host_accessible;
 }
 
-// The placement's requested places, checked against a config's offload devices.
+// The placement's requested places and compute type, checked against the options (a config's
+// offload devices, its fp16 or bf16 section).
 template <class Placement>
 void check_requested_places(const EngineOptions& options) {
+  using Exec = typename Placement::execution_space;
+  if constexpr (std::same_as<typename Exec::memory_space, cuda>)
+    require_on_every_rank(
+        options.compute_dtype != DType::float32,
+        std::string("compute_dtype float32 (fp16 and bf16 disabled): the optimizer step over ") +
+            Exec::name + " writes a float16 or bfloat16 compute copy only",
+        ErrorKind::unsupported);
   constexpr bool device = !Placement::execution_space::memory_space::host_accessible;
   check_requested_place(options.offload_optimizer,
                         std::same_as<typename Placement::optimizer_states, nvme>,
