@@ -26,6 +26,7 @@
 //                                 zero::optimizer_states_in<zero::host>>;
 
 #include "zero/core/buffer.hpp"
+#include "zero/core/dropped_waits.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
@@ -171,7 +172,7 @@ class OffloadedOptimizerStore {
     std::vector<char> arrived(layers, 0);
     auto host_grads = [&](std::size_t l) {
       if (arrived.at(l) == 0) {
-        gradients_arrived_[l].synchronize();
+        if (!detail::wait_dropped("offload.gradients_arrived")) gradients_arrived_[l].synchronize();
         arrived[l] = 1;
       }
       return View<const G, HostSpace>(staged<G>(staged_gradients_, l));
@@ -200,7 +201,7 @@ class OffloadedOptimizerStore {
   template <class Done>
   void hand_on(Done& done, std::optional<std::size_t>& sent) {
     if (!sent) return;
-    weights_sent_[*sent].synchronize();
+    if (!detail::wait_dropped("offload.weights_sent")) weights_sent_[*sent].synchronize();
     done(*std::exchange(sent, std::nullopt));
   }
 
@@ -221,7 +222,8 @@ class OffloadedOptimizerStore {
     }
     if (layers > 0) {
       record(exec_, gradients_arrived_[0]);
-      gradients_arrived_[0].synchronize(); // after every layer's copy, in stream order
+      if (!detail::wait_dropped("offload.delayed_gradients_arrived"))
+        gradients_arrived_[0].synchronize(); // after every layer's copy, in stream order
     }
     // The update is copied in (an ElementwiseUpdate is trivially copyable): the optimizer begins
     // its next step before this one ends.
