@@ -1,7 +1,10 @@
 // Stage 3 with quantized weight gathers (ZeRO++'s qwZ, EngineOptions::quantized_weights): every
 // rank computes with the same dequantized weights, within the documented bound of the exact ones;
-// the gathers move int8 blocks and their scales, exactly the bytes the packed form says; training
-// stays close to the unquantized run; plans that gather nothing refuse the option.
+// every gather, forward's and backward's, at every step, gives bit for bit the weights that a
+// quantizer written here from the packed form's contract gives, and the update the bits a
+// replicated run fed those weights gives; the gathers move int8 blocks and their scales, exactly
+// the bytes the packed form says; training stays close to the unquantized run; plans that gather
+// nothing refuse the option.
 
 #include "training_scenario.hpp"
 
@@ -15,6 +18,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 namespace {
@@ -65,6 +70,126 @@ TEST(QuantizedWeights, EveryRankComputesWithTheSameWeightsWithinTheBound) {
   EXPECT_GT(rounded, 100u) << "the weights were gathered unquantized";
   // The exact weights are still the ones the optimizer holds.
   EXPECT_EQ(engine.get_layer(2)[7], initial_value(2, 7));
+}
+
+// Layer l as every rank computes with it under 8-bit quantized gathers, from the exact weights and
+// the layout alone, one value at a time: the layer's flat image (its parameters end to end, then
+// zero padding) is cut into the ranks' blocks (ShardLayout::flat_range); each rank's block is cut
+// into runs of `block` values from its own start, each with scale = max|x| / 127 and codes
+// nearbyint(clamp(x * (127 / max|x|), -127, 127)) (core/block_quantization.hpp's contract), and a
+// value comes back as code * scale. Nothing of the library's codec or gather runs here.
+std::vector<float> dequantized_reference(const zero::ShardLayout& layout, std::size_t l,
+                                         zero::View<const float> exact, std::size_t block) {
+  std::vector<float> flat(layout.layer(l).flat_numel, 0.0f);
+  std::copy(exact.begin(), exact.end(), flat.begin());
+  const float top = 127.0f;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    const zero::Range range = layout.flat_range(l, r);
+    for (std::size_t begin = range.begin; begin < range.end; begin += block) {
+      const std::size_t end = std::min(range.end, begin + block);
+      float amax = 0.0f;
+      for (std::size_t i = begin; i < end; ++i)
+        amax = std::max(amax, std::fabs(flat[i]));
+      const float scale = amax / top;
+      const float inverse = amax > 0.0f ? top / amax : 0.0f;
+      for (std::size_t i = begin; i < end; ++i) {
+        const auto code =
+            static_cast<std::int8_t>(std::nearbyint(std::clamp(flat[i] * inverse, -top, top)));
+        flat[i] = float(code) * scale; // an integer code: -0.4 comes back as +0, not -0
+      }
+    }
+  }
+  flat.resize(exact.size());
+  return flat;
+}
+
+// A failure naming the first value whose bits differ. It returns either way: every rank goes on to
+// the same collectives.
+void expect_same_bits(zero::View<const float> got, const std::vector<float>& expected,
+                      const std::string& what) {
+  if (got.size() != expected.size()) {
+    ADD_FAILURE() << what << ": " << got.size() << " values, expected " << expected.size();
+    return;
+  }
+  std::size_t differ = 0, first = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(expected[i]) &&
+        differ++ == 0)
+      first = i;
+  if (differ > 0)
+    ADD_FAILURE() << what << ": " << differ << " of " << expected.size()
+                  << " values differ in their bits, the first " << first << ": " << got[first]
+                  << ", expected " << expected[first];
+}
+
+// Against the reference above, after every gather and every step: a stale gather (weights of an
+// earlier step, in forward or in backward) or a dequantization off by one unit in the last place
+// fails here, where the bound and the closeness to an unquantized run above would hide both. The
+// exact weights come from a stage 0 engine (replicated: no gather at all) fed the reference's
+// weights; deterministic stages 0 and 3 update to the same bits from the same gradients.
+TEST(QuantizedWeights, EveryGatherAndStepMatchAReferenceBitForBit) {
+  auto& world = zero::testing::world();
+  const Scenario run{}; // deterministic, 4 steps
+  for (const std::size_t block : {7u, 64u}) {
+    zero::EngineOptions exact_options;
+    exact_options.deterministic = true;
+    exact_options.reduce_bucket_elements = run.bucket;
+    zero::EngineOptions quantized_options = quantized(block);
+    quantized_options.deterministic = true;
+    quantized_options.reduce_bucket_elements = run.bucket;
+    zero::Adam adam(zero::AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+    zero::Adam reference_adam(zero::AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+    AdamEngine<zero::Stage<3>> engine(world, model(), adam, zero::StaticLossScaler{},
+                                      quantized_options);
+    AdamEngine<zero::Stage<0>> reference(world, model(), reference_adam, zero::StaticLossScaler{},
+                                         exact_options);
+    for (std::size_t l = 0; l < engine.layers(); ++l) {
+      std::vector<float> init(engine.layout().layer(l).numel);
+      for (std::size_t i = 0; i < init.size(); ++i)
+        init[i] = initial_value(l, i);
+      engine.set_layer(l, init);
+      reference.set_layer(l, init);
+    }
+    std::size_t rounded = 0, moved = 0;
+    for (int step = 0; step < run.steps; ++step) {
+      const std::string at = "block " + std::to_string(block) + ", step " + std::to_string(step);
+      for (std::size_t l = 0; l < engine.layers(); ++l) {
+        const auto weights = engine.acquire(l);
+        const auto exact = reference.acquire(l);
+        const std::vector<float> expected =
+            dequantized_reference(engine.layout(), l, exact.values<float>(), block);
+        expect_same_bits(weights.values<float>(), expected,
+                         at + ", forward, layer " + std::to_string(l));
+        for (std::size_t i = 0; i < expected.size(); ++i)
+          rounded += expected[i] != exact.values<float>()[i];
+      }
+      for (std::size_t l = engine.layers(); l-- > 0;) {
+        const auto weights = engine.acquire(l);
+        const auto exact = reference.acquire(l);
+        const std::vector<float> expected =
+            dequantized_reference(engine.layout(), l, exact.values<float>(), block);
+        expect_same_bits(weights.values<float>(), expected,
+                         at + ", backward, layer " + std::to_string(l));
+        write_gradients<float>(engine.gradients<float>(l), weights.values<float>(), run,
+                               world.rank(), step, 0, l, world.size());
+        write_gradients<float>(reference.gradients<float>(l), zero::View<const float>(expected),
+                               run, world.rank(), step, 0, l, world.size());
+        engine.grads_ready(l);
+        reference.grads_ready(l);
+      }
+      const std::vector<float> before = reference.get_layer(2);
+      engine.step();
+      reference.step();
+      for (std::size_t l = 0; l < engine.layers(); ++l)
+        expect_same_bits(engine.get_layer(l), reference.get_layer(l),
+                         at + ", exact weights after the step, layer " + std::to_string(l));
+      const std::vector<float> after = reference.get_layer(2);
+      for (std::size_t i = 0; i < after.size(); ++i)
+        moved += after[i] != before[i];
+    }
+    EXPECT_GT(rounded, 1000u) << "block " << block << ": the gathers were not quantized";
+    EXPECT_GT(moved, 1000u) << "block " << block << ": the steps did not change the weights";
+  }
 }
 
 TEST(QuantizedWeights, GathersMoveTheInt8BlocksAndTheirScales) {
