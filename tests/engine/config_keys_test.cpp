@@ -5,14 +5,18 @@
 //   overlap_comm: false          no bucket left in flight while backward goes on
 //   allgather_bucket_size        stages 1/2 gather layers in pieces: one collective per piece
 //   stage3_max_reuse_distance    stage 3 keeps forward's layers for backward: fewer gathers
+// and each reaches the engine from a DeepSpeed config (EngineOptions::from_config) at a value other
+// than its default.
 
 #include "training_scenario.hpp"
 
+#include <zero/config/json.hpp>
 #include <zero/engine/engine.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <string_view>
 
 namespace config_keys_test {
 
@@ -104,6 +108,40 @@ TEST(EngineConfigKeys, ReuseDistanceKeepsStage3LayersForBackward) {
                 .communication[Collective::all_gather]
                 .calls,
             2 * layers - 2);
+}
+
+zero::EngineOptions from_config_text(std::string_view text) {
+  return zero::EngineOptions::from_config(zero::config::from_json_string(text));
+}
+
+// The three keys above, written in a config at values other than their defaults: from_config
+// carries each into the options, and the engine does what the options say.
+TEST(EngineConfigKeys, FromAConfigAtOtherValuesThanTheDefaults) {
+  const zero::EngineOptions defaults = from_config_text("{}");
+  const Outcome plain = train<zero::Stage<2>>(run, zero::StaticLossScaler{}, defaults);
+  EXPECT_GT(plain.steps[1].reduction.most_in_flight, 0u);
+
+  const zero::EngineOptions blocking =
+      from_config_text(R"({"zero_optimization": {"stage": 2, "overlap_comm": false}})");
+  EXPECT_FALSE(blocking.overlap_comm);
+  const Outcome blocked = train<zero::Stage<2>>(run, zero::StaticLossScaler{}, blocking);
+  EXPECT_GT(blocked.steps[1].reduction.buckets, 1u);
+  EXPECT_EQ(blocked.steps[1].reduction.most_in_flight, 0u);
+
+  const zero::EngineOptions pieces =
+      from_config_text(R"({"zero_optimization": {"stage": 1, "allgather_bucket_size": 64}})");
+  EXPECT_EQ(pieces.allgather_bucket_elements, 64u);
+  const Outcome cut = train<zero::Stage<1>>(run, zero::StaticLossScaler{}, pieces);
+  std::size_t pieces_expected = 0;
+  for (std::size_t flat : cut.flat_sizes)
+    pieces_expected += zero::testing::world().size() == 1 ? 1 : (flat + 63) / 64;
+  EXPECT_EQ(cut.steps[1].communication[Collective::all_gather].calls, pieces_expected);
+
+  const zero::EngineOptions keep =
+      from_config_text(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 1e9}})");
+  EXPECT_EQ(keep.max_reuse_distance, 1'000'000'000u);
+  const Outcome kept = train<zero::Stage<3>>(run, zero::StaticLossScaler{}, keep);
+  EXPECT_EQ(kept.steps[1].communication[Collective::all_gather].calls, kept.weights.size());
 }
 
 // Not a config key, but the same promise: an engine compiled for fewer compute types (to compile
