@@ -4,6 +4,7 @@
 #include "zero/comm/mpi_communicator.hpp"
 
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 #include "zero/comm/detail/validation.hpp"
 #include "zero/comm/progress/departures.hpp"
 #include "zero/comm/progress/peer_liveness.hpp"
@@ -79,9 +80,18 @@ struct MpiCommunicator::State {
   std::unique_ptr<detail::ProgressWorker> worker;
   int exceptions_at_start = std::uncaught_exceptions();
 
-  State(MPI_Comm parent, const CommOptions& opts) : options(opts), requested(opts) {
+  // `adopt`: `parent` is a communicator zero made for this one (a split's part), taken over
+  // instead of duplicated: creating a communicator costs rounds of messages among the ranks.
+  State(MPI_Comm parent, const CommOptions& opts, bool adopt = false)
+      : options(opts), requested(opts) {
     initialize_mpi();
-    ZERO_CHECK_MPI(MPI_Comm_dup(parent, &comm));
+    if (adopt) {
+      comm = parent;
+    } else {
+      MPI_Request duplicated = MPI_REQUEST_NULL;
+      ZERO_CHECK_MPI(MPI_Comm_idup(parent, &comm, &duplicated));
+      detail::wait_for(duplicated, "duplicating the communicator", {}, detail::mpi_setup_spin);
+    }
     try {
       ZERO_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
       ZERO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -187,8 +197,11 @@ struct MpiCommunicator::State {
   std::vector<int> node_keys() const {
     int lowest = rank;
     MPI_Comm node = MPI_COMM_NULL;
+    detail::arrive_together(comm, "finding the nodes", {}, detail::mpi_setup_spin);
     ZERO_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-    ZERO_CHECK_MPI(MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, node));
+    MPI_Request request = MPI_REQUEST_NULL;
+    ZERO_CHECK_MPI(MPI_Iallreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, node, &request));
+    detail::wait_for(request, "finding the lowest rank of each node", {}, detail::mpi_setup_spin);
     MPI_Comm_free(&node);
     int group = 0;
     if (options.node_size > 0) {
@@ -198,7 +211,8 @@ struct MpiCommunicator::State {
     }
     const int mine[2] = {lowest, group};
     std::vector<int> pairs(2 * static_cast<std::size_t>(size));
-    ZERO_CHECK_MPI(MPI_Allgather(mine, 2, MPI_INT, pairs.data(), 2, MPI_INT, comm));
+    ZERO_CHECK_MPI(MPI_Iallgather(mine, 2, MPI_INT, pairs.data(), 2, MPI_INT, comm, &request));
+    detail::wait_for(request, "exchanging node keys", {}, detail::mpi_setup_spin);
     // The key of a (node, group) pair: the first rank that has it.
     std::map<std::pair<int, int>, int> first;
     std::vector<int> keys(static_cast<std::size_t>(size));
@@ -305,13 +319,12 @@ MpiCommunicator MpiCommunicator::split(int color, int key) {
   MPI_Comm part = MPI_COMM_NULL;
   // Ordered with this communicator's queued collectives: run it on the progress thread.
   state_->worker->run_and_wait(
-      "split(" + std::to_string(color) + ", " + std::to_string(key) + ")",
-      [&] { ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part)); });
+      "split(" + std::to_string(color) + ", " + std::to_string(key) + ")", [&] {
+        detail::arrive_together(state_->comm, "split", {}, detail::mpi_setup_spin);
+        ZERO_CHECK_MPI(MPI_Comm_split(state_->comm, color, key, &part));
+      });
   // As this one was asked for: the part picks its own transport and that transport's defaults.
-  MpiCommunicator result(boost::mpi::communicator(part, boost::mpi::comm_attach),
-                         state_->requested);
-  MPI_Comm_free(&part);
-  return result;
+  return MpiCommunicator(std::make_unique<State>(part, state_->requested, /*adopt=*/true));
 }
 
 Work MpiCommunicator::submit(const CollectiveArgs& args) {

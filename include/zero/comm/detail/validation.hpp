@@ -7,6 +7,7 @@
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 #include "zero/core/error.hpp"
 
 #include <mpi.h>
@@ -110,8 +111,10 @@ inline void validate_call(MPI_Comm comm, const CollectiveArgs& args, std::uint64
   ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
   const CallSignature mine = CallSignature::of(args, sequence);
   std::vector<CallSignature> all(static_cast<std::size_t>(size));
-  ZERO_CHECK_MPI(
-      MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZERO_CHECK_MPI(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
+                                comm, &request));
+  wait_for(request, "comparing collective calls");
   bool agree = true;
   for (const CallSignature& s : all)
     agree = agree && s == all.front();

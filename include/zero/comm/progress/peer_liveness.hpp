@@ -10,6 +10,7 @@
 // Peers elsewhere are left to the timeout.
 
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 
 #include <mpi.h>
 #include <signal.h>
@@ -43,8 +44,10 @@ class PeerLiveness {
     int size = 0;
     ZERO_CHECK_MPI(MPI_Comm_size(comm, &size));
     peers_.resize(static_cast<std::size_t>(size));
-    ZERO_CHECK_MPI(MPI_Allgather(&me, sizeof(Identity), MPI_BYTE, peers_.data(), sizeof(Identity),
-                                 MPI_BYTE, comm));
+    MPI_Request request = MPI_REQUEST_NULL;
+    ZERO_CHECK_MPI(MPI_Iallgather(&me, sizeof(Identity), MPI_BYTE, peers_.data(), sizeof(Identity),
+                                  MPI_BYTE, comm, &request));
+    wait_for(request, "exchanging process identities", {}, mpi_setup_spin);
     const bool knows_itself = me.kernel[0] != '\0';
     for (auto& p : peers_)
       p.checkable = knows_itself && std::strcmp(p.kernel.data(), me.kernel.data()) == 0;

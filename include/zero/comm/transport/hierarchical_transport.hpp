@@ -26,6 +26,7 @@
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 #include "zero/comm/transport/host_reduce.hpp"
 #include "zero/comm/transport/mpi_transport.hpp"
 #include "zero/comm/transport/scratch_buffers.hpp"
@@ -107,7 +108,9 @@ class HierarchicalTransport {
       : comm_(comm), grid_(grid), chunk_bytes_(chunk_bytes) {
     ZERO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ZERO_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+    arrive_together(comm_, "splitting into nodes", {}, mpi_setup_spin);
     ZERO_CHECK_MPI(MPI_Comm_split(comm_, grid_.node, grid_.local, &node_comm_));
+    arrive_together(comm_, "splitting across nodes", {}, mpi_setup_spin);
     ZERO_CHECK_MPI(MPI_Comm_split(comm_, grid_.local, grid_.node, &cross_comm_));
   }
   HierarchicalTransport(const HierarchicalTransport&) = delete;
@@ -124,7 +127,7 @@ class HierarchicalTransport {
 
   void run(const CollectiveArgs& a) {
     if (a.kind == Collective::barrier) {
-      ZERO_CHECK_MPI(MPI_Barrier(comm_));
+      arrive_together(comm_, "barrier");
       return;
     }
     run_typed(*this, a);

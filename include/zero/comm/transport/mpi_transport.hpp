@@ -13,6 +13,7 @@
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 #include "zero/comm/transport/host_reduce.hpp"
 #include "zero/comm/transport/scratch_buffers.hpp"
 #include "zero/comm/transport/typed_dispatch.hpp"
@@ -84,7 +85,7 @@ class MpiTransport {
 
   void run(const CollectiveArgs& a) {
     if (a.kind == Collective::barrier) {
-      ZERO_CHECK_MPI(MPI_Barrier(comm_));
+      arrive_together(comm_, "barrier");
       return;
     }
     run_typed(*this, a);

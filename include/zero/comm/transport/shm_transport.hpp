@@ -27,6 +27,7 @@
 
 #include "zero/comm/collective.hpp"
 #include "zero/comm/detail/mpi_check.hpp"
+#include "zero/comm/detail/mpi_wait.hpp"
 #include "zero/comm/detail/validation.hpp"
 #include "zero/comm/transport/host_reduce.hpp"
 #include "zero/comm/transport/native_collectives.hpp"
@@ -79,6 +80,7 @@ class ShmTransport {
     ZERO_CHECK_MPI(MPI_Info_create(&info));
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
+    arrive_together(comm_, "creating the shared-memory window", {}, mpi_setup_spin);
     const int status =
         MPI_Win_allocate_shared(static_cast<MPI_Aint>(segment), 1, info, comm_, &base, &window_);
     MPI_Info_free(&info);
@@ -92,7 +94,8 @@ class ShmTransport {
       ZERO_CHECK_MPI(MPI_Win_shared_query(window_, r, &size, &unit, &p));
       segments_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(p);
     }
-    ZERO_CHECK_MPI(MPI_Barrier(comm_)); // every counter initialised before anyone polls it
+    // Every counter initialised before anyone polls it.
+    arrive_together(comm_, "initialising the shared-memory window", {}, mpi_setup_spin);
   }
 
   ShmTransport(const ShmTransport&) = delete;
