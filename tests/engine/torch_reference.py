@@ -14,6 +14,7 @@ Needs numpy; the PyTorch half needs torch 1.13 or later (FSDP2 and fused CPU Ada
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -197,6 +198,24 @@ def _torch_worker(rank, world, spec, directory, result_path):
             json.dump(out, f)
     dist.barrier()  # no rank closes its connections while another may still read from them
     dist.destroy_process_group()
+    _leave_without_interpreter_shutdown()
+
+
+def _leave_without_interpreter_shutdown():
+    """Ends a worker whose work is done without Python's shutdown.
+
+    torch 1.13's ZeroRedundancyOptimizer keeps a reference to the process group, so the group's
+    gloo threads (two workers and the transport's event loop) outlive destroy_process_group() and
+    stay alive while Python shuts down. A gloo worker releases a collective's tensors only after
+    it has marked the collective complete; one that the machine's load keeps off the core that
+    long frees a tensor Python made while the interpreter shuts down, must take the GIL for it,
+    and Python ends a thread that does with pthread_exit, whose unwinding through a noexcept
+    destructor aborts the process ("terminate called without an active exception"). Everything
+    this worker had to write is written and closed, so it leaves at once, as a forked process does.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _wrap(torch, world, model, linears, spec):
