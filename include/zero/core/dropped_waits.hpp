@@ -8,8 +8,8 @@
 //   ZERO_TEST_DROP_WAIT=<name>
 //
 // is in the environment. A program that sets it computes wrong results by design: it is for the
-// tests that must see them fail (tests/CMakeLists.txt, dropped-wait tests), never for a run whose
-// results matter. The name is read once, when the program starts; an unknown one stops the program
+// tests that must see them fail (tests/dropped_waits.cmake), never for a run whose results
+// matter. The name is read once, when the program starts; an unknown one stops the program
 // naming the known ones, and a dropped wait says so on standard error the first time. Without the
 // variable a site costs one load of a constant and a branch that always goes the same way, beside
 // a wait that takes a mutex or a CUDA call.
