@@ -259,10 +259,10 @@ struct MpiCommunicator::State {
     }
     if (const std::optional<std::string> left = departures->departed_before(operation)) {
       std::fprintf(stderr,
-                   "zero: %s (operation %llu) on rank %d of %d cannot complete: %s. Aborting "
-                   "the job.\n",
-                   what.c_str(), static_cast<unsigned long long>(operation), rank, size,
-                   left->c_str());
+                   "zero: %s on rank %d of %d cannot complete: %s (this is its operation %llu "
+                   "here). Aborting the job.\n",
+                   what.c_str(), rank, size, left->c_str(),
+                   static_cast<unsigned long long>(operation));
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 5);
       std::abort();

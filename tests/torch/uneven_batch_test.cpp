@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -114,10 +115,14 @@ class TorchUnevenBatch : public ::testing::Test {
 TEST_F(TorchUnevenBatch, WeighedBySamplesGivesTheWholeBatchsSteps) {
   const double gap = largest_gap(zero_torch(true), plain_libtorch());
   EXPECT_LT(gap, 1e-6) << "at " << zero::testing::world().size() << " ranks";
+  if (zero::testing::world().rank() == 0)
+    std::printf("weighed by samples: %.3g from libtorch\n", gap);
 }
 
 TEST_F(TorchUnevenBatch, WithoutWeighingEachRankWeighsTheSame) {
   const double gap = largest_gap(zero_torch(false), plain_libtorch());
+  if (zero::testing::world().rank() == 0)
+    std::printf("ranks weighed alike: %.3g from libtorch\n", gap);
   if (zero::testing::world().size() == 1)
     EXPECT_LT(gap, 1e-6);
   else

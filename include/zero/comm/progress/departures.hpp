@@ -49,13 +49,13 @@ class Departures {
         left_(static_cast<std::size_t>(size)) {
     MPI_Request request = MPI_REQUEST_NULL;
     ZERO_CHECK_MPI(MPI_Comm_idup(comm, &notices_, &request));
-    wait_for(request, "duplicating the communicator for departure notices");
+    wait_for(request, "duplicating the communicator for departure notices", {}, mpi_setup_spin);
     ZERO_CHECK_MPI(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN));
     instance_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
                 static_cast<std::uint64_t>(::getpid());
-    ZERO_CHECK_MPI(MPI_Iallgather(&instance_, 1, MPI_UINT64_T, instances_.data(), 1,
-                                  MPI_UINT64_T, notices_, &request));
-    wait_for(request, "exchanging the departure notices' numbers");
+    ZERO_CHECK_MPI(MPI_Iallgather(&instance_, 1, MPI_UINT64_T, instances_.data(), 1, MPI_UINT64_T,
+                                  notices_, &request));
+    wait_for(request, "exchanging the departure notices' numbers", {}, mpi_setup_spin);
   }
   Departures(const Departures&) = delete;
   Departures& operator=(const Departures&) = delete;
