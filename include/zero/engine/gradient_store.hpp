@@ -77,9 +77,11 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
       : comm_(shard), model_(model), exec_(exec), scratch_(model.layers(), largest_layer(model)),
         layer_sums_(model.layers(), 0.0), summed_(model.layers(), false),
         queued_sums_(model.layers()) {
-    require(!options.quantized_gradients || Reduced::sharded,
-            "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
-            "gradients' reduce-scatter, and stage 0 all-reduces them; use stage 1, 2 or 3");
+    // The options were agreed before the stores are built: every rank refuses alike.
+    require_on_every_rank(
+        !options.quantized_gradients || Reduced::sharded,
+        "engine: quantized_gradients (zero_quantized_gradients, ZeRO++'s qgZ) quantizes the "
+        "gradients' reduce-scatter, and stage 0 all-reduces them; use stage 1, 2 or 3");
     // In device memory the norm's tables are built here, not while backward runs (their upload
     // waits for the device).
     if constexpr (!Memory::host_accessible && !Reduced::sharded)

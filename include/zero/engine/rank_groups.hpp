@@ -39,11 +39,12 @@ class RankGroups {
 
   // hpz_ranks > 1: also the groups of that many consecutive ranks of the shard group (hpZ).
   explicit RankGroups(Comm& comm, int hpz_ranks = 1) requires(!separate_control)
-      : world_(comm.split(0, comm.rank())), shard_(make_shard_group(comm)),
-        replica_(make_replica_group(comm)), hpz_(make_hpz_group(shard(), hpz_ranks)) {}
+      : world_(checked_counts(comm, hpz_ranks).split(0, comm.rank())),
+        shard_(make_shard_group(comm)), replica_(make_replica_group(comm)),
+        hpz_(make_hpz_group(shard(), hpz_ranks)) {}
   // Data over `comm`, control over `control`: the same ranks in the same order.
   RankGroups(Control& control, Comm& comm, int hpz_ranks = 1) requires separate_control
-      : world_(same_ranks(control, comm).split(0, comm.rank())),
+      : world_(checked_counts(same_ranks(control, comm), hpz_ranks).split(0, comm.rank())),
         shard_(make_shard_group(comm)),
         replica_(make_replica_group(comm)),
         hpz_(make_hpz_group(shard(), hpz_ranks)),
@@ -101,14 +102,28 @@ class RankGroups {
   CommStats hpz_total() const { return hpz_ ? hpz_->stats() : CommStats{}; }
 
  private:
-  static std::optional<counted_type> make_shard_group(Comm& comm) {
-    if constexpr (Plan::group_ranks == 0) {
-      return std::nullopt; // the world is the shard group
-    } else {
+  // What the number of ranks rules out is refused before the first split: a refusal once a
+  // communicator exists leaves it to a teardown that cannot tell whether every rank refused, and
+  // a communicator left behind keeps its shared-memory window to the end of the process.
+  static Comm& checked_counts(Comm& comm, int hpz_ranks) {
+    int shard_ranks = comm.size();
+    if constexpr (Plan::group_ranks != 0) {
       require(comm.size() % Plan::group_ranks == 0,
               "engine: shard_within<" + std::to_string(Plan::group_ranks) +
                   "> needs a multiple of " + std::to_string(Plan::group_ranks) + " ranks, not " +
                   std::to_string(comm.size()));
+      shard_ranks = Plan::group_ranks;
+    }
+    require(hpz_ranks <= 1 || shard_ranks % hpz_ranks == 0,
+            "engine: hpz_partition_size (zero_hpz_partition_size) " + std::to_string(hpz_ranks) +
+                " does not divide the shard group of " + std::to_string(shard_ranks) + " ranks");
+    return comm;
+  }
+
+  static std::optional<counted_type> make_shard_group(Comm& comm) {
+    if constexpr (Plan::group_ranks == 0) {
+      return std::nullopt; // the world is the shard group
+    } else {
       return counted_type(comm.split(comm.rank() / Plan::group_ranks, comm.rank()));
     }
   }
@@ -123,10 +138,7 @@ class RankGroups {
 
   static std::optional<counted_type> make_hpz_group(counted_type& shard, int ranks) {
     if (ranks <= 1) return std::nullopt;
-    require(shard.size() % ranks == 0,
-            "engine: hpz_partition_size (zero_hpz_partition_size) " + std::to_string(ranks) +
-                " does not divide the shard group of " + std::to_string(shard.size()) + " ranks");
-    return shard.split(shard.rank() / ranks, shard.rank());
+    return shard.split(shard.rank() / ranks, shard.rank()); // checked_counts: ranks divide it
   }
 
   struct ControlGroups {

@@ -55,13 +55,16 @@ requires HostAccessibleSpace<Space> ||
       : comm_(shard), model_(model), exec_(exec), copy_(shard, model.replica, layout_agreed),
         gather_bucket_(options.allgather_bucket_elements), gathers_(model.layers()),
         holders_(model.layers(), 0) {
-    require(options.hpz_partition_size == 1,
-            "engine: hpz_partition_size (zero_hpz_partition_size, ZeRO++'s hpZ) cuts stage 3's "
-            "weights a second time, and this plan keeps whole parameters on every rank; use "
-            "stage 3");
-    require(!options.quantized_weights,
-            "engine: quantized_weights (zero_quantized_weights, ZeRO++'s qwZ) quantizes stage 3's "
-            "parameter gathers, and this plan keeps whole parameters on every rank; use stage 3");
+    // The options were agreed before the stores are built: every rank refuses alike.
+    require_on_every_rank(
+        options.hpz_partition_size == 1,
+        "engine: hpz_partition_size (zero_hpz_partition_size, ZeRO++'s hpZ) cuts stage 3's "
+        "weights a second time, and this plan keeps whole parameters on every rank; use "
+        "stage 3");
+    require_on_every_rank(
+        !options.quantized_weights,
+        "engine: quantized_weights (zero_quantized_weights, ZeRO++'s qwZ) quantizes stage 3's "
+        "parameter gathers, and this plan keeps whole parameters on every rank; use stage 3");
     if constexpr (Updated::sharded)
       if (!model.images.all_in_order()) {
         staging_.emplace(shard, model.replica, layout_agreed);

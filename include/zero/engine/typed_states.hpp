@@ -52,11 +52,12 @@ class TypedStates<States, ComputeTypes<Types...>> {
   // error that names the ones it was.
   template <class... Args>
   void emplace(DType compute, Args&&... args) {
-    require(ComputeTypes<Types...>::contains(compute),
-            std::string("engine: compute_dtype ") + to_string(compute) +
-                ": this engine was compiled for " + ComputeTypes<Types...>::names() +
-                " only (its zero::ComputeTypes<...> template argument)",
-            ErrorKind::unsupported);
+    // The compute type is an agreed option: every rank refuses alike.
+    require_on_every_rank(ComputeTypes<Types...>::contains(compute),
+                          std::string("engine: compute_dtype ") + to_string(compute) +
+                              ": this engine was compiled for " + ComputeTypes<Types...>::names() +
+                              " only (its zero::ComputeTypes<...> template argument)",
+                          ErrorKind::unsupported);
     compute_ = compute;
     (void)((dtype_of<Types> == compute &&
             (states_.template emplace<States<Types>>(std::forward<Args>(args)...), true)) ||

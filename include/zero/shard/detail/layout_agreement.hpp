@@ -1,7 +1,8 @@
 #pragma once
 // The collective half of verify_layout: every rank contributes a fixed-size summary of its layout
 // (or of the error that kept it from building one), and every rank decides from the same gathered
-// data, so all ranks take the same path and throw the same message. A difference is then narrowed
+// data, so all ranks take the same path and throw the same message (fail_on_every_rank: the
+// communicators destroyed while it unwinds are left together). A difference is then narrowed
 // down to the first parameter that differs, with a second and third all-gather only on that path.
 
 #include "zero/comm/communicator.hpp"
@@ -73,10 +74,10 @@ template <GatheringCommunicator Comm>
   std::vector<std::string> counts;
   for (std::size_t r = 0; r < ranks; ++r)
     counts.push_back(std::to_string(summaries[r * summary::fields + summary::count]));
-  fail(ErrorKind::mismatch, "ranks registered different parameters: parameter #" +
-                                std::to_string(first) + " is " +
-                                rank_list(gather_text(comm, described)) +
-                                " (parameter counts: " + rank_list(counts) + ")");
+  fail_on_every_rank(ErrorKind::mismatch, "ranks registered different parameters: parameter #" +
+                                              std::to_string(first) + " is " +
+                                              rank_list(gather_text(comm, described)) +
+                                              " (parameter counts: " + rank_list(counts) + ")");
 }
 
 template <class Comm>
@@ -90,8 +91,9 @@ void agree_on_layout(Comm& comm, const LayoutClaim& claim) {
     for (std::size_t r = 0; r < ranks; ++r)
       if (field(r, summary::failed) != 0) {
         const auto texts = gather_text(comm, claim.error);
-        fail(static_cast<ErrorKind>(field(r, summary::error_kind)),
-             "building the shard layout failed on rank " + std::to_string(r) + ": " + texts[r]);
+        fail_on_every_rank(static_cast<ErrorKind>(field(r, summary::error_kind)),
+                           "building the shard layout failed on rank " + std::to_string(r) + ": " +
+                               texts[r]);
       }
     bool same_parameters = true;
     bool same_layout = true;
@@ -103,11 +105,12 @@ void agree_on_layout(Comm& comm, const LayoutClaim& claim) {
     }
     if (!same_parameters) report_parameter_difference(comm, *claim.layout, all);
     if (!same_layout)
-      fail(ErrorKind::mismatch,
-           "ranks registered the same parameters but built different shard layouts: " +
-               rank_list(gather_text(comm, std::string(claim.layout->policy()) + " over " +
-                                               std::to_string(claim.layout->world_size()) +
-                                               " ranks")));
+      fail_on_every_rank(
+          ErrorKind::mismatch,
+          "ranks registered the same parameters but built different shard layouts: " +
+              rank_list(gather_text(comm, std::string(claim.layout->policy()) + " over " +
+                                              std::to_string(claim.layout->world_size()) +
+                                              " ranks")));
   } else if constexpr (ReducingCommunicator<Comm>) {
     // Without all_gather, the maximum and minimum of every field tell whether all ranks agree.
     std::vector<std::int64_t> high = mine;
@@ -115,14 +118,16 @@ void agree_on_layout(Comm& comm, const LayoutClaim& claim) {
     comm.all_reduce(high, ReduceOp::max).wait();
     comm.all_reduce(low, ReduceOp::min).wait();
     if (high[summary::failed] != 0)
-      fail(ErrorKind::invalid_argument,
-           "building the shard layout failed on at least one rank" +
-               (claim.layout == nullptr ? ", this one: " + claim.error : std::string()));
+      fail_on_every_rank(
+          ErrorKind::invalid_argument,
+          "building the shard layout failed on at least one rank" +
+              (claim.layout == nullptr ? ", this one: " + claim.error : std::string()));
     if (high != low)
-      fail(ErrorKind::mismatch,
-           "ranks registered different parameters or built different shard layouts (this rank: " +
-               std::to_string(claim.layout->parameter_count()) + " parameters, " +
-               std::string(claim.layout->policy()) + ")");
+      fail_on_every_rank(
+          ErrorKind::mismatch,
+          "ranks registered different parameters or built different shard layouts (this rank: " +
+              std::to_string(claim.layout->parameter_count()) + " parameters, " +
+              std::string(claim.layout->policy()) + ")");
   } else {
     static_assert(dependent_false<Comm>,
                   "zero: checking a shard layout across ranks needs a communicator with all_gather "
