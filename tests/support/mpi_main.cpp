@@ -2,9 +2,11 @@
 // prints the usual report, other ranks print only their failures (prefixed by the rank), and after
 // each test the ranks agree on its outcome so that a failure on any rank is reported by rank 0 and
 // fails the run. The exit status follows test_outcome.hpp, agreed by all ranks: 77 only when every
-// test skipped on every rank.
+// test skipped on every rank. An MPI handle left allocated once the binary's communicators are
+// released (mpi_handle_ledger.hpp) fails the run too.
 
 #include "comm_test.hpp"
+#include "mpi_handle_ledger.hpp"
 #include "test_outcome.hpp"
 
 #include <gtest/gtest.h>
@@ -54,6 +56,7 @@ class RankReporter : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   zero::initialize_mpi(&argc, &argv);
+  const zero::testing::MpiHandleLedger ledger;
   int rank = 0;
   int size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
   using Verdict = zero::testing::TestOutcome::Verdict;
   Verdict verdict = reporter->any_failed() ? Verdict::failed : outcome.verdict(local);
   zero::testing::release_world();
+  if (ledger.report_left_allocated(rank) > 0) verdict = Verdict::failed;
   // Ranks that disagree on "all skipped" (one skipped everything, another passed) fail too.
   int mine[2] = {int(verdict), -int(verdict)}; // max, and -min
   MPI_Allreduce(MPI_IN_PLACE, mine, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
