@@ -33,11 +33,9 @@ inline constexpr char lamb_over_a_device[] =
 template <class Opt, class Where>
 constexpr const char* optimizer_refusal() noexcept {
   using States = typename zero::placement_of<Where>::optimizer_states;
-  if constexpr (!TrustRatioUpdate<typename Opt::update_type>)
-    return nullptr;
-  else if constexpr (std::same_as<States, nvme>)
+  if constexpr (TrustRatioUpdate<typename Opt::update_type> && std::same_as<States, nvme>)
     return lamb_on_nvme;
-  else if constexpr (!HostAccessibleSpace<States>)
+  else if constexpr (TrustRatioUpdate<typename Opt::update_type> && !HostAccessibleSpace<States>)
     return lamb_over_a_device;
   else
     return nullptr;
