@@ -53,8 +53,8 @@ class LiveStates {
  private:
   void leave_all() {
     std::lock_guard lock(mutex_);
-    for (State* s : states_)
-      s->departures->announce(s->worker->operations_completed());
+    for (State* s : states_) // the process ends: nothing more is freed collectively
+      s->departures->announce(s->worker->operations_completed(), true);
   }
   std::mutex mutex_;
   std::set<State*> states_;
@@ -120,28 +120,31 @@ struct MpiCommunicator::State {
   ~State() {
     LiveStates<State>::instance().remove(this);
     worker->stop(); // finishes queued collectives first (their peers have queued them too)
-    // A peer still waiting in a later operation learns now that this rank will not come.
-    departures->announce(worker->operations_completed());
-    worker.reset();
     // Freeing the shared-memory window is a collective call. A rank that unwinds from an error seen
     // on this rank only must not wait in it for peers that are still waiting for its next
     // collective: it leaves the window to the process's end (freeing a communicator does not wait
     // for peers). Otherwise, also when every rank unwinds from the same error, the ranks leave
-    // together: once every peer has left too, nothing can block.
+    // together, and free the window only when no peer left it undone.
     int finalized = 0;
     MPI_Finalized(&finalized); // a program that finalised MPI itself before this
-    const bool skip_collectives =
+    bool skip_collectives =
         (std::uncaught_exceptions() > exceptions_at_start && !detail::last_error_on_every_rank()) ||
         finalized != 0;
+    // A peer still waiting in a later operation learns now that this rank will not come.
+    departures->announce(worker->operations_completed(), skip_collectives);
+    worker.reset();
     std::string missing;
-    if (!skip_collectives && !departures->wait_for_peers(options.timeout_seconds, missing)) {
-      std::fprintf(stderr,
-                   "zero: rank %d of %d left its communicator, but rank(s) %s did not within "
-                   "%.0f s (ZERO_TIMEOUT_S): they still wait in an operation this rank never "
-                   "called, or never reached the end. Aborting the job.\n",
-                   rank, size, missing.c_str(), options.timeout_seconds);
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
+    if (!skip_collectives) {
+      if (!departures->wait_for_peers(options.timeout_seconds, missing)) {
+        std::fprintf(stderr,
+                     "zero: rank %d of %d left its communicator, but rank(s) %s did not within "
+                     "%.0f s (ZERO_TIMEOUT_S): they still wait in an operation this rank never "
+                     "called, or never reached the end. Aborting the job.\n",
+                     rank, size, missing.c_str(), options.timeout_seconds);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      skip_collectives = departures->a_peer_abandons();
     }
     if (skip_collectives) std::visit([](auto& t) { t->abandon(); }, transport);
     transport = std::unique_ptr<detail::MpiTransport>();

@@ -2,7 +2,8 @@
 """Runs rank_failure under mpirun and checks how the job ends when one rank fails.
 
   check_rank_failure.py --launcher "mpirun -np N ..." --ranks N --binary PATH
-                        --fault kill|throw|leave|exit --where reduction|gather|update --stage S
+                        --fault kill|throw|leave|exit --where reduction|gather|update|finish
+                        --stage S
                         [--recovery]
 
 The failing rank is rank 2, or the last one with fewer than 3 ranks. Without --recovery, mpirun
@@ -15,7 +16,9 @@ and the lost peer. Either way the job must end within ZERO_TIMEOUT_S + 10 s.
 MPI_Abort and the process stays alive, so the library must end the job itself. `exit` reports it
 and calls exit(1), which destroys no communicator (the library's exit handler speaks for them).
 The test wants every rank gone within 10 s of the error (ZERO_TIMEOUT_S far above that), the failing rank's
-message printed, and a survivor naming the rank that left and that message.
+message printed, and a survivor naming the rank that left and that message. With `--where finish`
+the error comes after the last step: the survivors must finish in order and say so (no collective
+free may wait for the rank that unwinds), within the same 10 s.
 """
 import argparse
 import os
@@ -32,6 +35,7 @@ WAITING_IN = {
     "reduction": r"(reduce_scatter|all_reduce)\(",
     "gather": r"all_gather\(",
     "update": r"all_gather\(",
+    "finish": None,
 }
 
 
@@ -74,14 +78,18 @@ def main():
     problems = []
     if seconds > timeout_s + 10 + 5:
         problems.append(f"took {seconds:.0f} s, more than ZERO_TIMEOUT_S + 10 (+5 to start)")
-    if "finished without a failure" in out:
+    survivors = [r for r in range(ranks) if r != victim]
+    finished = set(int(r) for r in re.findall(r"rank (\d+): finished without a failure", out))
+    if args.where == "finish":
+        if finished != set(survivors):
+            problems.append(f"ranks {sorted(set(survivors) - finished)} did not finish in order")
+    elif finished:
         problems.append("a rank finished training although its peer failed")
     injected = re.search(rf"injecting a {'SIGKILL' if args.fault == 'kill' else 'throw'} during "
                          rf"the {args.where} of step \d+ at monotonic ([0-9.]+)", out)
     if not injected:
         problems.append("the fault was not injected where asked")
     waiting = WAITING_IN[args.where]
-    survivors = [r for r in range(ranks) if r != victim]
     if args.fault in ("leave", "exit"):
         ended_after = end - float(injected.group(1)) if injected else float("inf")
         print(f"the job ended {ended_after:.1f} s after the error")
@@ -93,6 +101,11 @@ def main():
         message = f"a bad input seen on rank {victim} only"
         if f"rank {victim} of {ranks} failed: zero: {message}" not in out:
             problems.append("the failing rank did not report its error")
+        if args.where == "finish":  # nobody waits for the failing rank: nobody names it
+            if problems:
+                sys.exit("FAIL: " + "; ".join(problems))
+            print("PASS")
+            return
         left = (rf"on rank (\d+) of {ranks} cannot complete: rank {victim} \(world rank {victim}, "
                 rf"pid \d+ on host [^)]*\) left after \d+ operations and will not take part; the "
                 rf"last error zero raised there: {re.escape(message)}")

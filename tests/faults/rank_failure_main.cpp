@@ -1,16 +1,18 @@
 // One rank of the job fails in the middle of a training step; check_rank_failure.py runs this under
 // mpirun and checks that the others end quickly and say where they were, never hang.
 //
-//   rank_failure <kill|throw|leave|exit> <reduction|gather|update> <stage 1|2|3>
+//   rank_failure <kill|throw|leave|exit> <reduction|gather|update|finish> <stage 1|2|3>
 //
 // Rank 2 (the last rank with fewer than 3) fails at step 2: in backward right after handing over
 // its last layer's gradients (its peers then wait in the gradient reduction), in forward before
 // acquiring layer 2 (stage 3: its peers wait in that layer's all-gather), or as its optimizer
-// update begins (its peers wait in the all-gather of the updated weights, stages 1/2). `kill` is
-// SIGKILL, a crash as the launcher sees it; `throw` is an error seen on that rank only (a bad
-// input), which this program, as a careful trainer would, reports and turns into MPI_Abort; `leave`
-// is the same error handled as most programs do: reported, and main returns 1 (the library must
-// then end the job by itself); `exit` reports it and calls exit(1), which destroys no communicator.
+// update begins (its peers wait in the all-gather of the updated weights, stages 1/2), or
+// (`finish`) after the last step, its engine still alive (its peers finish and tear down in order,
+// and must not wait in a collective free for the rank that unwinds). `kill` is SIGKILL, a crash as
+// the launcher sees it; `throw` is an error seen on that rank only (a bad input), which this
+// program, as a careful trainer would, reports and turns into MPI_Abort; `leave` is the same error
+// handled as most programs do: reported, and main returns 1 (the library must then end the job by
+// itself); `exit` reports it and calls exit(1), which destroys no communicator.
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/engine/engine.hpp>
@@ -32,7 +34,7 @@
 namespace {
 
 enum class Fault { kill, throw_error, leave, exit_process };
-enum class Where { reduction, gather, update };
+enum class Where { reduction, gather, update, finish };
 
 int victim = 2;
 constexpr int failing_step = 2;
@@ -44,8 +46,8 @@ struct Injection {
   int step = 0;
 
   void maybe_fail(Where here) const {
-    if (rank != victim || step != failing_step || here != where) return;
-    static const char* const names[] = {"reduction", "gather", "update"};
+    if (rank != victim || here != where || (here != Where::finish && step != failing_step)) return;
+    static const char* const names[] = {"reduction", "gather", "update", "finish"};
     timespec now{};
     ::clock_gettime(CLOCK_MONOTONIC, &now); // the checker measures how long the job took to end
     std::fprintf(stderr, "rank %d: injecting a %s during the %s of step %d at monotonic %.3f\n",
@@ -99,6 +101,7 @@ void train(zero::MpiCommunicator& world) {
     }
     engine.step();
   }
+  injection.maybe_fail(Where::finish);
 }
 
 } // namespace
@@ -123,7 +126,8 @@ int main(int argc, char** argv) {
   log_to_file(world.rank());
   try {
     zero::require(argc == 4,
-                  "usage: rank_failure <kill|throw|leave|exit> <reduction|gather|update> <stage>");
+                  "usage: rank_failure <kill|throw|leave|exit> <reduction|gather|update|finish> "
+                  "<stage>");
     const std::string fault = argv[1], where = argv[2], stage = argv[3];
     injection.fault = fault == "kill"    ? Fault::kill
                       : fault == "leave" ? Fault::leave
@@ -131,10 +135,12 @@ int main(int argc, char** argv) {
                                          : Fault::throw_error;
     injection.where = where == "reduction" ? Where::reduction
                       : where == "gather"  ? Where::gather
-                                           : Where::update;
+                      : where == "update"  ? Where::update
+                                           : Where::finish;
     zero::require(fault == "kill" || fault == "throw" || fault == "leave" || fault == "exit",
                   "unknown fault " + fault);
-    zero::require(where == "reduction" || where == "gather" || where == "update",
+    zero::require(where == "reduction" || where == "gather" || where == "update" ||
+                      where == "finish",
                   "unknown place " + where);
     if (stage == "1")
       train<zero::Stage<1>>(world);

@@ -14,7 +14,9 @@
 // the running one's number says that rank will never take part. At an orderly teardown every rank
 // departs, and each receives all its peers' notices before anything is freed (the wait sleeps
 // between looks); that wait is also the teardown's barrier. A rank unwinding from an error does
-// not wait: it frees the duplicate at once, and each notice names the instance of the
+// not wait: it frees the duplicate at once and leaves its collective frees undone (the
+// shared-memory window), and its notice says so, so that peers ending in order leave theirs undone
+// too instead of waiting in them for a rank that never comes. Each notice names the instance of the
 // communicator it was sent on (numbers exchanged when it was built), so that a late one reaching a
 // later communicator that reuses the context is recognised and dropped.
 
@@ -51,12 +53,17 @@ class Departures {
     MPI_Request request = MPI_REQUEST_NULL;
     ZERO_CHECK_MPI(MPI_Comm_idup(comm, &notices_, &request));
     wait_for(request, "duplicating the communicator for departure notices", {}, mpi_setup_spin);
-    ZERO_CHECK_MPI(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN));
-    instance_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
-                static_cast<std::uint64_t>(::getpid());
-    ZERO_CHECK_MPI(MPI_Iallgather(&instance_, 1, MPI_UINT64_T, instances_.data(), 1, MPI_UINT64_T,
-                                  notices_, &request));
-    wait_for(request, "exchanging the departure notices' numbers", {}, mpi_setup_spin);
+    try {
+      ZERO_CHECK_MPI(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN));
+      instance_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
+                  static_cast<std::uint64_t>(::getpid());
+      ZERO_CHECK_MPI(MPI_Iallgather(&instance_, 1, MPI_UINT64_T, instances_.data(), 1, MPI_UINT64_T,
+                                    notices_, &request));
+      wait_for(request, "exchanging the departure notices' numbers", {}, mpi_setup_spin);
+    } catch (...) {
+      MPI_Comm_free(&notices_); // the destructor does not run for an object never built
+      throw;
+    }
   }
   Departures(const Departures&) = delete;
   Departures& operator=(const Departures&) = delete;
@@ -73,11 +80,14 @@ class Departures {
     ZERO_LOG_MPI(MPI_Comm_free(&notices_));
   }
 
-  // Tells every peer that this rank leaves after `completed` operations. The first call counts.
-  void announce(std::uint64_t completed) noexcept {
+  // Tells every peer that this rank leaves after `completed` operations, and whether it leaves its
+  // collective frees undone (`abandons`: it unwinds from an error seen here only, or the process
+  // exits). The first call counts.
+  void announce(std::uint64_t completed, bool abandons) noexcept {
     if (announced_.exchange(true) || finalized()) return;
     notice_ = std::make_unique<Notice>();
     notice_->completed = completed;
+    notice_->abandons = abandons ? 1 : 0;
     notice_->pid = static_cast<std::int64_t>(::getpid());
     MPI_Comm_rank(MPI_COMM_WORLD, &notice_->world_rank);
     ::gethostname(notice_->host.data(), notice_->host.size() - 1);
@@ -115,6 +125,14 @@ class Departures {
     return text;
   }
 
+  // After wait_for_peers: whether a peer left its collective frees undone, so that waiting in one
+  // here would wait for it forever.
+  bool a_peer_abandons() {
+    std::lock_guard lock(mutex_);
+    return std::any_of(left_.begin(), left_.end(),
+                       [](const std::optional<Notice>& n) { return n && n->abandons != 0; });
+  }
+
   // The orderly end, after announce(): waits until every peer has left too, sleeping between looks
   // as zero's other waits outside the pipeline do (detail/mpi_wait.hpp). False after
   // `timeout_seconds`, with the peers still there in `missing` ("1, 3").
@@ -146,6 +164,7 @@ class Departures {
     std::uint64_t completed = 0; // operations the sender completed on the communicator
     std::int64_t pid = 0;
     int world_rank = 0;
+    std::uint8_t abandons = 0; // the sender leaves its collective frees undone
     std::array<char, 64> host{};
     std::array<char, 1024> error{}; // the last error zero raised in the sender's process
   };
@@ -163,9 +182,12 @@ class Departures {
       MPI_Status status{};
       if (MPI_Iprobe(MPI_ANY_SOURCE, tag, notices_, &arrived, &status) != MPI_SUCCESS || !arrived)
         return;
+      // Called on the watchdog's thread and from a destructor: an error here must not throw. A
+      // notice that cannot be read is lost; the watchdog's timeout still ends the wait.
       Notice n;
-      ZERO_CHECK_MPI(MPI_Recv(&n, sizeof(Notice), MPI_BYTE, status.MPI_SOURCE, tag, notices_,
-                              MPI_STATUS_IGNORE));
+      if (MPI_Recv(&n, sizeof(Notice), MPI_BYTE, status.MPI_SOURCE, tag, notices_,
+                   MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return;
       n.host.back() = '\0';
       n.error.back() = '\0';
       const auto from = static_cast<std::size_t>(status.MPI_SOURCE);
