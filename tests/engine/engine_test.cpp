@@ -428,6 +428,22 @@ TEST(Engine, RanksGivenDifferentOptionsAreToldWhich) {
       "rank 1 was given a different EngineOptions::reduce_bucket_elements than rank 0");
 }
 
+// Where a config asks the states to go is checked against the placement on every rank: ranks given
+// different configs are told so alike, not refused on one rank while the others wait for it.
+TEST(Engine, RanksAskedForDifferentOffloadAreToldWhich) {
+  auto& world = zero::testing::world();
+  if (world.size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
+  zero::EngineOptions options;
+  if (world.rank() == 1) options.offload_optimizer = zero::config::OffloadDevice::nvme;
+  expect_error_contains(
+      [&] {
+        zero::Engine<zero::Stage<2>, zero::MpiCommunicator, zero::host, zero::Adam,
+                     zero::StaticLossScaler>
+            engine(world, model(), zero::Adam{}, zero::StaticLossScaler{}, options);
+      },
+      "rank 1 was given a different EngineOptions::offload_optimizer than rank 0");
+}
+
 } // namespace engine_test
 
 namespace engine_test {

@@ -109,7 +109,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 21> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 23> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -130,7 +130,9 @@ struct EngineOptions {
              {"quantized_gradients", std::uint64_t(quantized_gradients)},
              {"gradient_quantization_bits", std::uint64_t(gradient_quantization_bits)},
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)},
-             {"delayed_parameter_update_after", std::uint64_t(delayed_parameter_update_after)}}};
+             {"delayed_parameter_update_after", std::uint64_t(delayed_parameter_update_after)},
+             {"offload_optimizer", std::uint64_t(offload_optimizer)},
+             {"offload_param", std::uint64_t(offload_param)}}};
   }
 
   void validate() const {

@@ -143,7 +143,8 @@ void agree_on_options(Counted& world, const EngineOptions& options) {
 
 // A DeepSpeed config names where states go; the placement type decides. They must agree ("cpu"
 // is host memory, where a host engine keeps them anyway, and a device engine only when its
-// placement offloads them). The options were agreed, so every rank refuses alike.
+// placement offloads them). The options were agreed (offload_optimizer and offload_param among
+// them, EngineOptions::shared_settings), so every rank refuses alike.
 inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, bool on_device,
                                   const char* key, const char* placement,
                                   const char* offloaded_placement) {
