@@ -4,7 +4,8 @@
 
 // example-begin includes
 #include <zero/comm/mpi_communicator.hpp> // zero::MpiCommunicator: link zero::mpi
-#include <zero/zero.hpp> // the engine, stages, optimizers, loss scalers, ...: zero::zero
+#include <zero/engines.hpp> // the prebuilt engines, this one among them: link zero::engines
+#include <zero/zero.hpp>    // the engine, stages, optimizers, loss scalers, ...: zero::zero
 // example-end includes
 
 #include <cmath>

@@ -6,6 +6,7 @@
 #include "training.hpp"
 #include "weights.hpp"
 
+#include <zero/engines.hpp> // the engines, prebuilt where zero::engines is linked
 #include <zero/optim/from_config.hpp>
 #include <zero/precision/any_loss_scaler.hpp>
 

@@ -59,8 +59,9 @@ History run_stage(zero::MpiCommunicator& world, const Flags& f, const Dataset& d
     return run_stage3_nvme(world, f, data, init);
   }
 #else
-  zero::require(!f.optimizer_on_nvme,
-                "this train_mlp was built without the NVMe tier (liburing was not found)",
+  zero::require(!f.optimizer_on_nvme && !f.parameters_on_nvme,
+                "this train_mlp was built without its engines on the NVMe tier (liburing was "
+                "not found, or it was configured with -DZERO_TRAIN_MLP_NVME=OFF)",
                 zero::ErrorKind::unsupported);
 #endif
   switch (f.stage) {

@@ -7,12 +7,14 @@
 #include "training.hpp"
 
 #include <zero/engine/optimizer_choice.hpp>
+#include <zero/engines.hpp> // the in-memory engines, prebuilt where zero::engines is linked
 
 namespace train {
 
 // Where the model states live: all in memory, the optimizer's on NVMe, or (stage 3) the
-// parameters' too.
-using InMemory = zero::Placement<>;
+// parameters' too. In memory, the engines are zero::engines' (zero::host, not the Placement<> it
+// stands for, names the same type as the library's).
+using InMemory = zero::host;
 using NvmeOptimizer = zero::Placement<zero::optimizer_states_in<zero::nvme>>;
 using NvmeEverything =
     zero::Placement<zero::optimizer_states_in<zero::nvme>, zero::parameters_in<zero::nvme>>;

@@ -24,6 +24,7 @@
 
 #include "zero/checkpoint/saver.hpp"
 #include "zero/comm/agreed.hpp"
+#include "zero/core/instruction_set.hpp"
 #include "zero/engine/checkpointing.hpp"
 #include "zero/engine/detail/construction.hpp"
 #include "zero/engine/micro_steps.hpp"
@@ -51,6 +52,10 @@
 #include <vector>
 
 namespace zero {
+
+// The engine's name carries the instruction sets its unit is compiled for (an inline namespace,
+// zero::avx512 for instance; zero/core/instruction_set.hpp says why).
+inline namespace ZERO_INSTRUCTION_SET {
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute = AllComputeTypes>
@@ -81,19 +86,18 @@ class Engine {
   // the host spaces; CudaStreamSpace names its stream.
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {}, Exec exec = {}) requires(!separate_control)
-      : Engine(
-            Build{}, [&](int hpz) { return Groups(comm, hpz); }, std::move(parameters),
-            std::move(optimizer), std::move(scaler), std::move(options), exec) {}
+      : Engine(nullptr, comm, std::move(parameters), std::move(optimizer), std::move(scaler),
+               std::move(options), exec) {}
   // A communicator of device memory for the model states, and `control`, a host communicator of
   // the same ranks in the same order, for the engine's own collectives.
   Engine(Control& control, Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer,
          Scaler scaler, EngineOptions options = {}, Exec exec = {}) requires separate_control
-      : Engine(
-            Build{}, [&](int hpz) { return Groups(control, comm, hpz); }, std::move(parameters),
-            std::move(optimizer), std::move(scaler), std::move(options), exec) {}
+      : Engine(&control, comm, std::move(parameters), std::move(optimizer), std::move(scaler),
+               std::move(options), exec) {}
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+  ~Engine();
 
   // --- model ------------------------------------------------------------------------------------
   const ShardLayout& layout() const noexcept { return *model_.sharded; }
@@ -108,43 +112,26 @@ class Engine {
 
   // Sets layer l's weights (its parameters in order, fp32). Collective: rank 0's values are
   // broadcast, so every rank starts from the same weights whatever it passed.
-  void set_layer(std::size_t l, View<const float> values) {
-    model_.check_layer(l);
-    const std::vector<float> agreed =
-        rank0_values(groups_.control_world(), values, layout().layer(l).numel,
-                     "set_layer: layer " + std::to_string(l));
-    states_.visit([&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
-  }
+  void set_layer(std::size_t l, View<const float> values);
 
   // Layer l's fp32 master weights, all of them. Collective (gathers the shards).
-  std::vector<float> get_layer(std::size_t l) {
-    model_.check_layer(l);
-    return states_.visit([&](auto& s) { return s.layer(l); });
-  }
+  std::vector<float> get_layer(std::size_t l);
 
   // --- forward and backward ----------------------------------------------------------------------
   // The full compute copy of layer l while the handle lives (stage 3 gathers it, and starts
   // gathering the next layer).
-  LayerParameters acquire(std::size_t l) {
-    model_.check_layer(l);
-    return states_.visit([&](auto& s) { return s.acquire(l); });
-  }
+  LayerParameters acquire(std::size_t l);
 
   // Where backward writes layer l's gradient (its parameters in order, compute type). Every
   // element must be written; hand it over with grads_ready(l).
   template <Element T>
   View<T, GradientMemory> gradients(std::size_t l) {
-    model_.check_layer(l);
-    return states_.template visit_as<T, View<T, GradientMemory>>(
-        "gradients", [&](auto& s) { return s.gradients(l); });
+    const GradientBuffer buffer = gradient_buffer(l, dtype_of<T>);
+    return View<T, GradientMemory>(static_cast<T*>(buffer.data), buffer.size);
   }
 
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
-  void grads_ready(std::size_t l) {
-    model_.check_layer(l);
-    if (const auto arrival = micro_.arrive(l))
-      states_.visit([&](auto& s) { s.grads_ready(l, *arrival); });
-  }
+  void grads_ready(std::size_t l);
 
   // With EngineOptions::weigh_by_samples: the gradients this rank hands over in this step are sums
   // over `samples` more samples (call it once per micro-step, or once with the step's total).
@@ -153,51 +140,13 @@ class Engine {
   // --- the step ---------------------------------------------------------------------------------
   // Finishes the reductions, checks for overflow on every rank, clips by the global norm, updates
   // this rank's shard and shares the new weights. Skipped on every rank after an overflow.
-  StepResult step() {
-    micro_.require_complete();
-    StepResult result;
-    Stopwatch clock;
-    states_.visit([&](auto& s) {
-      s.require_nothing_acquired(); // before any collective: a refusal leaves nothing half done
-      s.finish_reduction(groups_.replica());
-      result.seconds.reduction_wait = clock.lap();
-      result.reduction = s.reduction();
-      result.loss_scale = scaler_.scale();
-      const double unscale =
-          samples_.gradient_factor(groups_.control_world(), options_.gradient_accumulation_steps) /
-          result.loss_scale;
-      // One all-reduce gives both the norm and the overflow check: a sum of squares is finite
-      // exactly when every gradient is, and a NaN or infinity on any rank reaches every rank.
-      const GradNorm norm =
-          global_grad_norm(groups_.control_shard(), s.local_sum_of_squares(), unscale);
-      result.seconds.norm = clock.lap();
-      result.grad_norm = norm.norm;
-      result.applied = norm.finite;
-      if (norm.finite) {
-        result.clip_coefficient = options_.gradient_clipping > 0
-                                      ? clip_coefficient(norm, options_.gradient_clipping)
-                                      : 1.0;
-        s.update(optimizer_, static_cast<float>(result.clip_coefficient * unscale));
-        result.seconds.update = clock.lap();
-      }
-      scaler_.update(!norm.finite);
-      s.end_step();
-      const StepBaseline now{groups_.total(), groups_.hpz_total(), s.gather_exposed_seconds(),
-                             s.gather_counts(), s.nvme_traffic_in_steps()};
-      baseline_.advance(result, now);
-    });
-    micro_.start_step();
-    result.seconds.total = clock.total();
-    // Last, so that a run stopped here leaves the engine between steps.
-    skipped_.record(!result.applied, result.loss_scale, scaler_.state().dynamic);
-    return result;
-  }
+  StepResult step();
 
   // Calls f(T{}) with the compute type (float, half or bfloat16): the bridge from the run-time
   // option to typed forward and backward code.
   template <class F>
   decltype(auto) visit_compute_type(F&& f) {
-    return states_.visit_type(std::forward<F>(f));
+    return Typed::types::visit(options_.compute_dtype, std::forward<F>(f));
   }
 
   // --- checkpoints (docs/checkpoints.md) -------------------------------------------------------
@@ -207,26 +156,16 @@ class Engine {
   // With options.async, this returns once the states are copied, and the save completes at the
   // next checkpoint call or wait_for_checkpoint(). Directories must be shared by all ranks.
   void save_checkpoint(const std::filesystem::path& dir, const std::string& tag,
-                       const CheckpointOptions& options = {}) {
-    wait_for_checkpoint();
-    require_between_steps("save_checkpoint");
-    states_.visit([&](auto& s) {
-      detail::begin_save<Plan, Placement>(saver_, groups_, dir, tag, options, options_, layout(), s,
-                                          optimizer_, scaler_);
-    });
-    if (!options.async) wait_for_checkpoint();
-  }
+                       const CheckpointOptions& options = {});
 
   // Allocates now the host memory that asynchronous saves copy this rank's states into (otherwise
   // the first one does, while training waits: fresh memory costs far more than the copy). Not
   // collective.
-  void reserve_checkpoint_snapshot() {
-    states_.visit([&](auto& s) { detail::reserve_snapshot<Plan, Placement>(saver_, groups_, s); });
-  }
+  void reserve_checkpoint_snapshot();
 
   // Completes a save in flight (waits for its writers, then rank 0 publishes it). Collective; a
   // writer that failed on any rank throws here on every rank.
-  void wait_for_checkpoint() { saver_.finish(groups_.control_world()); }
+  void wait_for_checkpoint();
 
   // Loads DIR/TAG (or the checkpoint DIR/latest names, or DIR when it is one checkpoint), saved
   // at any world size, stage or partitioner: each rank reads only what it now keeps. Restores the
@@ -235,55 +174,35 @@ class Engine {
   // used.
   LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir,
                                    const std::optional<std::string>& tag = std::nullopt,
-                                   LrScheduler* lr_scheduler = nullptr) {
-    wait_for_checkpoint();
-    require_between_steps("load_checkpoint");
-    return states_.visit([&](auto& s) {
-      return detail::load_into(groups_.control_world(), dir, tag, lr_scheduler, layout(), s,
-                               optimizer_, scaler_);
-    });
-  }
+                                   LrScheduler* lr_scheduler = nullptr);
 
   // --- reports ----------------------------------------------------------------------------------
-  MemoryReport memory() const {
-    return states_.visit([](const auto& s) { return s.memory(); });
-  }
+  MemoryReport memory() const;
 
   // The paper's formula for this model, plan and precision (Ψ without padding, N = shard group).
-  double paper_model_state_bytes() const {
-    return estimate::paper_model_state_bytes(static_cast<double>(layout().numel()),
-                                             groups_.shard().size(), Plan::stage,
-                                             size_of(options_.compute_dtype), Opt::state_tensors);
-  }
+  double paper_model_state_bytes() const;
 
   // Everything communicated since construction (set_layer's broadcasts included), all groups.
   CommStats communication_total() const { return groups_.total(); }
 
  private:
-  struct Build {};
-  template <class MakeGroups>
-  Engine(Build, MakeGroups&& make_groups, std::vector<ParameterSpec> parameters, Opt optimizer,
-         Scaler scaler, EngineOptions options, Exec exec)
-      : options_(detail::validated(std::move(options))), optimizer_(std::move(optimizer)),
-        scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
-        groups_(make_groups(options_.hpz_partition_size)),
-        model_(detail::make_layout_checked<Plan>(groups_.control_shard(), std::move(parameters)),
-               groups_.shard().rank(), groups_.world().rank()),
-        micro_(*model_.sharded, options_.gradient_accumulation_steps),
-        samples_(options_.weigh_by_samples) {
-    detail::agree_on_options(groups_.control_world(), options_);
-    detail::check_requested_places<Placement>(options_);
-    groups_.build_agreed("building the model states", [&] {
-      states_.emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
-                      options_, groups_.hpz(), exec);
-    });
-  }
+  // What both public constructors do; `control` is null unless the engine has one of its own.
+  Engine(Control* control, Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer,
+         Scaler scaler, EngineOptions options, Exec exec);
+  static Groups make_groups(Control* control, Comm& comm, int hpz_partition_size);
+
+  // Layer l's gradient buffer, of the compute type `requested` (an error naming both types
+  // otherwise): what gradients<T> views, behind a member that is not a template, so that it is
+  // compiled where the engine is.
+  struct GradientBuffer {
+    void* data;
+    std::size_t size;
+  };
+  GradientBuffer gradient_buffer(std::size_t l, DType requested);
 
   // Checkpoints are taken between steps: no micro-step half done, no layer held.
-  void require_between_steps(const char* what) {
-    micro_.require_at_step_start(what);
-    states_.visit([](auto& s) { s.require_nothing_acquired(); });
-  }
+  void require_between_steps(const char* what);
+
   EngineOptions options_;
   Opt optimizer_;
   Scaler scaler_;
@@ -297,4 +216,10 @@ class Engine {
   checkpoint::Saver saver_;
 };
 
+} // namespace ZERO_INSTRUCTION_SET
 } // namespace zero
+
+// The members' definitions: out of the class, so that a unit that names a prebuilt engine
+// (zero/engines.hpp) instantiates none of them (members defined in a class are inline, and
+// compilers instantiate inline members of an extern template too).
+#include "zero/engine/engine_definitions.hpp"

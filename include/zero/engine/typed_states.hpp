@@ -33,10 +33,27 @@ struct ComputeTypes {
   static constexpr bool contains(DType dtype) noexcept {
     return ((dtype_of<Types> == dtype) || ...);
   }
+  // f(T{}) with the type T of the list that `dtype` names (the first when it names none: callers
+  // pass a dtype that was checked against the list).
+  template <class F>
+  static decltype(auto) visit(DType dtype, F&& f) {
+    return visit_from<Types...>(dtype, f);
+  }
   static std::string names() {
     std::string text;
     ((text += (text.empty() ? "" : ", ") + std::string(to_string(dtype_of<Types>))), ...);
     return text;
+  }
+
+ private:
+  template <class First, class... Rest, class F>
+  static decltype(auto) visit_from(DType dtype, F& f) {
+    if constexpr (sizeof...(Rest) == 0) {
+      return f(First{});
+    } else {
+      if (dtype == dtype_of<First>) return f(First{});
+      return visit_from<Rest...>(dtype, f);
+    }
   }
 };
 
@@ -48,6 +65,8 @@ class TypedStates;
 template <template <class> class States, class... Types>
 class TypedStates<States, ComputeTypes<Types...>> {
  public:
+  using types = ComputeTypes<Types...>;
+
   // Builds the states of `compute` from `args`; a type the engine was not compiled for is an
   // error that names the ones it was.
   template <class... Args>
@@ -68,25 +87,6 @@ class TypedStates<States, ComputeTypes<Types...>> {
   template <class F>
   decltype(auto) visit(F&& f) {
     return dispatch<Types...>(*this, f);
-  }
-  // f(T{}) with the compute type T: the bridge from the run-time option to typed code of the
-  // caller's (forward and backward).
-  template <class F>
-  decltype(auto) visit_type(F&& f) {
-    return visit([&](auto& s) -> decltype(auto) {
-      return f(typename std::decay_t<decltype(s)>::value_type{});
-    });
-  }
-  // f(states) returning an R, for a caller whose code is typed by T: an error naming both types
-  // unless T is the compute type (`what` names the call).
-  template <class T, class R, class F>
-  R visit_as(const char* what, F&& f) {
-    require(compute_ == dtype_of<T>, std::string(what) + ": the compute type is " +
-                                         to_string(compute_) + ", not " + to_string(dtype_of<T>));
-    if constexpr ((std::same_as<T, Types> || ...))
-      return f(std::get<States<T>>(states_));
-    else
-      return R{}; // not reached: T is not among the compute types
   }
   template <class F>
   decltype(auto) visit(F&& f) const {

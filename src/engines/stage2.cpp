@@ -1,0 +1,6 @@
+// The prebuilt engines of ZeRO stage 2 (zero/engines.hpp), one unit per stage so that they
+// compile in parallel.
+#include "zero/engines.hpp"
+
+#define ZERO_DEFINE_PREBUILT_ENGINE(S, Opt) template class ZERO_PREBUILT_ENGINE_TYPE(S, Opt);
+ZERO_PREBUILT_ENGINES_OF_STAGE(ZERO_DEFINE_PREBUILT_ENGINE, 2)
