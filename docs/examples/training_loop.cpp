@@ -4,8 +4,8 @@
 
 // example-begin includes
 #include <zero/comm/mpi_communicator.hpp> // zero::MpiCommunicator: link zero::mpi
-#include <zero/engines.hpp> // the prebuilt engines, this one among them: link zero::engines
-#include <zero/zero.hpp>    // the engine, stages, optimizers, loss scalers, ...: zero::zero
+#include <zero/core/convert.hpp>          // zero::convert_n: half and bfloat16 to float
+#include <zero/engines.hpp> // the engine, stages, optimizers, loss scalers: link zero::engines
 // example-end includes
 
 #include <cmath>

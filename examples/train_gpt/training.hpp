@@ -11,7 +11,7 @@
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/core/convert.hpp>
-#include <zero/engine/engine.hpp>
+#include <zero/engines.hpp> // the engine: its code is zero::engines' where that is linked
 #include <zero/residual/checkpointed_layers.hpp>
 #if ZERO_TRAIN_GPT_NVME
 #include <zero/residual/kept_inputs_on_nvme.hpp>

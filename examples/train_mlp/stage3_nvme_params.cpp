@@ -2,6 +2,7 @@
 // NVMe tier.
 #include "run.hpp"
 
+#include <zero/engine/engine.hpp> // its engines on the NVMe tier are compiled here, not in zero::engines
 #include <zero/offload/nvme_stores.hpp>
 
 namespace train {

@@ -9,7 +9,7 @@
 #include "settings.hpp"
 
 #include <zero/comm/mpi_communicator.hpp>
-#include <zero/engine/engine.hpp>
+#include <zero/engines.hpp> // the engine: its code is zero::engines' where that is linked
 #include <zero/optim/fused_step.hpp>
 #include <zero/schedule/lr_scheduler.hpp>
 

@@ -18,18 +18,28 @@
 // named, exactly as without the library: the library is a cache, not a second interface.
 //
 // Where zero::engines is not linked (the target defines ZERO_HAS_ENGINES), this header declares
-// nothing, and these engines too are compiled from the headers. A unit compiled for other
-// instruction sets than the library was names other engines (zero/core/instruction_set.hpp): it
-// fails to link, naming an undefined zero::<instruction sets>::Engine<...>.
+// nothing, and these engines too are compiled from the headers. Where it is, a unit that names
+// another engine too includes <zero/engine/engine.hpp> (or <zero/zero.hpp>) for its definitions:
+// without them that engine's members are undefined when the program links. A unit compiled for
+// other instruction sets than the library was names other engines (zero/core/instruction_set.hpp):
+// it fails to link, naming an undefined zero::<instruction sets>::Engine<...>.
 
 #include "zero/comm/mpi_communicator.hpp"
-#include "zero/engine/engine.hpp"
 #include "zero/optim/adam.hpp"
 #include "zero/optim/lamb.hpp"
 #include "zero/optim/sgd.hpp"
 #include "zero/precision/any_loss_scaler.hpp"
 #include "zero/precision/loss_scaler.hpp"
 #include "zero/stage/placement.hpp"
+
+// Where the library holds these engines, the engine's class without its members' definitions:
+// this unit compiles none of them, and parses half the code (a unit that also names an engine
+// of its own includes <zero/engine/engine.hpp> for it). Elsewhere the whole engine.
+#if ZERO_HAS_ENGINES
+#include "zero/engine/engine_class.hpp"
+#else
+#include "zero/engine/engine.hpp"
+#endif
 
 namespace zero {
 

@@ -1,5 +1,6 @@
 // The prebuilt engines of ZeRO stage 2 (zero/engines.hpp), one unit per stage so that they
 // compile in parallel.
+#include "zero/engine/engine.hpp" // the members' definitions, which the library compiles
 #include "zero/engines.hpp"
 
 #define ZERO_DEFINE_PREBUILT_ENGINE(S, Opt) template class ZERO_PREBUILT_ENGINE_TYPE(S, Opt);

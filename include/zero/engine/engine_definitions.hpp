@@ -1,13 +1,21 @@
 #pragma once
-// The definitions of zero::Engine's members (engine.hpp declares the class and includes this).
+// The definitions of zero::Engine's members (engine_class.hpp declares them; engine.hpp includes
+// both).
 // They stand outside the class so that an explicit instantiation declaration suppresses them: a
 // unit that names one of the prebuilt engines (zero/engines.hpp) then compiles none of the
 // engine's, the stores' or the checkpoints' code, which the library zero::engines holds once.
 
-#include "zero/engine/engine.hpp"
+#include "zero/checkpoint/saver.hpp"
+#include "zero/comm/agreed.hpp"
+#include "zero/engine/checkpointing.hpp"
+#include "zero/engine/engine_class.hpp"
+#include "zero/engine/model_states.hpp"
+#include "zero/estimate/memory.hpp"
+#include "zero/precision/grad_norm.hpp"
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -28,12 +36,13 @@ Engine<Plan, Comm, Where, Opt, Scaler, Compute>::Engine(Control* control, Comm& 
       model_(detail::make_layout_checked<Plan>(groups_.control_shard(), std::move(parameters)),
              groups_.shard().rank(), groups_.world().rank()),
       micro_(*model_.sharded, options_.gradient_accumulation_steps),
-      samples_(options_.weigh_by_samples) {
+      samples_(options_.weigh_by_samples), states_(std::make_unique<Typed>()),
+      saver_(std::make_unique<checkpoint::Saver>()) {
   detail::agree_on_options(groups_.control_world(), options_);
   detail::check_requested_places<Placement>(options_);
   groups_.build_agreed("building the model states", [&] {
-    states_.emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
-                    options_, groups_.hpz(), exec);
+    states_->emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
+                     options_, groups_.hpz(), exec);
   });
 }
 
@@ -60,21 +69,21 @@ void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::set_layer(std::size_t l,
   const std::vector<float> agreed =
       rank0_values(groups_.control_world(), values, layout().layer(l).numel,
                    "set_layer: layer " + std::to_string(l));
-  states_.visit([&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
+  states_->visit([&](auto& s) { s.set_layer(l, View<const float>(agreed)); });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 std::vector<float> Engine<Plan, Comm, Where, Opt, Scaler, Compute>::get_layer(std::size_t l) {
   model_.check_layer(l);
-  return states_.visit([&](auto& s) { return s.layer(l); });
+  return states_->visit([&](auto& s) { return s.layer(l); });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 LayerParameters Engine<Plan, Comm, Where, Opt, Scaler, Compute>::acquire(std::size_t l) {
   model_.check_layer(l);
-  return states_.visit([&](auto& s) { return s.acquire(l); });
+  return states_->visit([&](auto& s) { return s.acquire(l); });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -83,7 +92,7 @@ auto Engine<Plan, Comm, Where, Opt, Scaler, Compute>::gradient_buffer(std::size_
                                                                       DType requested)
     -> GradientBuffer {
   model_.check_layer(l);
-  return states_.visit([&](auto& s) {
+  return states_->visit([&](auto& s) {
     using T = typename std::decay_t<decltype(s)>::value_type;
     require(requested == dtype_of<T>, std::string("gradients: the compute type is ") +
                                           to_string(dtype_of<T>) + ", not " + to_string(requested));
@@ -97,7 +106,7 @@ template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossSca
 void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::grads_ready(std::size_t l) {
   model_.check_layer(l);
   if (const auto arrival = micro_.arrive(l))
-    states_.visit([&](auto& s) { s.grads_ready(l, *arrival); });
+    states_->visit([&](auto& s) { s.grads_ready(l, *arrival); });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -106,7 +115,7 @@ StepResult Engine<Plan, Comm, Where, Opt, Scaler, Compute>::step() {
   micro_.require_complete();
   StepResult result;
   Stopwatch clock;
-  states_.visit([&](auto& s) {
+  states_->visit([&](auto& s) {
     s.require_nothing_acquired(); // before any collective: a refusal leaves nothing half done
     s.finish_reduction(groups_.replica());
     result.seconds.reduction_wait = clock.lap();
@@ -147,8 +156,8 @@ void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::save_checkpoint(
     const std::filesystem::path& dir, const std::string& tag, const CheckpointOptions& options) {
   wait_for_checkpoint();
   require_between_steps("save_checkpoint");
-  states_.visit([&](auto& s) {
-    detail::begin_save<Plan, Placement>(saver_, groups_, dir, tag, options, options_, layout(), s,
+  states_->visit([&](auto& s) {
+    detail::begin_save<Plan, Placement>(*saver_, groups_, dir, tag, options, options_, layout(), s,
                                         optimizer_, scaler_);
   });
   if (!options.async) wait_for_checkpoint();
@@ -157,13 +166,13 @@ void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::save_checkpoint(
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::reserve_checkpoint_snapshot() {
-  states_.visit([&](auto& s) { detail::reserve_snapshot<Plan, Placement>(saver_, groups_, s); });
+  states_->visit([&](auto& s) { detail::reserve_snapshot<Plan, Placement>(*saver_, groups_, s); });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::wait_for_checkpoint() {
-  saver_.finish(groups_.control_world());
+  saver_->finish(groups_.control_world());
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -173,7 +182,7 @@ LoadedCheckpoint Engine<Plan, Comm, Where, Opt, Scaler, Compute>::load_checkpoin
     LrScheduler* lr_scheduler) {
   wait_for_checkpoint();
   require_between_steps("load_checkpoint");
-  return states_.visit([&](auto& s) {
+  return states_->visit([&](auto& s) {
     return detail::load_into(groups_.control_world(), dir, tag, lr_scheduler, layout(), s,
                              optimizer_, scaler_);
   });
@@ -182,7 +191,7 @@ LoadedCheckpoint Engine<Plan, Comm, Where, Opt, Scaler, Compute>::load_checkpoin
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 MemoryReport Engine<Plan, Comm, Where, Opt, Scaler, Compute>::memory() const {
-  return states_.visit([](const auto& s) { return s.memory(); });
+  return states_->visit([](const auto& s) { return s.memory(); });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -197,7 +206,7 @@ template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossSca
           class Compute>
 void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::require_between_steps(const char* what) {
   micro_.require_at_step_start(what);
-  states_.visit([](auto& s) { s.require_nothing_acquired(); });
+  states_->visit([](auto& s) { s.require_nothing_acquired(); });
 }
 
 } // namespace zero

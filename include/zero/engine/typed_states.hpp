@@ -65,8 +65,6 @@ class TypedStates;
 template <template <class> class States, class... Types>
 class TypedStates<States, ComputeTypes<Types...>> {
  public:
-  using types = ComputeTypes<Types...>;
-
   // Builds the states of `compute` from `args`; a type the engine was not compiled for is an
   // error that names the ones it was.
   template <class... Args>
