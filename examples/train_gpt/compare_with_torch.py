@@ -3,7 +3,11 @@
 must give the same losses, within --rtol relative, step by step, and the same weights after the
 last step, each tensor within --weight-rtol of torch's in relative L2 norm, at any rank count and
 stage. With --checkpoints K, train_gpt also runs with K kept block inputs, and that run must equal
-the one without bit for bit: losses and final weights. Prints "agree" on success.
+the one without bit for bit: losses and final weights. With --tp T, train_gpt splits every layer
+over groups of T ranks (tensor parallelism) and ZeRO works over the rest; the run must also keep
+the replicated parameters bitwise alike across each group and count the all-reduces the model's
+shapes predict. With --same-bits-at-stages, train_gpt runs again at those stages and must give
+the same bits. Prints "agree" on success.
 
 The bounds stand on what was measured (docs/activation-checkpointing.md): losses agree within
 about 1e-7 and weights within about 1e-6 over 20 steps; the defaults leave a margin of 10 for other
@@ -27,7 +31,7 @@ import reference  # noqa: E402
 def run_train_gpt(args, out, init, extra):
     os.makedirs(out)
     command = [args.mpirun, "-np", str(args.ranks), "--oversubscribe", args.train_gpt,
-               "--stage", str(args.stage), "--layers", str(args.layers), "--heads", str(args.heads),
+               "--stage", str(args.stage), "--tp", str(args.tp), "--layers", str(args.layers), "--heads", str(args.heads),
                "--embd", str(args.embd), "--seq", str(args.seq), "--batch", str(args.batch),
                "--steps", str(args.steps), "--optimizer", args.optimizer,
                "--lr", repr(args.lr * args.wrong_lr_factor),
@@ -41,6 +45,39 @@ def run_train_gpt(args, out, init, extra):
         return json.load(f)
 
 
+def require_same_bits(tmp, a_dir, b_dir, a, b, what):
+    if a["loss"] != b["loss"]:
+        sys.exit(f"{what} changed the losses:\n{a['loss']}\n{b['loss']}")
+    for name in sorted(os.listdir(os.path.join(tmp, a_dir, "weights"))):
+        x = np.load(os.path.join(tmp, a_dir, "weights", name))
+        y = np.load(os.path.join(tmp, b_dir, "weights", name))
+        if x.tobytes() != y.tobytes():
+            sys.exit(f"{what} changed the final {name}")
+
+
+def tensor_traffic(args, recomputed):
+    """The model's all-reduces over the tensor-parallel group per step, from its shapes (not from
+    train_gpt's own formula): per block 2 in forward and 2 in backward of rows x embd, 2 more per
+    recomputed block, the embedding's and the head's input gradient (rows x embd each) and the
+    cross-entropy's three of rows; rows = the tokens of one replica's share of the batch."""
+    rows = args.batch // (args.ranks // args.tp) * args.seq
+    wide = 4 * args.layers + 2 * recomputed + 2
+    return wide + 3, wide * rows * args.embd + 3 * rows
+
+
+def check_tensor_parallel(args, run):
+    if not run["replicated_identical"]:
+        sys.exit("the replicated parameters differ between the ranks of a tensor-parallel group")
+    calls, elements = tensor_traffic(args, run["recomputed_layers"])
+    if (run["tensor_allreduce_calls_per_step"], run["tensor_allreduce_elements_per_step"]) != \
+            (calls, elements):
+        sys.exit(f"tensor-parallel all-reduces per step: {run['tensor_allreduce_calls_per_step']}"
+                 f" calls of {run['tensor_allreduce_elements_per_step']} elements, the model's "
+                 f"shapes give {calls} of {elements}")
+    print(f"tensor parallel {args.tp}: replicated parameters bitwise alike; {calls} all-reduces "
+          f"of {elements} elements per step, as the shapes predict")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-gpt", required=True)
@@ -48,6 +85,9 @@ def main():
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--stage", type=int, default=0)
     parser.add_argument("--checkpoints", type=int, default=0)
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel group size")
+    parser.add_argument("--same-bits-at-stages", default="", metavar="S,S,...",
+                        help="run again at these stages: the same losses and weights, bitwise")
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--embd", type=int, default=32)
@@ -115,9 +155,19 @@ def main():
         if worst_weight > args.weight_rtol:
             sys.exit(f"final {worst_name}: relative L2 error {worst_weight:.2e} against torch's "
                      f"> {args.weight_rtol}")
+        if args.tp > 1:
+            check_tensor_parallel(args, plain)
         print(f"losses within {worst:.2e} of torch's over {args.steps} steps "
               f"({plain['loss'][0]:.4f} -> {plain['loss'][-1]:.4f}); final weights within "
               f"{worst_weight:.2e} (worst: {worst_name})")
+
+        for stage in [int(s) for s in args.same_bits_at_stages.split(",") if s]:
+            saved_stage, args.stage = args.stage, stage
+            other = run_train_gpt(args, os.path.join(tmp, f"stage{stage}"), init, [])
+            args.stage = saved_stage
+            require_same_bits(tmp, "plain", f"stage{stage}", plain, other, f"stage {stage}")
+        if args.same_bits_at_stages:
+            print(f"stages {args.same_bits_at_stages} against stage {args.stage}: bitwise equal")
 
         if args.checkpoints:
             extra = ["--checkpoint-activations", str(args.checkpoints)]
@@ -128,14 +178,9 @@ def main():
                 sys.exit("no kept input went to the NVMe tier")
             if checkpointed["recomputed_layers"] == 0:
                 sys.exit("the checkpointed run recomputed nothing")
-            if checkpointed["loss"] != plain["loss"]:
-                sys.exit(f"checkpointing changed the losses:\n{plain['loss']}\n"
-                         f"{checkpointed['loss']}")
-            for name in sorted(os.listdir(os.path.join(tmp, "plain", "weights"))):
-                a = np.load(os.path.join(tmp, "plain", "weights", name))
-                b = np.load(os.path.join(tmp, "checkpointed", "weights", name))
-                if a.tobytes() != b.tobytes():
-                    sys.exit(f"checkpointing changed the final {name}")
+            require_same_bits(tmp, "plain", "checkpointed", plain, checkpointed, "checkpointing")
+            if args.tp > 1:
+                check_tensor_parallel(args, checkpointed)
             print(f"{args.checkpoints} checkpoints: bitwise equal, "
                   f"{checkpointed['recomputed_layers']} blocks recomputed per step, activation "
                   f"peak {checkpointed['peak_activation_bytes']} bytes against "

@@ -50,7 +50,7 @@ namespace detail {
 // which the flags override), with the functions above.
 struct Text {
   std::string layers, heads, embd, seq, batch, steps, stage, dtype, optimizer, lr, weight_decay,
-      checkpoints, seed, print_every;
+      checkpoints, seed, print_every, tp;
 };
 
 // The command line, bound to `text` and `f` (the flags and the texts it keeps). parse reads it;
@@ -77,6 +77,10 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
       ->type_name("N");
   app.add_option("--steps", text.steps, "optimizer steps (default 50)")->type_name("N");
   app.add_option("--stage", text.stage, "ZeRO stage (default 3)")->type_name("0..3");
+  app.add_option("--tp", text.tp,
+                 "tensor parallelism: T consecutive ranks share each layer, ZeRO\n"
+                 "over the rest (default 1; heads must divide by T)")
+      ->type_name("T");
   app.add_option("--dtype", text.dtype,
                  "compute type; fp16 scales the loss dynamically (default fp32)")
       ->type_name("fp32|fp16|bf16");
@@ -183,9 +187,15 @@ inline Flags parse(int argc, char** argv) {
   if (given("--seed")) f.seed = static_cast<unsigned>(positive("--seed", text.seed, true));
   if (given("--print-every"))
     f.print_every = static_cast<int>(positive("--print-every", text.print_every));
+  if (given("--tp")) f.model.tensor_parallel = positive("--tp", text.tp);
   zero::require(f.model.embd % f.model.heads == 0, "--embd " + std::to_string(f.model.embd) +
                                                        " does not split into " +
                                                        std::to_string(f.model.heads) + " heads");
+  // Whole heads per rank; the widths (embd, 4 embd) then divide too.
+  zero::require(f.model.heads % f.model.tensor_parallel == 0,
+                "--heads " + std::to_string(f.model.heads) + " does not split over --tp " +
+                    std::to_string(f.model.tensor_parallel) +
+                    " ranks (each rank computes whole heads)");
   return f;
 }
 

@@ -4,7 +4,10 @@
 //   mpirun -np 2 train_gpt --stage 3 --checkpoint-activations 2 --steps 100
 //
 // N ranks compute what one process computes on the global batch: rank r takes the r-th share of
-// each step's sequences, and gradients are averaged over ranks.
+// each step's sequences, and gradients are averaged over ranks. With --tp T, groups of T
+// consecutive ranks share each layer (tensor parallelism) and N / T replicas share the batch:
+//
+//   mpirun -np 4 train_gpt --tp 2 --stage 3     # 2 x 2: slices over ranks {0,1} and {2,3}
 
 #include "../common/run_on_world.hpp"
 #include "../common/share_cores.hpp"
@@ -27,18 +30,35 @@ namespace {
 
 using examples::share_cores;
 
-train_gpt::History run_stage(zero::MpiCommunicator& world, const train_gpt::Flags& f,
+train_gpt::History run_stage(train_gpt::Ranks& ranks, const train_gpt::Flags& f,
                              const train_gpt::Tokens& data) {
   switch (f.stage) {
   case 0:
-    return train_gpt::run_stage0(world, f, data);
+    return train_gpt::run_stage0(ranks, f, data);
   case 1:
-    return train_gpt::run_stage1(world, f, data);
+    return train_gpt::run_stage1(ranks, f, data);
   case 2:
-    return train_gpt::run_stage2(world, f, data);
+    return train_gpt::run_stage2(ranks, f, data);
   default:
-    return train_gpt::run_stage3(world, f, data);
+    return train_gpt::run_stage3(ranks, f, data);
   }
+}
+
+// The model's all-reduces over the tensor-parallel group in one step, from the model's shapes:
+// per block 2 in forward (the row-parallel outputs) and 2 in backward (the column-parallel
+// inputs' gradients) of rows x embd, 2 more per recomputed block; the embedding's lookup and the
+// head's input gradient, rows x embd each; the cross-entropy's maximum, sum and target logit,
+// rows each. rows: the tokens of a micro-step on this rank.
+struct TensorTraffic {
+  double calls = 0, elements = 0;
+};
+TensorTraffic tensor_traffic_formula(const train_gpt::Flags& f, std::size_t rows,
+                                     std::size_t micro_steps, std::size_t recomputed) {
+  if (f.model.tensor_parallel == 1) return {};
+  const double wide = double(rows * f.model.embd);
+  const double blocks = double(4 * f.model.layers + 2 * recomputed);
+  return {double(micro_steps) * (blocks + 2 + 3),
+          double(micro_steps) * ((blocks + 2) * wide + 3 * double(rows))};
 }
 
 double mb(double bytes) {
@@ -63,6 +83,13 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["gathers_on_demand"] = h.gathers_on_demand;
   j["gathers_prefetched"] = h.gathers_prefetched;
   j["model_state_bytes"] = h.memory.in_memory();
+  j["tensor_parallel"] = f.model.tensor_parallel;
+  j["tensor_allreduce_calls_per_step"] = h.tensor_calls_per_step;
+  j["tensor_allreduce_elements_per_step"] = h.tensor_elements_per_step;
+  j["tensor_bytes_per_step"] = h.tensor_bytes_per_step;
+  j["data_volume_elements_per_step"] = h.data_elements_per_step;
+  j["data_bytes_per_step"] = h.data_bytes_per_step;
+  j["replicated_identical"] = h.replicated_identical;
   const std::string text = j.dump(1) + "\n";
   examples::write_file_atomically(path, {std::span<const char>(text)}); // never a part under path
 }
@@ -75,21 +102,31 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     return 0;
   }
   const int threads = share_cores(world);
+  const int tp = int(f.model.tensor_parallel);
+  zero::require(ranks % tp == 0, std::to_string(ranks) + " ranks do not split into groups of --tp " +
+                                     std::to_string(tp) + " (the rank count must be a multiple)");
+  const int replicas = ranks / tp;
   const int micro_steps =
       f.ds && f.ds->gradient_accumulation_steps ? int(*f.ds->gradient_accumulation_steps) : 1;
-  const std::size_t share = std::size_t(micro_steps) * std::size_t(ranks);
-  zero::require(f.batch % share == 0, "--batch " + std::to_string(f.batch) +
-                                          " does not split into " + std::to_string(micro_steps) +
-                                          " micro-steps x " + std::to_string(ranks) + " ranks (" +
-                                          std::to_string(share) + " equal parts)");
+  const std::size_t share = std::size_t(micro_steps) * std::size_t(replicas);
+  zero::require(f.batch % share == 0,
+                "--batch " + std::to_string(f.batch) + " does not split into " +
+                    std::to_string(micro_steps) + " micro-steps x " + std::to_string(replicas) +
+                    (tp > 1 ? " data-parallel replicas" : " ranks") + " (" +
+                    std::to_string(share) + " equal parts)");
   const std::string data_path = f.data.empty() ? std::string(ZERO_TRAIN_GPT_DEFAULT_DATA) : f.data;
   const train_gpt::Tokens data = train_gpt::Tokens::from_file(data_path, f.model.seq);
   const zero::ActivationCheckpointing checkpointing = train_gpt::checkpointing(f);
   if (rank == 0)
-    std::printf("train_gpt: ZeRO stage %d, %d ranks x %d thread%s, %zu layers, %zu heads, embd "
+    std::printf("train_gpt: ZeRO stage %d, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
                 "%zu, seq %zu, %s, %s, batch %zu (%d micro-step%s), %zu tokens of data\n"
                 "activation checkpointing: %s\n\n",
-                f.stage, ranks, threads, threads > 1 ? "s" : "", f.model.layers, f.model.heads,
+                f.stage, ranks, threads, threads > 1 ? "s" : "",
+                tp > 1 ? (" (tensor parallel " + std::to_string(tp) + " x data parallel " +
+                          std::to_string(replicas) + ")")
+                             .c_str()
+                       : "",
+                f.model.layers, f.model.heads,
                 f.model.embd, f.model.seq, zero::to_string(f.dtype), f.optimizer.c_str(), f.batch,
                 micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
                 checkpointing.number_checkpoints == 0
@@ -99,7 +136,8 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                        (checkpointing.contiguous_memory ? ", contiguous arena" : ""))
                           .c_str());
 
-  const train_gpt::History h = run_stage(world, f, data);
+  train_gpt::Ranks grid(world, tp);
+  const train_gpt::History h = run_stage(grid, f, data);
   const int every = f.print_every > 0 ? f.print_every : std::max(1, f.steps / 10);
   // Tokens per second over the steps after the first (which sizes buffers and records orders).
   double seconds = 0;
@@ -138,6 +176,23 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       if (f.stage == 3)
         std::printf("stage 3 gathers after the first step: %zu prefetched, %zu on demand\n",
                     h.gathers_prefetched, h.gathers_on_demand);
+      if (f.steps > 1) {
+        std::printf("data-parallel collectives per step: %.0f elements (the ZeRO paper's "
+                    "accounting), %.3f MB\n",
+                    h.data_elements_per_step, mb(h.data_bytes_per_step));
+        if (tp > 1) {
+          const std::size_t rows = f.batch / share * f.model.seq;
+          const TensorTraffic expected = tensor_traffic_formula(
+              f, rows, std::size_t(micro_steps), h.activations.recomputed_layers);
+          std::printf("tensor-parallel all-reduces per step: %.0f calls, %.0f elements, %.3f MB "
+                      "(from the model's shapes: %.0f calls, %.0f elements)\n",
+                      h.tensor_calls_per_step, h.tensor_elements_per_step,
+                      mb(h.tensor_bytes_per_step), expected.calls, expected.elements);
+          std::printf("replicated parameters bitwise identical across each tensor-parallel "
+                      "group: %s\n",
+                      h.replicated_identical ? "yes" : "NO");
+        }
+      }
     }
     if (!f.json.empty()) write_json(f.json, f, h, tokens_per_second);
     if (!f.save_npy.empty()) train_gpt::save_npy(f.model, f.save_npy, h.final_weights);

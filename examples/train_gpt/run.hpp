@@ -13,8 +13,7 @@
 namespace train_gpt {
 
 template <class Plan, class Optimizer>
-History run_with(zero::MpiCommunicator& world, const Flags& f, const Tokens& data,
-                 Optimizer optimizer) {
+History run_with(Ranks& ranks, const Flags& f, const Tokens& data, Optimizer optimizer) {
   using Engine =
       zero::Engine<Plan, zero::MpiCommunicator, zero::host, Optimizer, zero::AnyLossScaler>;
   zero::EngineOptions options =
@@ -22,25 +21,28 @@ History run_with(zero::MpiCommunicator& world, const Flags& f, const Tokens& dat
   options.compute_dtype = f.dtype;
   options.deterministic = f.deterministic;
   if (!f.ds) options.persistence_threshold = 0; // every layer sharded under stage 3
-  Engine engine(world, gpt::specs(f.model), std::move(optimizer),
+  // The model states of this rank's slices, sharded over the ranks holding the same slices.
+  Engine engine(ranks.groups, gpt::specs(f.model), std::move(optimizer),
                 zero::AnyLossScaler::for_run(f.dtype, f.ds ? &*f.ds : nullptr), options);
-  const InitialWeights init = f.init_npy.empty() ? InitialWeights::random(f.model, f.seed)
-                                                 : InitialWeights::from_npy(f.model, f.init_npy);
+  const WholeTensors init = f.init_npy.empty() ? InitialWeights::random(f.model, f.seed)
+                                               : InitialWeights::from_npy(f.model, f.init_npy);
+  const std::vector<std::vector<float>> layers =
+      layers_of(f.model, init, ranks.groups.tensor_rank());
   for (std::size_t l = 0; l < engine.layers(); ++l)
-    engine.set_layer(l, init.layers[l]);
-  return train(world, f, engine, data);
+    engine.set_layer(l, layers[l]);
+  return train(ranks, f, engine, data);
 }
 
 template <class Plan>
-History run(zero::MpiCommunicator& world, const Flags& f, const Tokens& data) {
+History run(Ranks& ranks, const Flags& f, const Tokens& data) {
   return zero::with_optimizer<zero::Adam, zero::AdamW>(
       examples::optimizer_config(f),
-      [&](auto optimizer) { return run_with<Plan>(world, f, data, std::move(optimizer)); });
+      [&](auto optimizer) { return run_with<Plan>(ranks, f, data, std::move(optimizer)); });
 }
 
-History run_stage0(zero::MpiCommunicator&, const Flags&, const Tokens&);
-History run_stage1(zero::MpiCommunicator&, const Flags&, const Tokens&);
-History run_stage2(zero::MpiCommunicator&, const Flags&, const Tokens&);
-History run_stage3(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage0(Ranks&, const Flags&, const Tokens&);
+History run_stage1(Ranks&, const Flags&, const Tokens&);
+History run_stage2(Ranks&, const Flags&, const Tokens&);
+History run_stage3(Ranks&, const Flags&, const Tokens&);
 
 } // namespace train_gpt

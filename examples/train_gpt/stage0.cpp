@@ -2,7 +2,7 @@
 #include "run.hpp"
 
 namespace train_gpt {
-History run_stage0(zero::MpiCommunicator& world, const Flags& f, const Tokens& data) {
-  return run<zero::Stage<0>>(world, f, data);
+History run_stage0(Ranks& ranks, const Flags& f, const Tokens& data) {
+  return run<zero::Stage<0>>(ranks, f, data);
 }
 } // namespace train_gpt

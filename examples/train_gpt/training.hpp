@@ -4,19 +4,26 @@
 // The blocks run through CheckpointedLayers (activation checkpointing, ZeRO-R), whose callbacks
 // acquire each block from the engine and hand its gradients over; the embeddings and the tied head
 // are around that loop. It works unchanged for every stage; only the plan type differs.
+// With tensor parallelism (--tp T) each group of T consecutive ranks holds one copy of the model in
+// slices (gpt.hpp) and runs the same batch; ZeRO shards each slice's model states over the ranks
+// holding the same slice, which split the batch between them.
 
 #include "data.hpp"
 #include "gpt.hpp"
 #include "settings.hpp"
+#include "weights.hpp"
 
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/core/convert.hpp>
 #include <zero/engines.hpp> // the engine: its code is zero::engines' where that is linked
+#include <zero/comm/counting_communicator.hpp>
 #include <zero/residual/checkpointed_layers.hpp>
+#include <zero/tensor_parallel/groups.hpp>
 #if ZERO_TRAIN_GPT_NVME
 #include <zero/residual/kept_inputs_on_nvme.hpp>
 #endif
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -24,6 +31,18 @@
 #include <vector>
 
 namespace train_gpt {
+
+// The run's ranks: groups of T consecutive ranks share each layer (tensor parallelism, T = 1
+// without it), and the ranks holding the same slices are the data-parallel group ZeRO works over.
+struct Ranks {
+  Ranks(zero::MpiCommunicator& world_ranks, int tensor_parallel)
+      : world(world_ranks), groups(world_ranks, tensor_parallel),
+        tensor(groups.tensor().split(0, groups.tensor_rank())) {}
+  zero::MpiCommunicator& world;
+  zero::TensorParallelGroups<zero::MpiCommunicator> groups;
+  zero::CountingCommunicator<zero::MpiCommunicator> tensor; // the model's all-reduces, counted
+  zero::MpiCommunicator& data() { return groups.data(); }
+};
 
 struct History {
   std::vector<double> loss;         // mean over the global batch's tokens
@@ -36,7 +55,14 @@ struct History {
   std::size_t block_bytes = 0;        // one block's activations: its input and what it saves
   std::size_t gathers_on_demand = 0, gathers_prefetched = 0; // stage 3, steps after the first
   zero::MemoryReport memory;
-  std::vector<std::vector<float>> final_weights; // per engine layer, for --save-npy
+  WholeTensors final_weights; // whole tensors, for --save-npy
+  // Per step, after the first: the model's all-reduces over the tensor-parallel group, and the
+  // engine's collectives over the data-parallel group.
+  double tensor_calls_per_step = 0, tensor_elements_per_step = 0, tensor_bytes_per_step = 0;
+  double data_elements_per_step = 0, data_bytes_per_step = 0;
+  // Tensor parallelism: whether every replicated parameter ends bitwise alike on every rank of
+  // its group.
+  bool replicated_identical = true;
 };
 
 // A layer's weights as the kernels read them: float. In fp32 the engine's own memory, otherwise
@@ -69,9 +95,10 @@ void hand_over(Engine& engine, std::size_t l, const float* gradients) {
 
 // The transformer blocks as CheckpointableLayers: block l is engine layer l + 1.
 // example-begin gpt-blocks
-template <class T, class Engine>
+template <class T, class Engine, class Tensor>
 struct Blocks {
   Engine& engine;
+  Tensor& tensor;
   const gpt::Config& model;
   std::size_t batch; // sequences per micro-step on this rank
   FloatWeights<T> weights{};
@@ -84,7 +111,7 @@ struct Blocks {
   void forward(std::size_t l, zero::View<const float> in, zero::View<float> out,
                zero::View<float> saved) {
     const zero::LayerParameters p = engine.acquire(l + 1); // stage 3 gathers it
-    gpt::block_forward(model, weights.of(p), in.data(), out.data(), saved.data(), batch);
+    gpt::block_forward(model, tensor, weights.of(p), in.data(), out.data(), saved.data(), batch);
   }
 
   void backward(std::size_t l, zero::View<const float> in, zero::View<const float> saved,
@@ -97,7 +124,7 @@ struct Blocks {
       gradients.resize(gpt::block_parameters(model));
       g = gradients.data();
     }
-    gpt::block_backward(model, weights.of(p), in.data(), saved.data(), grad_out.data(),
+    gpt::block_backward(model, tensor, weights.of(p), in.data(), saved.data(), grad_out.data(),
                         grad_in.data(), g, batch);
     if constexpr (std::is_same_v<T, float>)
       engine.grads_ready(l + 1); // its reduction overlaps with the blocks below
@@ -127,17 +154,69 @@ inline double mean_over_ranks(zero::MpiCommunicator& world, double value) {
   return sum / world.size();
 }
 
+// The whole tensors from the engine's final weights: each rank's slices, joined over the
+// tensor-parallel group. Collective over all ranks.
 template <class Engine>
-History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, const Tokens& data) {
+WholeTensors whole_weights(Ranks& ranks, const gpt::Config& model, Engine& engine) {
+  std::vector<std::vector<float>> layers;
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    layers.push_back(engine.get_layer(l)); // collective over the data-parallel group
+  const WholeTensors mine = slices_in(model, layers);
+  const std::vector<gpt::TensorSpec> tensors = gpt::tensor_specs(model);
+  const std::size_t parts = model.tensor_parallel;
+  WholeTensors whole;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<float> all(mine[i].size() * parts);
+    ranks.groups.tensor().all_gather(mine[i], all).wait();
+    std::vector<std::vector<float>> slices;
+    for (std::size_t r = 0; r < parts; ++r)
+      slices.emplace_back(all.begin() + std::ptrdiff_t(r * mine[i].size()),
+                          all.begin() + std::ptrdiff_t((r + 1) * mine[i].size()));
+    whole.push_back(join_slices(model, tensors[i], slices));
+  }
+  return whole;
+}
+
+// Whether every replicated tensor of this rank's slices equals, bit for bit, that of every other
+// rank of its tensor-parallel group. Collective over all ranks.
+template <class Engine>
+bool replicated_identical(Ranks& ranks, const gpt::Config& model, Engine& engine) {
+  std::vector<std::vector<float>> layers;
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    layers.push_back(engine.get_layer(l));
+  const WholeTensors mine = slices_in(model, layers);
+  const std::vector<gpt::TensorSpec> tensors = gpt::tensor_specs(model);
+  const std::size_t parts = model.tensor_parallel;
+  int same = 1;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].cut != gpt::Cut::whole) continue;
+    std::vector<float> all(mine[i].size() * parts);
+    ranks.groups.tensor().all_gather(mine[i], all).wait();
+    for (std::size_t k = 0; k < all.size(); ++k)
+      if (std::bit_cast<std::uint32_t>(all[k]) !=
+          std::bit_cast<std::uint32_t>(mine[i][k % mine[i].size()]))
+        same = 0;
+  }
+  int everywhere = 0;
+  MPI_Allreduce(&same, &everywhere, 1, MPI_INT, MPI_MIN, ranks.world.native_handle());
+  return everywhere == 1;
+}
+
+template <class Engine>
+History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) {
   return engine.visit_compute_type([&](auto tag) {
     using T = decltype(tag);
+    using Tensor = decltype(ranks.tensor);
     const gpt::Config& model = f.model;
+    zero::MpiCommunicator& replicas = ranks.data();
+    Tensor& tensor = ranks.tensor;
     const std::size_t micro_steps = std::size_t(engine.options().gradient_accumulation_steps);
-    const std::size_t batch = f.batch / (std::size_t(world.size()) * micro_steps);
+    const std::size_t batch = f.batch / (std::size_t(replicas.size()) * micro_steps);
     const std::size_t rows = batch * model.seq, last = model.layers + 1;
     // example-begin gpt-loop
-    Blocks<T, Engine> blocks{engine, model, batch};
-    const std::unique_ptr<zero::KeptInputTier> kept_inputs = kept_inputs_tier(f, world.rank());
+    Blocks<T, Engine, Tensor> blocks{engine, tensor, model, batch};
+    const std::unique_ptr<zero::KeptInputTier> kept_inputs =
+        kept_inputs_tier(f, ranks.world.rank());
     zero::ActivationCheckpointing options = checkpointing(f);
     options.kept_inputs = kept_inputs.get(); // null: in memory
     zero::CheckpointedLayers loop(blocks, options);
@@ -148,39 +227,43 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     std::vector<float> embedding_grad(engine.layout().layer(0).numel), final_grad(2 * model.embd);
     FloatWeights<T> embedding_weights, final_norm_weights;
     History h;
+    zero::CommStats data_traffic;
     for (int step = 0; step < f.steps; ++step) {
+      if (step == 1) tensor.reset_stats(); // the first step is not counted
       const auto start = std::chrono::steady_clock::now();
       double loss = 0;
       for (std::size_t micro = 0; micro < micro_steps; ++micro) {
-        const std::size_t first = (std::size_t(world.rank()) * micro_steps + micro) * batch;
+        const std::size_t first = (std::size_t(replicas.rank()) * micro_steps + micro) * batch;
         data.batch(step, f.batch, model.seq, first, batch, tokens.data(), targets.data());
         // example-begin gpt-micro-step
         {
           const zero::LayerParameters p = engine.acquire(0);
           const float* wte = embedding_weights.of(p);
-          gpt::embed_forward(model, wte, wte + model.vocab * model.embd, tokens.data(), x.data(),
-                             batch);
+          gpt::embed_forward(model, tensor, wte, wte + model.local_vocab() * model.embd,
+                             tokens.data(), x.data(), batch);
         }
         const zero::View<const float> y = loop.forward(x);
         {
           const zero::LayerParameters final_layer = engine.acquire(last);
           const zero::LayerParameters embeddings = engine.acquire(0); // the tied head
           loss += gpt::head_forward_backward(
-              model, final_norm_weights.of(final_layer), embedding_weights.of(embeddings), y.data(),
+              model, tensor, final_norm_weights.of(final_layer), embedding_weights.of(embeddings),
+              y.data(),
               targets.data(), dy.data(), final_grad.data(), embedding_grad.data(), batch,
               double(rows), static_cast<float>(engine.loss_scale()));
         }
         hand_over<T>(engine, last, final_grad.data());
         loop.backward(dy, dx);
-        gpt::embed_backward(model, tokens.data(), dx.data(), embedding_grad.data(),
-                            embedding_grad.data() + model.vocab * model.embd, batch);
+        gpt::embed_backward(model, tensor, tokens.data(), dx.data(), embedding_grad.data(),
+                            embedding_grad.data() + model.local_vocab() * model.embd, batch);
         hand_over<T>(engine, 0, embedding_grad.data());
         // example-end gpt-micro-step
         h.activations.peak_activation_bytes =
             std::max(h.activations.peak_activation_bytes, loop.stats().peak_activation_bytes);
       }
       const zero::StepResult r = engine.step();
-      h.loss.push_back(mean_over_ranks(world, loss / double(micro_steps)));
+      h.loss.push_back(mean_over_ranks(replicas, loss / double(micro_steps)));
+      if (step > 0) data_traffic += r.communication;
       h.step_seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       h.applied.push_back(r.applied);
@@ -197,9 +280,17 @@ History train(zero::MpiCommunicator& world, const Flags& f, Engine& engine, cons
     if (kept_inputs) h.nvme_bytes_written = kept_inputs->bytes_written();
     h.block_bytes = (blocks.activation_elements() + blocks.saved_elements(0)) * sizeof(float);
     h.memory = engine.memory();
-    if (!f.save_npy.empty())
-      for (std::size_t l = 0; l < engine.layers(); ++l)
-        h.final_weights.push_back(engine.get_layer(l)); // collective
+    if (f.steps > 1) {
+      const double counted = double(f.steps - 1);
+      const zero::CommStats& t = tensor.stats();
+      h.tensor_calls_per_step = double(t.total_calls()) / counted;
+      h.tensor_elements_per_step = double(t[zero::Collective::all_reduce].elements) / counted;
+      h.tensor_bytes_per_step = double(t.total_bytes()) / counted;
+      h.data_elements_per_step = double(data_traffic.volume_elements()) / counted;
+      h.data_bytes_per_step = double(data_traffic.total_bytes()) / counted;
+    }
+    if (model.tensor_parallel > 1) h.replicated_identical = replicated_identical(ranks, model, engine);
+    if (!f.save_npy.empty()) h.final_weights = whole_weights(ranks, model, engine);
     return h;
   });
 }
