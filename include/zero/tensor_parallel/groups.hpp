@@ -14,6 +14,7 @@
 
 #include "zero/comm/communicator.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -30,8 +31,16 @@ class TensorParallelGroups {
   // Collective over `world` (two splits). Refuses, on every rank alike, a group size that does not
   // divide the world or that differs between ranks (the splits would otherwise pair up ranks
   // that disagree on the grid, and their first collective would wait for good).
-  TensorParallelGroups(Comm& world, int tensor_size)
-      : tensor_size_(checked(world, tensor_size)),
+  TensorParallelGroups(Comm& world,
+                       int tensor_size) requires HostAccessibleSpace<typename Comm::memory_space>
+      : TensorParallelGroups(world, tensor_size, world) {}
+  // A communicator of device memory (StagedCommunicator, NcclCommunicator, whose split is
+  // ncclCommSplit) and a host communicator of the same ranks in the same order, which agrees on
+  // the group size first.
+  template <Communicator Host>
+  requires HostAccessibleSpace<typename Host::memory_space>
+  TensorParallelGroups(Comm& world, int tensor_size, Host& host_world)
+      : tensor_size_(checked(host_world, world, tensor_size)),
         tensor_(world.split(world.rank() / tensor_size, world.rank() % tensor_size)),
         data_(world.split(world.rank() % tensor_size, world.rank() / tensor_size)),
         world_rank_(world.rank()), world_size_(world.size()) {}
@@ -51,23 +60,32 @@ class TensorParallelGroups {
   int world_size() const noexcept { return world_size_; }
 
  private:
-  static int checked(Comm& world, int tensor_size) {
-    std::vector<std::int64_t> mine{tensor_size}, all(static_cast<std::size_t>(world.size()));
-    world.all_gather(mine, all).wait();
-    for (std::size_t r = 0; r < all.size(); ++r)
-      require_on_every_rank(all[r] == all[0],
+  template <class Host>
+  static int checked(Host& host_world, const Comm& world, int tensor_size) {
+    // Each rank's group size and place in both communicators, seen by every rank.
+    std::vector<std::int64_t> mine{tensor_size, world.rank(), world.size()};
+    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(host_world.size()));
+    host_world.all_gather(mine, all).wait();
+    for (std::size_t r = 0; r < all.size() / 3; ++r) {
+      require_on_every_rank(
+          all[3 * r + 1] == std::int64_t(r) && all[3 * r + 2] == std::int64_t(host_world.size()),
+          "tensor parallelism: rank " + std::to_string(r) + " of the host communicator is rank " +
+              std::to_string(all[3 * r + 1]) + " of " + std::to_string(all[3 * r + 2]) +
+              " of the world (they must hold the same ranks in order)");
+      require_on_every_rank(all[3 * r] == all[0],
                             "tensor parallelism: rank 0 asked for groups of " +
                                 std::to_string(all[0]) + " ranks, rank " + std::to_string(r) +
-                                " for groups of " + std::to_string(all[r]));
+                                " for groups of " + std::to_string(all[3 * r]));
+    }
     require_on_every_rank(tensor_size >= 1,
-            "tensor parallelism: the group size must be at least 1, not " +
-                std::to_string(tensor_size),
-            ErrorKind::invalid_argument);
+                          "tensor parallelism: the group size must be at least 1, not " +
+                              std::to_string(tensor_size),
+                          ErrorKind::invalid_argument);
     require_on_every_rank(world.size() % tensor_size == 0,
-            "tensor parallelism: " + std::to_string(world.size()) +
-                " ranks do not split into groups of " + std::to_string(tensor_size) +
-                " (the world size must be a multiple of the tensor-parallel size)",
-            ErrorKind::invalid_argument);
+                          "tensor parallelism: " + std::to_string(world.size()) +
+                              " ranks do not split into groups of " + std::to_string(tensor_size) +
+                              " (the world size must be a multiple of the tensor-parallel size)",
+                          ErrorKind::invalid_argument);
     return tensor_size;
   }
 
