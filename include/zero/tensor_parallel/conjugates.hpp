@@ -8,7 +8,8 @@
 //     row-parallel layer's output). Forward: summed over the group. Backward: nothing (the
 //     gradient of a sum reaches every addend whole).
 // An MLP or attention block is f, a column-parallel layer, the element-wise work, a row-parallel
-// layer, g: two all-reduces per block in forward and two in backward.
+// layer, g: one all-reduce per block in forward (g's) and one in backward (f's), so two of each
+// per transformer layer (attention and MLP).
 //
 // The sums run over the communicator's memory space, in place; a group of one rank is left alone.
 

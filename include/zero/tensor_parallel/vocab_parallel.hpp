@@ -88,8 +88,11 @@ class VocabParallelEmbedding {
 
   // Adds each held token's row of dout [n, width] into d_table (this rank's slice); tokens are
   // taken in order, one range of columns per thread, so a row's sum never depends on threads.
+  // Refuses a token outside the vocabulary, as forward does: one in the padding would otherwise
+  // be added into a padding row, which the model does not have.
   template <std::integral Token>
   void backward(const Token* tokens, std::size_t n, const float* dout, float* d_table) const {
+    check_tokens(tokens, n);
     detail::parallel_ranges(width_, [&](std::size_t begin, std::size_t end, int) {
       for (std::size_t r = 0; r < n; ++r) {
         const std::size_t token = std::size_t(tokens[r]);
