@@ -7,6 +7,8 @@
 
 #include "comm_test.hpp"
 
+#include <zero/comm/staged_communicator.hpp>
+#include <zero/core/host_stream_space.hpp>
 #include <zero/tensor_parallel/conjugates.hpp>
 #include <zero/tensor_parallel/groups.hpp>
 #include <zero/tensor_parallel/linear.hpp>
@@ -702,3 +704,32 @@ TEST(Conjugates, EachSumsOverTheGroupWhereTheOtherLeavesTheData) {
 }
 
 } // namespace
+
+// Over a communicator of stream-space memory (the GPU engine's StagedCommunicator, here over the
+// host stream space), with the host communicator agreeing on the size: the same groups, and a sum
+// over the tensor group in the stream space's memory. (NcclCommunicator splits with ncclCommSplit
+// the same way; it needs one GPU per rank.)
+TEST(TensorParallelGroups, SplitAStagedCommunicatorAgreeingOverTheHostOne) {
+  using Staged = zero::StagedCommunicator<zero::HostStreamSpace, zero::MpiCommunicator>;
+  zero::HostStream caller{"caller"}, transfer{"transfer"};
+  Staged staged{world().split(0, world().rank()), zero::HostStreamSpace(caller),
+                zero::HostStreamSpace(transfer)};
+  const int w = world().rank(), size = world().size();
+  for (int t = 1; t <= size; ++t) {
+    if (size % t != 0) continue;
+    SCOPED_TRACE("tensor groups of " + std::to_string(t));
+    zero::TensorParallelGroups<Staged> groups(staged, t, world());
+    EXPECT_EQ(groups.tensor_rank(), w % t);
+    EXPECT_EQ(groups.data_rank(), w / t);
+    std::vector<float> value{float(w)};
+    zero::sum_over_tensor_group(
+        groups.tensor(), zero::View<float, Staged::memory_space>(value.data(), value.size()));
+    float expected = 0;
+    for (int i = 0; i < t; ++i)
+      expected += float(w / t * t + i);
+    EXPECT_EQ(value[0], expected);
+  }
+  if (size > 1)
+    expect_refused([&] { zero::TensorParallelGroups<Staged> groups(staged, size + 1, world()); },
+                   "do not split into groups of");
+}
