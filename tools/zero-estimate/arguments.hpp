@@ -3,6 +3,7 @@
 // 7.5B, 32GB, 80GiB), and usage errors that say which flag and why.
 
 #include "zero/estimate/memory.hpp"
+#include "zero/estimate/tensor_parallel.hpp"
 
 #include <command_line/parse.hpp>
 
@@ -15,6 +16,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace zero_estimate {
 
@@ -36,6 +39,9 @@ struct Arguments {
   std::optional<double> grad_bytes;
   std::optional<Tier> offload_optimizer;
   std::optional<Tier> offload_param;
+  std::int64_t tensor_parallel = 1;
+  std::optional<zero::estimate::TransformerShape> shape;
+  std::int64_t recomputed_layers = 0;
   bool json = false;
   bool help = false;
 };
@@ -117,7 +123,8 @@ namespace detail {
 // functions above, so that their messages name the flag.
 struct Text {
   std::string parameters, data_parallel, stage, device_memory, config_path, optimizer_bytes,
-      param_bytes, grad_bytes, offload_optimizer, offload_param;
+      param_bytes, grad_bytes, offload_optimizer, offload_param, tensor_parallel, layers, hidden,
+      heads, sequence, vocabulary, micro_batch, recomputed_layers;
 };
 
 // The command line, bound to `text` and `args` (the flags). parse_arguments reads it; help_text
@@ -126,8 +133,9 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
   app.description(
       "Memory that model states (parameters, gradients, optimizer states) take per data-parallel\n"
       "rank under each ZeRO stage, the communication volume per step, and the largest model that\n"
-      "fits a device: the model of the ZeRO paper (Rajbhandari et al., SC'20), 1 GB = 1e9 bytes.\n"
-      "Give --params N, or --device-memory SIZE.");
+      "fits a device: the model of the ZeRO paper (Rajbhandari et al., SC'20), 1 GB = 1e9 bytes;\n"
+      "with --tp, over Megatron-style tensor-parallel groups (Shoeybi et al., 2019).\n"
+      "Give --params N, a transformer's shape (--layers ...), or --device-memory SIZE.");
   app.footer("example: zero-estimate --params 7.5e9 --dp 64    (the paper's Figure 1: 120, 31.4, "
              "16.6, 1.9 GB)");
   // --help only (no -h), as always. Unknown arguments are collected and reported by
@@ -141,9 +149,14 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
                  "parameter count Psi: 7.5e9, 7500000000, 7.5B, 350M, 1T")
       ->type_name("N");
   app.add_option("--dp", text.data_parallel,
-                 "data-parallel ranks N_d (default 1, or the world size that the\n"
-                 "config's three batch sizes imply)")
+                 "data-parallel ranks N_d (default 1, or the data-parallel size that\n"
+                 "the config's three batch sizes imply); the world is N_d x T ranks")
       ->type_name("N");
+  app.add_option("--tp", text.tensor_parallel,
+                 "tensor-parallel ranks T per group (default 1): model states are\n"
+                 "those of Psi_rank = Psi_split / T + Psi_replicated over N_d; with\n"
+                 "--params alone every parameter is taken as split")
+      ->type_name("T");
   app.add_option("--stage", text.stage,
                  "only ZeRO stage S (0-3); default: all stages, or the config's stage")
       ->type_name("S");
@@ -170,8 +183,64 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
   app.add_option("--offload-param", text.offload_param,
                  "where the parameter shard lives: none, cpu or nvme (stage 3)")
       ->type_name("D");
+  // The transformer's shape, all or none; it replaces --params.
+  app.add_option("--layers", text.layers,
+                 "a GPT-2 transformer instead of --params: L layers of\n"
+                 "12 H^2 + 13 H parameters, plus V H + S H + 2 H; with\n"
+                 "--hidden H --heads A --seq S --vocab V --micro-batch B")
+      ->type_name("L");
+  app.add_option("--hidden", text.hidden, "hidden width H")->type_name("H");
+  app.add_option("--heads", text.heads, "attention heads A")->type_name("A");
+  app.add_option("--seq", text.sequence, "sequence length S")->type_name("S");
+  app.add_option("--vocab", text.vocabulary, "vocabulary V (padded to a multiple of T)")
+      ->type_name("V");
+  app.add_option("--micro-batch", text.micro_batch,
+                 "sequences per rank and step B; with T > 1 the tensor-parallel\n"
+                 "traffic (Megatron-LM, section 3) is 4 L + 2 R + 2 all-reduces of\n"
+                 "B S H activations of P bytes and 3 of B S (the cross-entropy),\n"
+                 "a ring putting 2 (T-1)/T of their bytes on each rank's wire")
+      ->type_name("B");
+  app.add_option("--recomputed-layers", text.recomputed_layers,
+                 "R layers recomputed in the backward pass (default 0)")
+      ->type_name("R");
   // disable_flag_override: `--json=false` is refused, not read as "no JSON".
   app.add_flag("--json", args.json, "print JSON instead of a table")->disable_flag_override();
+}
+
+// The transformer's shape: every flag of it or none, checked against --tp.
+inline void read_shape(const CLI::App& app, const Text& text, Arguments& args) {
+  const std::vector<std::pair<const char*, const std::string*>> flags{
+      {"--layers", &text.layers},    {"--hidden", &text.hidden},
+      {"--heads", &text.heads},      {"--seq", &text.sequence},
+      {"--vocab", &text.vocabulary}, {"--micro-batch", &text.micro_batch}};
+  std::vector<std::int64_t> values;
+  std::string missing;
+  for (const auto& [flag, value] : flags) {
+    if (app.count(flag) > 0)
+      values.push_back(parse_whole(flag, *value, 1, std::int64_t{1} << 40));
+    else
+      missing += std::string(missing.empty() ? "" : ", ") + flag;
+  }
+  const bool recomputes = app.count("--recomputed-layers") > 0;
+  if (values.empty() && !recomputes) return;
+  if (values.empty()) throw UsageError("--recomputed-layers needs the transformer's shape");
+  if (!missing.empty()) throw UsageError("the transformer's shape needs " + missing + " as well");
+  if (args.parameters) throw UsageError("give --params or the transformer's shape, not both");
+  const zero::estimate::TransformerShape shape{values[0], values[1], values[2],
+                                               values[3], values[4], values[5]};
+  const auto whole = [](std::int64_t n) { return std::to_string(n); };
+  const std::int64_t t = args.tensor_parallel;
+  if (shape.heads % t != 0)
+    throw UsageError("--heads " + whole(shape.heads) + " does not split over --tp " + whole(t));
+  if (shape.hidden % t != 0)
+    throw UsageError("--hidden " + whole(shape.hidden) + " does not split over --tp " + whole(t));
+  if (shape.hidden % shape.heads != 0)
+    throw UsageError("--hidden " + whole(shape.hidden) + " does not split into --heads " +
+                     whole(shape.heads));
+  if (recomputes)
+    args.recomputed_layers =
+        parse_whole("--recomputed-layers", text.recomputed_layers, 0, shape.layers);
+  args.shape = shape;
 }
 
 } // namespace detail
@@ -209,9 +278,12 @@ inline Arguments parse_arguments(int argc, char** argv) {
     args.offload_optimizer = parse_tier("--offload-optimizer", text.offload_optimizer);
   if (given("--offload-param"))
     args.offload_param = parse_tier("--offload-param", text.offload_param);
-  if (!args.help && !args.parameters && !args.device_memory)
-    throw UsageError(
-        "give --params (the model size) or --device-memory (to find the largest model)");
+  if (given("--tp"))
+    args.tensor_parallel = parse_whole("--tp", text.tensor_parallel, 1, std::int64_t{1} << 20);
+  detail::read_shape(app, text, args);
+  if (!args.help && !args.parameters && !args.shape && !args.device_memory)
+    throw UsageError("give --params (the model size), the transformer's shape (--layers ...) or "
+                     "--device-memory (to find the largest model)");
   return args;
 }
 

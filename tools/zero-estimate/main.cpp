@@ -6,6 +6,7 @@
 
 #include "zero/config/json.hpp"
 #include "zero/estimate/from_config.hpp"
+#include "zero/estimate/tensor_parallel.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +64,10 @@ std::optional<std::int64_t> implied_world_size(const zero::config::Config& confi
 Plan make_plan(const Arguments& args) {
   Plan plan;
   plan.parameters = args.parameters;
+  plan.tensor_parallel = args.tensor_parallel;
+  plan.shape = args.shape;
+  plan.recomputed_layers = args.recomputed_layers;
+  if (args.shape) plan.parameters = zero::estimate::transformer_parameters(*args.shape);
   plan.device_memory = args.device_memory;
   plan.bytes_origin = "mixed-precision Adam, as in the paper";
   plan.data_parallel_origin = "default";

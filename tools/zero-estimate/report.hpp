@@ -4,6 +4,7 @@
 
 #include "zero/estimate/communication.hpp"
 #include "zero/estimate/memory.hpp"
+#include "zero/estimate/tensor_parallel.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -20,8 +21,11 @@ namespace zero_estimate {
 namespace est = zero::estimate;
 
 struct Plan {
-  std::optional<double> parameters;
+  std::optional<double> parameters; // Ψ of the whole model
   std::int64_t data_parallel = 1;
+  std::int64_t tensor_parallel = 1;
+  std::optional<est::TransformerShape> shape;
+  std::int64_t recomputed_layers = 0;
   std::string data_parallel_origin;
   est::BytesPerParameter bytes;
   std::string bytes_origin;
@@ -30,9 +34,22 @@ struct Plan {
   std::optional<double> device_memory;
   std::vector<int> stages;
 
-  // Offload applies to the stages that have it: optimizer states from stage 1, parameters at 3.
+  // How a tensor-parallel group holds Ψ: by the transformer's layout, else all of it split.
+  est::ParameterSplit split() const {
+    return shape ? est::transformer_parameters(*shape, tensor_parallel)
+                 : est::all_split(parameters.value_or(0), tensor_parallel);
+  }
+  // The tensor-parallel all-reduces; activations are in the parameters' dtype.
+  est::TensorParallelCommunication tensor_communication() const {
+    return est::tensor_parallel_communication(*shape, tensor_parallel, recomputed_layers,
+                                              bytes.parameters);
+  }
+  bool shows_tensor_communication() const { return shape && tensor_parallel > 1; }
+
+  // The rank's parameters over N_d. Offload applies to the stages that have it: optimizer
+  // states from stage 1, parameters at 3.
   est::ModelStateQuery query(int stage) const {
-    return {parameters.value_or(0),
+    return {split().per_rank(),
             data_parallel,
             stage,
             bytes,
@@ -68,6 +85,12 @@ inline std::string human_count(double count) {
   return format("%.3g%s", count, units[unit]);
 }
 
+// The largest Ψ per stage: a rank's share times T, every parameter taken as split.
+inline double largest_model(const Plan& plan, int stage) {
+  return est::largest_model(*plan.device_memory, plan.query(stage)) *
+         static_cast<double>(plan.tensor_parallel);
+}
+
 inline void print_aligned(const std::vector<std::vector<std::string>>& rows, int left_columns) {
   std::vector<std::size_t> width(rows.front().size(), 0);
   for (const auto& row : rows)
@@ -87,11 +110,33 @@ inline void print_aligned(const std::vector<std::vector<std::string>>& rows, int
 
 inline void print_table(const Plan& plan) {
   std::printf("ZeRO model states per data-parallel rank (the ZeRO paper's model, section 5)\n");
-  if (plan.parameters)
+  if (plan.parameters && plan.shape)
+    std::printf(
+        "  parameters        %s (%.10g = L (12 H^2 + 13 H) + V H + S H + 2 H; L = %lld, "
+        "H = %lld, A = %lld, S = %lld, V = %lld)\n",
+        human_count(*plan.parameters).c_str(), *plan.parameters,
+        static_cast<long long>(plan.shape->layers), static_cast<long long>(plan.shape->hidden),
+        static_cast<long long>(plan.shape->heads), static_cast<long long>(plan.shape->sequence),
+        static_cast<long long>(plan.shape->vocabulary));
+  else if (plan.parameters)
     std::printf("  parameters        %s (%.4g)\n", human_count(*plan.parameters).c_str(),
                 *plan.parameters);
-  std::printf("  data parallel     %lld ranks (%s)\n", static_cast<long long>(plan.data_parallel),
+  const est::ParameterSplit split = plan.split();
+  if (plan.parameters && plan.tensor_parallel > 1 && plan.shape)
+    std::printf("  tensor parallel   T = %lld; per rank Psi = %.10g split / T + %.10g replicated = "
+                "%.10g (vocabulary padded to %lld)\n",
+                static_cast<long long>(plan.tensor_parallel), split.split, split.replicated,
+                split.per_rank(), static_cast<long long>(split.padded_vocabulary));
+  else if (plan.parameters && plan.tensor_parallel > 1)
+    std::printf("  tensor parallel   T = %lld; per rank Psi = %.4g / T = %.4g, assuming every "
+                "parameter is split\n",
+                static_cast<long long>(plan.tensor_parallel), split.split, split.per_rank());
+  std::printf("  data parallel     %lld ranks (%s)", static_cast<long long>(plan.data_parallel),
               plan.data_parallel_origin.c_str());
+  if (plan.tensor_parallel > 1)
+    std::printf("; world N_d x T = %lld ranks",
+                static_cast<long long>(plan.data_parallel * plan.tensor_parallel));
+  std::printf("\n");
   std::printf("  bytes/parameter   parameters %g, gradients %g, optimizer states K = %g (%s)\n",
               plan.bytes.parameters, plan.bytes.gradients, plan.bytes.optimizer_states,
               plan.bytes_origin.c_str());
@@ -118,20 +163,46 @@ inline void print_table(const Plan& plan) {
         row.insert(row.end(), {human_bytes(memory.on(est::Tier::cpu)),
                                human_bytes(memory.on(est::Tier::nvme))});
       row.push_back(std::to_string(est::communication_factor(stage)) + " Psi = " +
-                    format("%.3g", est::communication_elements(stage, *plan.parameters)));
+                    format("%.3g", est::communication_elements(stage, split.per_rank())));
       rows.push_back(row);
     }
     std::printf("\n");
     print_aligned(rows, 2);
   }
+  if (plan.shows_tensor_communication()) {
+    const est::TensorParallelCommunication tp = plan.tensor_communication();
+    const double tokens =
+        static_cast<double>(plan.shape->micro_batch) * static_cast<double>(plan.shape->sequence);
+    std::printf(
+        "\ntensor-parallel communication per rank and step (Megatron-LM, Shoeybi et al. 2019, "
+        "section 3; B = %lld, R = %lld)\n"
+        "  all-reduces       %lld = (4 L + 2 R + 2) of B S H = %.10g elements (two per layer "
+        "forward, two backward,\n"
+        "                    two per recomputed layer, the embedding's lookup, the head's input "
+        "gradient)\n"
+        "                    + 3 of B S = %.10g (the cross-entropy's maximum, sum of "
+        "exponentials, target logit)\n"
+        "  elements          %.10g\n"
+        "  bytes             %s (%g bytes per activation, as the parameters)\n"
+        "  ring all-reduce   %s per rank on the wire = 2 (T - 1) / T x bytes (nccl-tests' bus "
+        "bandwidth)\n",
+        static_cast<long long>(plan.shape->micro_batch),
+        static_cast<long long>(plan.recomputed_layers), static_cast<long long>(tp.all_reduces),
+        tokens * static_cast<double>(plan.shape->hidden), tokens, tp.elements,
+        human_bytes(tp.bytes).c_str(), plan.bytes.parameters, human_bytes(tp.ring_bytes).c_str());
+  }
   if (plan.device_memory) {
-    std::printf("\nlargest model whose model states fit in %s per device (N_d = %lld):\n",
+    const std::string split_note = plan.tensor_parallel > 1
+                                       ? ", T = " + std::to_string(plan.tensor_parallel) +
+                                             ", assuming every parameter is split"
+                                       : "";
+    std::printf("\nlargest model whose model states fit in %s per device (N_d = %lld%s):\n",
                 human_bytes(*plan.device_memory).c_str(),
-                static_cast<long long>(plan.data_parallel));
+                static_cast<long long>(plan.data_parallel), split_note.c_str());
     std::vector<std::vector<std::string>> rows{{"stage", "ZeRO", "parameters"}};
     for (int stage : plan.stages)
-      rows.push_back({std::to_string(stage), est::stage_name(stage),
-                      human_count(est::largest_model(*plan.device_memory, plan.query(stage)))});
+      rows.push_back(
+          {std::to_string(stage), est::stage_name(stage), human_count(largest_model(plan, stage))});
     print_aligned(rows, 2);
   }
 }
@@ -140,6 +211,31 @@ inline void print_json(const Plan& plan) {
   nlohmann::ordered_json out;
   out["parameters"] = plan.parameters ? nlohmann::ordered_json(*plan.parameters) : nullptr;
   out["data_parallel"] = plan.data_parallel;
+  out["tensor_parallel"] = plan.tensor_parallel;
+  out["world_size"] = plan.data_parallel * plan.tensor_parallel;
+  const est::ParameterSplit split = plan.split();
+  if (plan.parameters) {
+    out["parameters_per_rank"] = split.per_rank();
+    out["split_parameters"] = split.split;
+    out["replicated_parameters"] = split.replicated;
+  }
+  if (plan.shape)
+    out["transformer"] = {{"layers", plan.shape->layers},
+                          {"hidden", plan.shape->hidden},
+                          {"heads", plan.shape->heads},
+                          {"sequence", plan.shape->sequence},
+                          {"vocabulary", plan.shape->vocabulary},
+                          {"padded_vocabulary", split.padded_vocabulary},
+                          {"micro_batch", plan.shape->micro_batch},
+                          {"recomputed_layers", plan.recomputed_layers}};
+  if (plan.shows_tensor_communication()) {
+    const est::TensorParallelCommunication tp = plan.tensor_communication();
+    out["tensor_parallel_communication"] = {{"all_reduces", tp.all_reduces},
+                                            {"elements", tp.elements},
+                                            {"activation_bytes", plan.bytes.parameters},
+                                            {"bytes", tp.bytes},
+                                            {"ring_bytes_per_rank", tp.ring_bytes}};
+  }
   out["bytes_per_parameter"] = {{"parameters", plan.bytes.parameters},
                                 {"gradients", plan.bytes.gradients},
                                 {"optimizer_states", plan.bytes.optimizer_states}};
@@ -157,11 +253,11 @@ inline void print_json(const Plan& plan) {
       row["cpu_bytes"] = memory.on(est::Tier::cpu);
       row["nvme_bytes"] = memory.on(est::Tier::nvme);
       row["communication_factor"] = est::communication_factor(stage);
-      row["communication_elements"] = est::communication_elements(stage, *plan.parameters);
+      row["communication_elements"] = est::communication_elements(stage, split.per_rank());
     }
     if (plan.device_memory) {
       // JSON has no infinity: null means no model state is left on the device.
-      const double largest = est::largest_model(*plan.device_memory, plan.query(stage));
+      const double largest = largest_model(plan, stage);
       row["largest_model_parameters"] =
           std::isinf(largest) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(largest);
     }
