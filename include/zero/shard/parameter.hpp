@@ -27,6 +27,10 @@ struct ParameterSpec {
   int layer = 0;
   // Its dimensions, for checkpoints and consolidated files; empty means one dimension of numel.
   std::vector<std::size_t> shape = {};
+  // Under tensor parallelism (zero/tensor_parallel/groups.hpp): every rank of the tensor-parallel
+  // group holds the whole parameter, not a slice of it (a LayerNorm's weight, a row-parallel
+  // layer's bias), and its gradient is the same on all of them; the gradient norm counts it once.
+  bool replicated_over_tensor_parallel = false;
 };
 
 // A half-open interval [begin, end) of positions.

@@ -22,7 +22,8 @@ namespace zero::detail {
 // "'fc1.weight' (1024 x float, layer 3)": how errors name a parameter.
 inline std::string describe_parameter(const ParameterSpec& p) {
   return "'" + p.name + "' (" + std::to_string(p.numel) + " x " + to_string(p.dtype) + ", layer " +
-         std::to_string(p.layer) + ")";
+         std::to_string(p.layer) +
+         (p.replicated_over_tensor_parallel ? ", replicated over tensor parallelism)" : ")");
 }
 
 inline std::uint64_t parameter_hash(const ParameterSpec& p) noexcept {
@@ -31,6 +32,7 @@ inline std::uint64_t parameter_hash(const ParameterSpec& p) noexcept {
   h.add(static_cast<std::uint64_t>(p.numel));
   h.add(static_cast<std::uint64_t>(p.dtype));
   h.add(static_cast<std::uint64_t>(static_cast<std::int64_t>(p.layer)));
+  if (p.replicated_over_tensor_parallel) h.add(std::uint64_t{1}); // other hashes unchanged
   return h.value();
 }
 
