@@ -23,6 +23,16 @@
 // All ranks must call the same methods in the same order (they are collectives). Over a device
 // (Placement<execute_on<CudaStreamSpace>>) the engine also takes a host communicator of the same
 // ranks for its own collectives, and the stream it queues its kernels on (docs/gpu-engine.md).
+// Composed with tensor parallelism, it takes a zero::TensorParallelGroups instead of the
+// communicator, and each tensor rank its own slices (docs/tensor-parallel.md):
+//
+//   zero::TensorParallelGroups groups(world, 2);   // tensor-parallel groups of 2 ranks
+//   zero::Engine<...> engine(groups, my_slices, adam, scaler, options);
+//
+// The model states are sharded over groups.data() (the ranks holding the same slices) as over a
+// communicator; the gradient norm counts the parameters marked
+// ParameterSpec::replicated_over_tensor_parallel once, and the norm, the overflow check, the
+// clipping and the loss scale are agreed over every rank of the grid.
 
 #include "zero/checkpoint/checkpoint_options.hpp"
 #include "zero/comm/communicator.hpp"
@@ -44,6 +54,7 @@
 #include "zero/shard/parameter.hpp"
 #include "zero/stage/placement.hpp"
 #include "zero/stage/plan.hpp"
+#include "zero/tensor_parallel/groups.hpp"
 
 #include <concepts>
 #include <cstddef>
@@ -99,14 +110,23 @@ class Engine {
   // the host spaces; CudaStreamSpace names its stream.
   Engine(Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer, Scaler scaler,
          EngineOptions options = {}, Exec exec = {}) requires(!separate_control)
-      : Engine(nullptr, comm, std::move(parameters), std::move(optimizer), std::move(scaler),
-               std::move(options), exec) {}
+      : Engine(nullptr, nullptr, comm, std::move(parameters), std::move(optimizer),
+               std::move(scaler), std::move(options), exec) {}
+  // Tensor parallelism: `parameters` are this rank's (its slices of the split tensors, the
+  // replicated ones whole), registered in the same order, layers and names on every tensor rank
+  // (refused on every rank otherwise). The model states are sharded over groups.data() as the
+  // constructor above shards them over `comm`; the engine keeps its own copy of groups.tensor(),
+  // over which the step agrees the norm and the overflow check. Collective over the whole grid.
+  Engine(TensorParallelGroups<Comm>& groups, std::vector<ParameterSpec> parameters, Opt optimizer,
+         Scaler scaler, EngineOptions options = {}, Exec exec = {}) requires(!separate_control)
+      : Engine(nullptr, &groups.tensor(), groups.data(), std::move(parameters),
+               std::move(optimizer), std::move(scaler), std::move(options), exec) {}
   // A communicator of device memory for the model states, and `control`, a host communicator of
   // the same ranks in the same order, for the engine's own collectives.
   Engine(Control& control, Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer,
          Scaler scaler, EngineOptions options = {}, Exec exec = {}) requires separate_control
-      : Engine(&control, comm, std::move(parameters), std::move(optimizer), std::move(scaler),
-               std::move(options), exec) {}
+      : Engine(&control, nullptr, comm, std::move(parameters), std::move(optimizer),
+               std::move(scaler), std::move(options), exec) {}
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -120,8 +140,16 @@ class Engine {
   Scaler& scaler() noexcept { return scaler_; }
   double loss_scale() const { return scaler_.scale(); }
   int shard_ranks() const { return groups_.shard().size(); }
-  // This rank in the engine's communicator (the one its constructor was given).
+  // This rank in the engine's communicator (the one its constructor was given; under tensor
+  // parallelism, groups.data()).
   int rank() noexcept { return groups_.world().rank(); }
+  // The tensor-parallel group's size and this rank's place in it (1 and 0 without one).
+  int tensor_parallel_size() const noexcept {
+    return groups_.tensor() ? groups_.tensor()->size() : 1;
+  }
+  int tensor_parallel_rank() const noexcept {
+    return groups_.tensor() ? groups_.tensor()->rank() : 0;
+  }
 
   // Sets layer l's weights (its parameters in order, fp32). Collective: rank 0's values are
   // broadcast, so every rank starts from the same weights whatever it passed.
@@ -199,10 +227,13 @@ class Engine {
   CommStats communication_total() const { return groups_.total(); }
 
  private:
-  // What both public constructors do; `control` is null unless the engine has one of its own.
-  Engine(Control* control, Comm& comm, std::vector<ParameterSpec> parameters, Opt optimizer,
-         Scaler scaler, EngineOptions options, Exec exec);
-  static Groups make_groups(Control* control, Comm& comm, int hpz_partition_size);
+  // What the public constructors do; `control` is null unless the engine has one of its own,
+  // `tensor` null without tensor parallelism.
+  Engine(Control* control, Comm* tensor, Comm& comm, std::vector<ParameterSpec> parameters,
+         Opt optimizer, Scaler scaler, EngineOptions options, Exec exec);
+  static Groups make_groups(Control* control, Comm* tensor, Comm& comm, int hpz_partition_size);
+  // The layout over the shard group, agreed over the whole grid under tensor parallelism.
+  static ModelLayout make_model(Groups& groups, std::vector<ParameterSpec> parameters);
 
   // Layer l's gradient buffer, of the compute type `requested` (an error naming both types
   // otherwise): what gradients<T> views, behind a member that is not a template, so that it is

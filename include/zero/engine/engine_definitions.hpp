@@ -8,6 +8,7 @@
 #include "zero/checkpoint/saver.hpp"
 #include "zero/comm/agreed.hpp"
 #include "zero/engine/checkpointing.hpp"
+#include "zero/engine/detail/tensor_agreement.hpp"
 #include "zero/engine/engine_class.hpp"
 #include "zero/engine/model_states.hpp"
 #include "zero/estimate/memory.hpp"
@@ -26,35 +27,69 @@ namespace zero {
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
-Engine<Plan, Comm, Where, Opt, Scaler, Compute>::Engine(Control* control, Comm& comm,
+Engine<Plan, Comm, Where, Opt, Scaler, Compute>::Engine(Control* control, Comm* tensor, Comm& comm,
                                                         std::vector<ParameterSpec> parameters,
                                                         Opt optimizer, Scaler scaler,
                                                         EngineOptions options, Exec exec)
     : options_(detail::validated(std::move(options))), optimizer_(std::move(optimizer)),
       scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
-      groups_(make_groups(control, comm, options_.hpz_partition_size)),
-      model_(detail::make_layout_checked<Plan>(groups_.control_shard(), std::move(parameters)),
-             groups_.shard().rank(), groups_.world().rank()),
+      groups_(make_groups(control, tensor, comm, options_.hpz_partition_size)),
+      model_(make_model(groups_, std::move(parameters))),
       micro_(*model_.sharded, options_.gradient_accumulation_steps),
       samples_(options_.weigh_by_samples), states_(std::make_unique<Typed>()),
       saver_(std::make_unique<checkpoint::Saver>()) {
-  detail::agree_on_options(groups_.control_world(), options_);
-  detail::check_requested_places<Placement>(options_);
-  groups_.build_agreed("building the model states", [&] {
-    states_->emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
-                     options_, groups_.hpz(), exec);
-  });
+  const auto build = [&] {
+    detail::agree_on_options(groups_.control_world(), options_);
+    detail::check_requested_places<Placement>(options_);
+    groups_.build_agreed("building the model states", [&] {
+      states_->emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
+                       options_, groups_.hpz(), exec);
+    });
+  };
+  auto* const tensor_group = groups_.control_tensor();
+  if (tensor_group == nullptr) {
+    build();
+    return;
+  }
+  // Each step is agreed over the whole grid before the next one's collectives: what one group
+  // refused reaches the other groups' ranks, which would otherwise wait for its ranks.
+  detail::grid_agreed(tensor_group, groups_.control_world(), "agreeing over tensor parallelism",
+                      [&] {
+                        detail::agree_on_tensor_parameters(*tensor_group, layout());
+                        detail::agree_on_options(*tensor_group, options_);
+                      });
+  detail::grid_agreed(tensor_group, groups_.control_world(), "building the engine", build);
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
-auto Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_groups(Control* control, Comm& comm,
+auto Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_groups(Control* control, Comm* tensor,
+                                                                  Comm& comm,
                                                                   int hpz_partition_size)
     -> Groups {
   if constexpr (separate_control)
     return Groups(*control, comm, hpz_partition_size);
+  else if (tensor != nullptr)
+    return Groups(comm, *tensor, hpz_partition_size);
   else
     return Groups(comm, hpz_partition_size);
+}
+
+template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
+          class Compute>
+ModelLayout
+Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_model(Groups& groups,
+                                                            std::vector<ParameterSpec> parameters) {
+  auto* const tensor = groups.control_tensor();
+  // Tensor rank 0 counts the replicated parameters in the gradient norm, the others leave them
+  // out: each counts once.
+  return ModelLayout(
+      detail::grid_agreed(tensor, groups.control_world(), "building the shard layout",
+                          [&] {
+                            return detail::make_layout_checked<Plan>(groups.control_shard(),
+                                                                     std::move(parameters));
+                          }),
+      groups.shard().rank(), groups.world().rank(), tensor == nullptr || tensor->rank() == 0);
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -126,8 +161,13 @@ StepResult Engine<Plan, Comm, Where, Opt, Scaler, Compute>::step() {
         result.loss_scale;
     // One all-reduce gives both the norm and the overflow check: a sum of squares is finite
     // exactly when every gradient is, and a NaN or infinity on any rank reaches every rank.
+    // Under tensor parallelism the sum goes over the tensor-parallel group too: every rank of the
+    // grid clips, skips and scales alike.
+    auto* const tensor = groups_.control_tensor();
     const GradNorm norm =
-        global_grad_norm(groups_.control_shard(), s.local_sum_of_squares(), unscale);
+        tensor
+            ? global_grad_norm(groups_.control_shard(), *tensor, s.local_sum_of_squares(), unscale)
+            : global_grad_norm(groups_.control_shard(), s.local_sum_of_squares(), unscale);
     result.seconds.norm = clock.lap();
     result.grad_norm = norm.norm;
     result.applied = norm.finite;

@@ -327,16 +327,29 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
 
   // Layer l's share of the norm from a contiguous block: on the host, or, over a stream space,
   // queued into the layer's slot (the host's bits: the slot starts at zero and gets one sum), read
-  // back with every other queued slot by read_queued_sums().
+  // back with every other queued slot by read_queued_sums(). Under tensor parallelism a tensor rank
+  // other than 0 sums only the block's pieces outside the replicated parameters
+  // (ModelLayout::norm_pieces), one after the other into the same sum.
   template <class G>
   void sum_block(std::size_t l, View<const G, ViewMemory> block) {
+    const std::vector<Range>* pieces = model_.norm_pieces(l);
     if constexpr (StreamSpace<Exec>) {
       auto& q = queued_sums_;
-      fill_zero(exec_, q.slots.view().subview(l, 1));
-      accumulate_sum_of_squares(exec_, block, q.slots.view().subview(l, 1));
+      const auto slot = q.slots.view().subview(l, 1);
+      fill_zero(exec_, slot);
+      if (pieces == nullptr)
+        accumulate_sum_of_squares(exec_, block, slot);
+      else
+        for (const Range& piece : *pieces)
+          accumulate_sum_of_squares(exec_, block.subview(piece.begin, piece.size()), slot);
       q.queued[l] = true;
-    } else {
+    } else if (pieces == nullptr) {
       layer_sums_[l] = sum_of_squares(block);
+    } else {
+      double sum = 0.0;
+      for (const Range& piece : *pieces)
+        sum += sum_of_squares(block.subview(piece.begin, piece.size()));
+      layer_sums_[l] = sum;
     }
   }
 

@@ -2,8 +2,9 @@
 // RankGroups: the communicators an engine talks through, made from the caller's at construction.
 // The world (initial broadcasts, the options' agreement), the shard group that splits the model
 // states (all ranks, or `shard_within<N>` consecutive ranks) and, for shard_within plans, the
-// replica group of ranks holding the same shard. Each counts its own traffic, so a step's
-// communication can be shown next to the ZeRO paper's volumes.
+// replica group of ranks holding the same shard; under tensor parallelism, the tensor-parallel
+// group beside them (the norm and the overflow check are agreed over it). Each counts its own
+// traffic, so a step's communication can be shown next to the ZeRO paper's volumes.
 //
 // Two kinds of collectives: the stores' move the model states (data), the engine's own move host
 // values (control: the layout's and the options' agreement, set_layer's broadcast, the norm, the
@@ -42,6 +43,12 @@ class RankGroups {
       : world_(checked_counts(comm, hpz_ranks).split(0, comm.rank())),
         shard_(make_shard_group(comm)), replica_(make_replica_group(comm)),
         hpz_(make_hpz_group(shard(), hpz_ranks)) {}
+  // Tensor parallelism: the groups above over `data`, the ranks holding the same slices, and a
+  // copy of `tensor`, the ranks holding the other slices (none when it is one rank).
+  RankGroups(Comm& data, Comm& tensor, int hpz_ranks) requires(!separate_control)
+      : RankGroups(data, hpz_ranks) {
+    if (tensor.size() > 1) tensor_.emplace(tensor.split(0, tensor.rank()));
+  }
   // Data over `comm`, control over `control`: the same ranks in the same order.
   RankGroups(Control& control, Comm& comm, int hpz_ranks = 1) requires separate_control
       : world_(checked_counts(same_ranks(control, comm), hpz_ranks).split(0, comm.rank())),
@@ -57,6 +64,9 @@ class RankGroups {
   counted_type* replica() noexcept { return replica_ ? &*replica_ : nullptr; }
   // The ranks sharing stage 3's secondary weight copy (hpZ), or null without one.
   counted_type* hpz() noexcept { return hpz_ ? &*hpz_ : nullptr; }
+  // The tensor-parallel group, or null without tensor parallelism (or with groups of one rank).
+  counted_type* tensor() noexcept { return tensor_ ? &*tensor_ : nullptr; }
+  const counted_type* tensor() const noexcept { return tensor_ ? &*tensor_ : nullptr; }
 
   // The same groups for the engine's host collectives.
   control_type& control_world() noexcept {
@@ -64,6 +74,13 @@ class RankGroups {
       return control_.world;
     else
       return world();
+  }
+  // The tensor-parallel group for the engine's host collectives (a device engine has none).
+  control_type* control_tensor() noexcept {
+    if constexpr (separate_control)
+      return nullptr;
+    else
+      return tensor();
   }
   control_type& control_shard() noexcept {
     if constexpr (separate_control)
@@ -92,6 +109,7 @@ class RankGroups {
     if (shard_) total += shard_->stats();
     if (replica_) total += replica_->stats();
     if (hpz_) total += hpz_->stats();
+    if (tensor_) total += tensor_->stats();
     if constexpr (separate_control) {
       total += control_.world.stats();
       if (control_.shard) total += control_.shard->stats();
@@ -171,7 +189,7 @@ class RankGroups {
   }
 
   counted_type world_;
-  std::optional<counted_type> shard_, replica_, hpz_;
+  std::optional<counted_type> shard_, replica_, hpz_, tensor_;
   struct NoControl {};
   [[no_unique_address]] std::conditional_t<separate_control, ControlGroups, NoControl> control_;
 };

@@ -18,7 +18,9 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <type_traits>
+#include <vector>
 
 namespace zero {
 
@@ -108,6 +110,26 @@ requires HostAccessibleSpace<typename Comm::memory_space>
   std::array<double, 1> sum{local_sum_of_squares};
   comm.all_reduce(sum, ReduceOp::sum).wait();
   return grad_norm_from_sum_of_squares(sum[0], grad_multiplier);
+}
+
+// The global norm under tensor parallelism: each rank's sum over its shard (the parameters every
+// tensor rank holds whole counted by one of them only) is all-reduced over `shard`, the ranks
+// holding the same slices, then the tensor-parallel group's sums are added in tensor-rank order on
+// every rank alike (gathered, not all-reduced: the bits cannot depend on a reduction's order), so
+// that every rank of the grid clips, skips and scales alike. A collective over both groups.
+template <ReducingCommunicator Comm, GatheringCommunicator Tensor>
+requires HostAccessibleSpace<typename Comm::memory_space> &&
+    HostAccessibleSpace<typename Tensor::memory_space>
+[[nodiscard]] GradNorm global_grad_norm(Comm& shard, Tensor& tensor, double local_sum_of_squares,
+                                        double grad_multiplier = 1.0) {
+  std::array<double, 1> sum{local_sum_of_squares};
+  shard.all_reduce(sum, ReduceOp::sum).wait();
+  std::vector<double> sums(static_cast<std::size_t>(tensor.size()));
+  tensor.all_gather(std::span<const double>(sum), sums).wait();
+  double total = 0.0;
+  for (double s : sums)
+    total += s;
+  return grad_norm_from_sum_of_squares(total, grad_multiplier);
 }
 
 // torch.nn.utils.clip_grad_norm_'s coefficient: max_norm / (norm + 1e-6), at most 1. NaN when
