@@ -64,13 +64,17 @@ std::pair<std::size_t, std::size_t> slice(std::size_t p, int t, int tensor_size)
 
 std::vector<zero::ParameterSpec> my_specs(int t, int tensor_size) {
   std::vector<zero::ParameterSpec> specs;
+  // example-begin tensor-parallel-specs
+  // Every tensor rank registers the same parameters, in the same order and layers, under the
+  // whole tensor's name: its slice of a split one, a replicated one whole and marked.
   for (std::size_t p = 0; p < full_model.size(); ++p) {
-    const auto [begin, end] = slice(p, t, tensor_size);
+    const auto [begin, end] = slice(p, t, tensor_size); // all of it when replicated
     zero::ParameterSpec spec{
         full_model[p].name, end - begin, zero::DType::float32, full_model[p].layer, {end - begin}};
     spec.replicated_over_tensor_parallel = full_model[p].replicated;
     specs.push_back(spec);
   }
+  // example-end tensor-parallel-specs
   return specs;
 }
 
@@ -180,9 +184,12 @@ Trained train(const TrainingRun& run) {
                                                 options);
     return train(engine, run, 0);
   }
-  Groups groups(world(), run.tensor_size);
+  // example-begin tensor-parallel-engine
+  zero::TensorParallelGroups groups(world(), run.tensor_size); // T consecutive ranks share layers
+  // ZeRO shards this rank's slices over groups.data(), the ranks holding the same slices.
   zero::PrebuiltEngine<S, zero::AdamW> engine(
       groups, my_specs(groups.tensor_rank(), run.tensor_size), adamw, scaler_for(run), options);
+  // example-end tensor-parallel-engine
   EXPECT_EQ(engine.tensor_parallel_size(), run.tensor_size);
   EXPECT_EQ(engine.tensor_parallel_rank(), groups.tensor_rank());
   EXPECT_EQ(engine.shard_ranks(), groups.data_size());
