@@ -76,6 +76,62 @@ agreed(Comm& comm, std::string_view what, Build&& build) {
   if constexpr (returns) return std::move(*result);
 }
 
+// agreed() over a grid of ranks cut two ways (zero/tensor_parallel/groups.hpp): build() on every
+// rank, then one small collective over `tensor`, the rank's tensor-parallel group, and one over
+// `data`, its data-parallel group; where build() threw on any rank of the grid, it throws on every
+// rank, naming the first such rank by both places. build() may communicate within one of the
+// groups when what fails there fails on every rank of that group alike, never across them: the
+// other groups' ranks then learn of it here instead of waiting in their next collective.
+template <GatheringCommunicator Data, GatheringCommunicator Tensor, class Build>
+std::invoke_result_t<Build&> agreed_over_grid(Data& data, Tensor& tensor, std::string_view what,
+                                              Build&& build) {
+  using Result = std::invoke_result_t<Build&>;
+  constexpr bool returns = !std::is_void_v<Result>;
+  constexpr std::size_t message_bytes = 1024;
+  std::optional<std::conditional_t<returns, Result, bool>> result;
+  std::int64_t kind = -1; // the ErrorKind of this rank's failure, -1 when it worked
+  std::string message;
+  try {
+    if constexpr (returns)
+      result.emplace(build());
+    else
+      build();
+  } catch (const Error& e) {
+    kind = static_cast<std::int64_t>(e.kind());
+    message = detail::without_prefix(e.what());
+  } catch (const std::exception& e) {
+    kind = static_cast<std::int64_t>(ErrorKind::io);
+    message = e.what();
+  } catch (...) {
+    kind = static_cast<std::int64_t>(ErrorKind::io);
+    message = "an exception that is not a std::exception";
+  }
+  // The first failure in this rank's tensor group, known to all of its ranks ...
+  std::vector<std::int64_t> mine{kind}, all(static_cast<std::size_t>(tensor.size()));
+  tensor.all_gather(mine, all).wait();
+  std::int64_t failed_tensor_rank = -1;
+  for (std::size_t t = 0; t < all.size(); ++t)
+    if (all[t] >= 0) {
+      failed_tensor_rank = static_cast<std::int64_t>(t);
+      kind = all[t];
+      message = detail::gather_text(tensor, message, message_bytes)[t];
+      break;
+    }
+  // ... then the first over the tensor groups, known to every rank of the grid.
+  const std::vector<std::int64_t> group{kind, failed_tensor_rank};
+  std::vector<std::int64_t> groups(2 * static_cast<std::size_t>(data.size()));
+  data.all_gather(group, groups).wait();
+  for (std::size_t d = 0; 2 * d < groups.size(); ++d)
+    if (groups[2 * d] >= 0) {
+      const auto messages = detail::gather_text(data, message, message_bytes);
+      fail_on_every_rank(static_cast<ErrorKind>(groups[2 * d]),
+                         std::string(what) + " failed on tensor rank " +
+                             std::to_string(groups[2 * d + 1]) + " of data rank " +
+                             std::to_string(d) + ": " + messages[d]);
+    }
+  if constexpr (returns) return std::move(*result);
+}
+
 // Rank 0's `values` on every rank of comm (a broadcast), which must hold `count` of them. Only
 // rank 0's size counts, so only rank 0's is checked, after the ranks learn it: a rank that threw
 // alone would leave the others waiting in the broadcast. `what` names the call in the error.

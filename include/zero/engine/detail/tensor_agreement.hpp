@@ -6,6 +6,7 @@
 // failure while building must reach every rank of the grid: a rank that refused alone would leave
 // the others of its groups waiting in their next collective.
 
+#include "zero/comm/agreed.hpp"
 #include "zero/comm/communicator.hpp"
 #include "zero/comm/text_records.hpp"
 #include "zero/core/error.hpp"
@@ -15,71 +16,20 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace zero::detail {
 
-// build() on every rank, then two small collectives, over the tensor-parallel group and then over
-// the data-parallel group, in which the ranks tell each other whether it worked: where it threw
-// on any rank of the grid, it throws on every rank, naming the first such rank and its message.
-// build() may communicate within one of the groups when what fails there fails on every rank of
-// that group alike (the shard layout's and the options' agreements do), never across them. With no
-// tensor group (null) it is build() alone.
+// build() agreed over the whole grid (agreed_over_grid, zero/comm/agreed.hpp), or build() alone
+// without a tensor group (null): the engine without tensor parallelism takes its own path.
 template <class Tensor, class Data, class Build>
 std::invoke_result_t<Build&> grid_agreed(Tensor* tensor, Data& data, std::string_view what,
                                          Build&& build) {
-  using Result = std::invoke_result_t<Build&>;
-  constexpr bool returns = !std::is_void_v<Result>;
   if (tensor == nullptr) return build();
-  constexpr std::size_t message_bytes = 1024;
-  std::optional<std::conditional_t<returns, Result, bool>> result;
-  std::int64_t kind = -1; // the ErrorKind of this rank's failure, -1 when it worked
-  std::string message;
-  try {
-    if constexpr (returns)
-      result.emplace(build());
-    else
-      build();
-  } catch (const Error& e) {
-    kind = static_cast<std::int64_t>(e.kind());
-    message = without_prefix(e.what());
-  } catch (const std::exception& e) {
-    kind = static_cast<std::int64_t>(ErrorKind::io);
-    message = e.what();
-  } catch (...) {
-    kind = static_cast<std::int64_t>(ErrorKind::io);
-    message = "an exception that is not a std::exception";
-  }
-  // The first failure in this rank's tensor group, known to all of its ranks ...
-  std::vector<std::int64_t> mine{kind}, all(static_cast<std::size_t>(tensor->size()));
-  tensor->all_gather(mine, all).wait();
-  std::int64_t failed_tensor_rank = -1;
-  for (std::size_t t = 0; t < all.size(); ++t)
-    if (all[t] >= 0) {
-      failed_tensor_rank = static_cast<std::int64_t>(t);
-      kind = all[t];
-      message = gather_text(*tensor, message, message_bytes)[t];
-      break;
-    }
-  // ... then the first over the tensor groups, known to every rank of the grid.
-  const std::vector<std::int64_t> group{kind, failed_tensor_rank};
-  std::vector<std::int64_t> groups(2 * static_cast<std::size_t>(data.size()));
-  data.all_gather(group, groups).wait();
-  for (std::size_t d = 0; 2 * d < groups.size(); ++d)
-    if (groups[2 * d] >= 0) {
-      const auto messages = gather_text(data, message, message_bytes);
-      fail_on_every_rank(static_cast<ErrorKind>(groups[2 * d]),
-                         std::string(what) + " failed on tensor rank " +
-                             std::to_string(groups[2 * d + 1]) + " of data rank " +
-                             std::to_string(d) + ": " + messages[d]);
-    }
-  if constexpr (returns) return std::move(*result);
+  return agreed_over_grid(data, *tensor, what, build);
 }
 
 // What a tensor rank says of a parameter when the tensor ranks disagree on it.
