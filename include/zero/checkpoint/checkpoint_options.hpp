@@ -34,6 +34,7 @@ struct LoadedCheckpoint {
   int saved_world_size = 1;
   int saved_stage = 0;
   std::string saved_partitioner;
+  int saved_tensor_parallel_size = 1; // the tensor-parallel size (loads only at the same)
   std::vector<std::byte> user_state;
   // What the load cost this rank: bytes read from state files (whole chunks, so at least what it
   // keeps), the seconds reading them (and agreeing that every rank could), and the seconds

@@ -6,6 +6,10 @@
 //   DIR/TAG/states.rankR.bin one per saving rank
 //   DIR/.TAG.partial/        where a save is written; renamed to DIR/TAG when complete
 //
+// Under tensor parallelism DIR/TAG holds tensor_parallel.json and one sub-directory per tensor
+// rank (tensor_rank_01_of_03, ...), each the manifest and state files of that tensor rank's
+// data-parallel group, written as above; the whole is published by the one rename.
+//
 // A save killed at any moment leaves DIR/latest naming a complete checkpoint: the previous one,
 // which nothing in a save touches, until the new one is complete. Saving over an existing tag
 // replaces it; saving over the tag DIR/latest names first points DIR/latest at the complete new
@@ -38,6 +42,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace zero::checkpoint {
@@ -109,7 +114,9 @@ inline std::filesystem::path resolve(const std::filesystem::path& dir,
            "checkpoint: " + dir.string() + " has no checkpoint tagged '" + *tag + "'");
     return dir / *tag;
   }
-  if (std::filesystem::exists(dir / manifest_file, ec)) return dir;
+  if (std::filesystem::exists(dir / manifest_file, ec) ||
+      std::filesystem::exists(dir / tensor_parallel_file, ec))
+    return dir;
   const auto latest = latest_tag(dir);
   if (!latest)
     fail(ErrorKind::io,
@@ -230,11 +237,20 @@ inline void move_latest(const DirectoryHandle& dir, const std::string& staged) {
   dir.sync();
 }
 
-// Rank 0, once every saving rank's state file and its description (a .json beside it) are
-// durable: the manifest, the rename, and DIR/latest.
-inline void commit(const DirectoryHandle& dir, const std::string& tag, Manifest manifest,
-                   int saving_ranks) {
-  const DirectoryHandle partial = open_partial(dir, tag);
+// Rank 0 of a save under tensor parallelism, once DIR/.TAG.partial exists: the tensor ranks'
+// sub-directories and the file that says how many.
+inline void prepare_tensor_ranks(const DirectoryHandle& partial, int tensor_parallel_size) {
+  for (int t = 0; t < tensor_parallel_size; ++t)
+    partial.open_private(tensor_rank_directory(t, tensor_parallel_size), 0755,
+                         "checkpoint directory", private_advice);
+  const std::string text = tensor_parallel_text(tensor_parallel_size);
+  write_small_file(partial, tensor_parallel_file, std::as_bytes(std::span<const char>(text)));
+  partial.sync();
+}
+
+// Once every saving rank's state file and its description (a .json beside it) are durable in
+// `partial` (DIR/.TAG.partial, or a tensor rank's sub-directory of it): the manifest listing them.
+inline void write_manifest(const DirectoryHandle& partial, Manifest manifest, int saving_ranks) {
   for (int r = 0; r < saving_ranks; ++r) {
     const auto described = partial / (state_file_name(r) + ".json");
     std::ifstream in(described);
@@ -248,6 +264,11 @@ inline void commit(const DirectoryHandle& dir, const std::string& tag, Manifest 
   for (int r = 0; r < saving_ranks; ++r)
     partial.remove_file(state_file_name(r) + ".json");
   partial.sync();
+}
+
+// Rank 0, once DIR/.TAG.partial is complete (its manifests durable): the rename, and DIR/latest.
+inline void publish(const DirectoryHandle& dir, const std::string& tag) {
+  const DirectoryHandle partial = open_partial(dir, tag);
   crash_point("manifest-written", 0);
   const bool replacing = latest_tag(dir.path()) == tag && dir.contains(tag);
   // The last writes: from here on, publishing only renames (no space needed).
@@ -261,6 +282,13 @@ inline void commit(const DirectoryHandle& dir, const std::string& tag, Manifest 
     crash_point("latest-moved", 0);
   }
   finish_replacement(dir, tag, next);
+}
+
+// Rank 0 of a save without tensor parallelism: the manifest, the rename, and DIR/latest.
+inline void commit(const DirectoryHandle& dir, const std::string& tag, Manifest manifest,
+                   int saving_ranks) {
+  write_manifest(open_partial(dir, tag), std::move(manifest), saving_ranks);
+  publish(dir, tag);
 }
 
 // DIR/.TAG.partial (complete) becomes DIR/TAG, and DIR/latest names it: `staged_latest` renamed

@@ -40,6 +40,9 @@ inline constexpr int format_version = 1;
 inline constexpr const char* manifest_file = "manifest.json";
 inline constexpr const char* latest_file = "latest";
 inline constexpr const char* user_state_file = "user_state.bin";
+// Under tensor parallelism a checkpoint holds one checkpoint per tensor rank, each in a
+// sub-directory (tensor_rank_directory), beside this file, which says how many.
+inline constexpr const char* tensor_parallel_file = "tensor_parallel.json";
 inline constexpr std::size_t default_chunk_bytes = std::size_t(1) << 20;
 
 struct SavedParameter {
@@ -91,6 +94,10 @@ struct Manifest {
   int stage = 0;
   std::string partitioner; // the saved layout's policy
   int shard_ranks = 1;     // ranks sharing one copy of the states
+  // Under tensor parallelism: the tensor-parallel group's size and the tensor rank whose slices
+  // this checkpoint holds (world_size and shard_ranks are then those of its data-parallel group).
+  int tensor_parallel_size = 1;
+  int tensor_parallel_rank = 0;
   std::string compute_dtype;
   std::vector<SavedParameter> parameters;
   std::string optimizer;
@@ -172,6 +179,8 @@ inline nlohmann::json to_json(const Manifest& m) {
         {"hysteresis_left", m.scaler.hysteresis_left},
         {"last_step_skipped", m.scaler.last_step_skipped}}},
       {"files", files}};
+  if (m.tensor_parallel_size > 1)
+    j["tensor_parallel"] = {{"size", m.tensor_parallel_size}, {"rank", m.tensor_parallel_rank}};
   j["lr_scheduler"] =
       m.lr_scheduler_last_batch_iteration
           ? nlohmann::json{{"type", m.lr_scheduler_type},
@@ -314,6 +323,16 @@ inline Manifest manifest_from_json(const nlohmann::json& j, const std::string& w
   m.partitioner = field<std::string>(plan, "partitioner", where + ": plan");
   m.shard_ranks = field<int>(plan, "shard_ranks", where + ": plan");
   m.compute_dtype = field<std::string>(j, "compute_dtype", where);
+  if (j.contains("tensor_parallel")) {
+    const auto tp = field<nlohmann::json>(j, "tensor_parallel", where);
+    m.tensor_parallel_size = field<int>(tp, "size", where + ": tensor_parallel");
+    m.tensor_parallel_rank = field<int>(tp, "rank", where + ": tensor_parallel");
+    require(m.tensor_parallel_size >= 1 && m.tensor_parallel_rank >= 0 &&
+                m.tensor_parallel_rank < m.tensor_parallel_size,
+            where + ": tensor_parallel: rank " + std::to_string(m.tensor_parallel_rank) + " of " +
+                std::to_string(m.tensor_parallel_size),
+            ErrorKind::io);
+  }
   for (const auto& p : field<nlohmann::json>(j, "parameters", where)) {
     SavedParameter s;
     s.name = field<std::string>(p, "name", where + ": parameters");
@@ -401,6 +420,47 @@ inline Manifest read_manifest(const std::filesystem::path& dir) {
   std::ostringstream text;
   text << in.rdbuf();
   return parse_manifest(text.str(), path.string());
+}
+
+// --- tensor parallelism
+// --------------------------------------------------------------------------- Tensor rank `rank`'s
+// checkpoint in a checkpoint of `size` tensor ranks: tensor_rank_01_of_03.
+inline std::string tensor_rank_directory(int rank, int size) {
+  const std::size_t width = std::max<std::size_t>(2, std::to_string(size).size());
+  const auto padded = [width](int n) {
+    std::string text = std::to_string(n);
+    return std::string(width - std::min(width, text.size()), '0') + text;
+  };
+  return "tensor_rank_" + padded(rank) + "_of_" + padded(size);
+}
+
+inline std::string tensor_parallel_text(int size) {
+  return nlohmann::json{{"format", format_name}, {"tensor_parallel_size", size}}.dump() + "\n";
+}
+
+// The tensor-parallel size DIR was saved at: what DIR/tensor_parallel.json says, 1 without one
+// (a checkpoint saved without tensor parallelism).
+inline int saved_tensor_parallel_size(const std::filesystem::path& dir) {
+  const auto path = dir / tensor_parallel_file;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return 1;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::io, "checkpoint: cannot open " + path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    const auto j = nlohmann::json::parse(text.str());
+    if (!j.is_object() || j.value("format", std::string()) != format_name)
+      fail(ErrorKind::io, "checkpoint: " + path.string() + " is not a zero checkpoint's");
+    const int size = detail::field<int>(j, "tensor_parallel_size", path.string());
+    require(size >= 1,
+            "checkpoint: " + path.string() + " names a tensor-parallel size of " +
+                std::to_string(size),
+            ErrorKind::io);
+    return size;
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::io, "checkpoint: " + path.string() + " is not valid JSON: " + e.what());
+  }
 }
 
 } // namespace zero::checkpoint

@@ -115,6 +115,7 @@ inline void describe_loaded(LoadedCheckpoint& info, const Manifest& m) {
   info.saved_world_size = m.world_size;
   info.saved_stage = m.stage;
   info.saved_partitioner = m.partitioner;
+  info.saved_tensor_parallel_size = m.tensor_parallel_size;
   if (m.user_state) info.user_state = read_small_file(info.path, *m.user_state);
 }
 

@@ -37,7 +37,8 @@ int saving_ranks(int shard_ranks) noexcept {
 // loss scaler's state, and the schedule's when `options` has one.
 template <class Plan, class States, class Opt, class Scaler>
 checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOptions& options,
-                                  int world_size, int shard_ranks, DType compute_dtype,
+                                  int world_size, int shard_ranks, int tensor_parallel_size,
+                                  int tensor_parallel_rank, DType compute_dtype,
                                   const ShardLayout& layout, States& states, const Opt& optimizer,
                                   const Scaler& scaler) {
   checkpoint::check_tag(tag);
@@ -46,6 +47,8 @@ checkpoint::Manifest describe_run(const std::string& tag, const CheckpointOption
   m.world_size = world_size;
   m.stage = Plan::stage;
   m.shard_ranks = shard_ranks;
+  m.tensor_parallel_size = tensor_parallel_size;
+  m.tensor_parallel_rank = tensor_parallel_rank;
   m.compute_dtype = to_string(compute_dtype);
   m.parameters = checkpoint::saved_parameters(layout.parameters());
   m.partitioner = std::string(states.optimizer_states().kept_layout().policy());
@@ -76,10 +79,11 @@ void begin_save(Saver& saver, Groups& groups, const std::filesystem::path& dir,
   states.apply_delayed_update();
   const int writers = saving_ranks<Plan>(groups.shard().size());
   auto* store = groups.world().rank() < writers ? &states.optimizer_states() : nullptr;
-  const auto manifest =
-      describe_run<Plan>(tag, options, groups.world().size(), groups.shard().size(),
-                         engine_options.compute_dtype, layout, states, optimizer, scaler);
-  saver.begin(groups.control_world(), dir, manifest, options, store, writers);
+  auto* const tensor = groups.control_tensor();
+  const auto manifest = describe_run<Plan>(
+      tag, options, groups.world().size(), groups.shard().size(), tensor ? tensor->size() : 1,
+      tensor ? tensor->rank() : 0, engine_options.compute_dtype, layout, states, optimizer, scaler);
+  saver.begin(groups.control_world(), tensor, dir, manifest, options, store, writers);
 }
 
 // Engine::reserve_checkpoint_snapshot: the host memory a background save copies this rank's states
@@ -92,21 +96,53 @@ void reserve_snapshot(Saver& saver, Groups& groups, States& states) {
       saver.reserve_snapshot(states.optimizer_states());
 }
 
+// Under tensor parallelism (`tensor`: this rank's tensor-parallel group, null otherwise), the
+// directory of this tensor rank's checkpoint in `path`, which must have been saved at the same
+// tensor-parallel size (the data-parallel size, stage and partitioner may differ).
+template <class Tensor>
+std::filesystem::path tensor_rank_checkpoint(const std::filesystem::path& path,
+                                             const Tensor* tensor) {
+  const int saved = checkpoint::saved_tensor_parallel_size(path);
+  const int size = tensor ? tensor->size() : 1;
+  if (saved != size)
+    fail(ErrorKind::mismatch,
+         "load_checkpoint: " + path.string() + " was saved " +
+             (saved > 1 ? "with tensor parallelism of " + std::to_string(saved) + " ranks"
+                        : std::string("without tensor parallelism (size 1)")) +
+             ", but this engine's tensor-parallel size is " + std::to_string(size) +
+             "; a checkpoint loads at the tensor-parallel size it was saved at (the data-parallel "
+             "size, stage and partitioner may differ)");
+  if (size == 1) return path;
+  return path / checkpoint::tensor_rank_directory(tensor->rank(), size);
+}
+
 // Loads DIR/TAG (or what DIR/latest names, or DIR itself) into `states`, `optimizer`, `scaler`
 // and `lr_scheduler` (when given): each rank reads only what it keeps now, then the stores share
-// the loaded parameters. Collective over `world`; an error on any rank throws on every rank, and
+// the loaded parameters. Collective over `world` (and `tensor`, this rank's tensor-parallel
+// group under tensor parallelism, null otherwise); an error on any rank throws on every rank, and
 // the scaler is replaced only once everything was read.
 template <class World, class States, class Opt, class Scaler>
-LoadedCheckpoint load_into(World& world, const std::filesystem::path& dir,
+LoadedCheckpoint load_into(World& world, World* tensor, const std::filesystem::path& dir,
                            const std::optional<std::string>& tag, LrScheduler* lr_scheduler,
                            const ShardLayout& layout, States& states, Opt& optimizer,
                            Scaler& scaler) {
   Scaler loaded_scaler = scaler;
   Stopwatch clock;
-  LoadedCheckpoint loaded = agreed(world, "loading the checkpoint", [&] {
+  const auto agree = [&](const char* what, auto&& build) {
+    if (tensor) return agreed_over_grid(world, *tensor, what, build);
+    return agreed(world, what, build);
+  };
+  LoadedCheckpoint loaded = agree("loading the checkpoint", [&] {
     LoadedCheckpoint info;
-    info.path = checkpoint::resolve(dir, tag);
+    const std::filesystem::path resolved = checkpoint::resolve(dir, tag);
+    info.path = tensor_rank_checkpoint(resolved, tensor);
     const checkpoint::Manifest m = checkpoint::read_manifest(info.path);
+    require(m.tensor_parallel_size == (tensor ? tensor->size() : 1) &&
+                m.tensor_parallel_rank == (tensor ? tensor->rank() : 0),
+            "load_checkpoint: " + info.path.string() + " holds tensor rank " +
+                std::to_string(m.tensor_parallel_rank) + " of " +
+                std::to_string(m.tensor_parallel_size) + ", not this rank's",
+            ErrorKind::mismatch);
     checkpoint::check_parameters(m, layout.parameters(), info.path);
     checkpoint::check_optimizer<Opt>(m, info.path);
     loaded_scaler.load_state(m.scaler);
@@ -129,6 +165,7 @@ LoadedCheckpoint load_into(World& world, const std::filesystem::path& dir,
     optimizer.set_step_count(m.optimizer_step);
     optimizer.set_lr(m.lr);
     if (lr_scheduler) lr_scheduler->set_last_batch_iteration(*m.lr_scheduler_last_batch_iteration);
+    info.path = resolved; // the checkpoint, not this tensor rank's part of it
     return info;
   });
   scaler = std::move(loaded_scaler);

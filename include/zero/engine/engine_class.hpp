@@ -196,6 +196,8 @@ class Engine {
   // holding a shard writes it (replicas do not); rank 0 writes the manifest once all are durable.
   // With options.async, this returns once the states are copied, and the save completes at the
   // next checkpoint call or wait_for_checkpoint(). Directories must be shared by all ranks.
+  // Under tensor parallelism each tensor rank's data-parallel group saves its slices as a
+  // checkpoint of its own in DIR/TAG/tensor_rank_01_of_02 (...), published together.
   void save_checkpoint(const std::filesystem::path& dir, const std::string& tag,
                        const CheckpointOptions& options = {});
 
@@ -212,7 +214,9 @@ class Engine {
   // at any world size, stage or partitioner: each rank reads only what it now keeps. Restores the
   // optimizer's step and learning rate and the loss scaler's state, and `lr_scheduler` when given.
   // Collective, between steps; an error on any rank throws on every rank, nothing half-loaded is
-  // used.
+  // used. Under tensor parallelism, only at the tensor-parallel size it was saved at (each tensor
+  // rank loads its own slices, at any data-parallel size and stage); a checkpoint of another
+  // tensor-parallel size, with or without tensor parallelism, is refused naming both sizes.
   LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir,
                                    const std::optional<std::string>& tag = std::nullopt,
                                    LrScheduler* lr_scheduler = nullptr);

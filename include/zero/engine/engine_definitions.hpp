@@ -212,7 +212,7 @@ void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::reserve_checkpoint_snapsho
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::wait_for_checkpoint() {
-  saver_->finish(groups_.control_world());
+  saver_->finish(groups_.control_world(), groups_.control_tensor());
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -223,8 +223,8 @@ LoadedCheckpoint Engine<Plan, Comm, Where, Opt, Scaler, Compute>::load_checkpoin
   wait_for_checkpoint();
   require_between_steps("load_checkpoint");
   return states_->visit([&](auto& s) {
-    return detail::load_into(groups_.control_world(), dir, tag, lr_scheduler, layout(), s,
-                             optimizer_, scaler_);
+    return detail::load_into(groups_.control_world(), groups_.control_tensor(), dir, tag,
+                             lr_scheduler, layout(), s, optimizer_, scaler_);
   });
 }
 
