@@ -9,11 +9,15 @@
 //   same across the tensor-parallel group, and stages 0-3 give bitwise the same weights;
 // - tensor ranks that registered different parameters are refused on every rank, naming the
 //   parameter and both tensor ranks, and TensorParallelGroups refuses a size that does not divide
-//   the world or that differs between ranks.
+//   the world or that differs between ranks;
+// - a checkpoint holds each tensor rank's slices in a sub-directory of its own and loads at the
+//   same tensor-parallel size at any stage and data-parallel size; one of another tensor-parallel
+//   size (with or without tensor parallelism) is refused naming both sizes.
 // The engines are zero::engines' prebuilt ones (this unit compiles none of their code).
 
 #include "comm_test.hpp"
 
+#include <zero/checkpoint/manifest.hpp>
 #include <zero/engine/model_layout.hpp>
 #include <zero/engines.hpp>
 #include <zero/shard/per_parameter.hpp>
@@ -26,7 +30,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,34 +147,51 @@ zero::AnyLossScaler scaler_for(const TrainingRun& run) {
   return zero::AnyLossScaler(zero::DynamicLossScaler(o));
 }
 
+// One step from the gradients of step `step`, forward and backward as a trainer runs them; with
+// `overflow`, one element of a split parameter is infinite.
 template <class Engine>
-Trained train(Engine& engine, const TrainingRun& run, int t) {
-  const int tensor_size = run.tensor_size;
+zero::StepResult train_step(Engine& engine, int t, int tensor_size, int step,
+                            bool overflow = false) {
+  for (std::size_t l = 0; l < layer_count; ++l) {
+    auto held = engine.acquire(l);
+  }
+  for (std::size_t l = layer_count; l-- > 0;) {
+    auto held = engine.acquire(l);
+    const auto values = my_layer(
+        l, t, tensor_size, [&](std::size_t p, std::size_t i) { return full_gradient(p, i, step); });
+    zero::View<float> grads = engine.template gradients<float>(l);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      grads[i] = values[i];
+    // A split parameter's element: h0.attn.qkv.weight is layer 1's second parameter.
+    if (overflow && l == 1) grads[full_model[2].numel] = std::numeric_limits<float>::infinity();
+    engine.grads_ready(l);
+  }
+  return engine.step();
+}
+
+template <class Engine>
+void set_weights(Engine& engine, int t, int tensor_size) {
   for (std::size_t l = 0; l < layer_count; ++l)
     engine.set_layer(l, my_layer(l, t, tensor_size, full_weight));
+}
+
+template <class Engine>
+std::vector<std::vector<float>> weights(Engine& engine) {
+  std::vector<std::vector<float>> layers;
+  for (std::size_t l = 0; l < layer_count; ++l)
+    layers.push_back(engine.get_layer(l));
+  return layers;
+}
+
+template <class Engine>
+Trained train(Engine& engine, const TrainingRun& run, int t) {
+  set_weights(engine, t, run.tensor_size);
   Trained trained;
   const bool last_rank = world().rank() + 1 == world().size();
-  for (int step = 0; step < run.steps; ++step) {
-    for (std::size_t l = 0; l < layer_count; ++l) {
-      auto held = engine.acquire(l);
-    }
-    for (std::size_t l = layer_count; l-- > 0;) {
-      auto held = engine.acquire(l);
-      const auto values = my_layer(l, t, tensor_size, [&](std::size_t p, std::size_t i) {
-        return full_gradient(p, i, step);
-      });
-      zero::View<float> grads = engine.template gradients<float>(l);
-      for (std::size_t i = 0; i < values.size(); ++i)
-        grads[i] = values[i];
-      // A split parameter's element: h0.attn.qkv.weight is layer 1's second parameter.
-      if (run.overflow_on_last_rank && last_rank && l == 1)
-        grads[full_model[2].numel] = std::numeric_limits<float>::infinity();
-      engine.grads_ready(l);
-    }
-    trained.steps.push_back(engine.step());
-  }
-  for (std::size_t l = 0; l < layer_count; ++l)
-    trained.layers.push_back(engine.get_layer(l));
+  for (int step = 0; step < run.steps; ++step)
+    trained.steps.push_back(
+        train_step(engine, t, run.tensor_size, step, run.overflow_on_last_rank && last_rank));
+  trained.layers = weights(engine);
   trained.loss_scale = engine.loss_scale();
   return trained;
 }
@@ -440,6 +463,163 @@ TEST(TensorParallelEngine, GroupsRefuseASizeThatDoesNotDivideTheWorld) {
         std::string::npos)
         << e.what();
   }
+}
+
+// --- checkpoints
+// ----------------------------------------------------------------------------------
+
+// A directory every rank of the world agrees on, removed by rank 0 at the end.
+struct SharedDirectory {
+  std::filesystem::path path;
+  SharedDirectory() {
+    std::vector<std::int64_t> n{std::int64_t(std::random_device{}() & 0x7fffffff)};
+    world().broadcast(n, 0).wait();
+    path = std::filesystem::temp_directory_path() /
+           ("zero-tensor-parallel-test-" + std::to_string(n[0]));
+    if (world().rank() == 0) std::filesystem::create_directories(path);
+    world().barrier();
+  }
+  ~SharedDirectory() {
+    world().barrier();
+    if (world().rank() == 0) std::filesystem::remove_all(path);
+  }
+};
+
+// f(engine, tensor rank) with a prebuilt engine of stage `stage` over tensor groups of `comm`.
+template <int S, class F>
+void with_engine(zero::MpiCommunicator& comm, int tensor_size, F&& f) {
+  Groups groups(comm, tensor_size);
+  zero::EngineOptions options;
+  options.reduce_bucket_elements = 7;
+  zero::PrebuiltEngine<S, zero::AdamW> engine(groups, my_specs(groups.tensor_rank(), tensor_size),
+                                              zero::AdamW({.lr = 0.01, .weight_decay = 0.1}),
+                                              zero::AnyLossScaler(zero::StaticLossScaler(1.0)),
+                                              options);
+  f(engine, groups.tensor_rank());
+}
+template <class F>
+void with_engine(int stage, zero::MpiCommunicator& comm, int tensor_size, F&& f) {
+  switch (stage) {
+  case 0:
+    return with_engine<0>(comm, tensor_size, f);
+  case 1:
+    return with_engine<1>(comm, tensor_size, f);
+  case 2:
+    return with_engine<2>(comm, tensor_size, f);
+  default:
+    return with_engine<3>(comm, tensor_size, f);
+  }
+}
+
+int checkpoint_tensor_size() {
+  return world().size() % 2 == 0 ? 2 : world().size();
+}
+
+template <class Engine>
+std::string load_refusal(Engine& engine, const std::filesystem::path& dir, const std::string& tag) {
+  try {
+    engine.load_checkpoint(dir, tag);
+  } catch (const zero::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the checkpoint " << tag << " was loaded";
+  return {};
+}
+
+TEST(TensorParallelEngine, CheckpointsHoldEachTensorRanksSlicesAndLoadAtOtherStagesAndDataSizes) {
+  const int tensor_size = checkpoint_tensor_size();
+  const SharedDirectory dir;
+  const std::vector<std::byte> user_state{std::byte{1}, std::byte{2}, std::byte{3}};
+  std::vector<std::vector<float>> saved, continued;
+  with_engine(1, world(), tensor_size, [&](auto& engine, int t) {
+    set_weights(engine, t, tensor_size);
+    for (int step = 0; step < 2; ++step)
+      train_step(engine, t, tensor_size, step);
+    engine.save_checkpoint(dir.path, "step2", {.user_state = user_state, .async = true});
+    saved = weights(engine);
+    train_step(engine, t, tensor_size, 2); // while the save is in flight
+    continued = weights(engine);
+    engine.wait_for_checkpoint();
+  });
+
+  // One checkpoint per tensor rank, each a checkpoint of its own.
+  const auto tag = dir.path / "step2";
+  EXPECT_EQ(zero::checkpoint::saved_tensor_parallel_size(tag), tensor_size);
+  for (int t = 0; t < tensor_size && tensor_size > 1; ++t) {
+    const auto part = tag / zero::checkpoint::tensor_rank_directory(t, tensor_size);
+    const zero::checkpoint::Manifest m = zero::checkpoint::read_manifest(part);
+    EXPECT_EQ(m.tensor_parallel_size, tensor_size);
+    EXPECT_EQ(m.tensor_parallel_rank, t);
+    EXPECT_EQ(m.world_size, world().size() / tensor_size);
+    EXPECT_EQ(m.parameters[3].numel,
+              slice(3, t, tensor_size).second - slice(3, t, tensor_size).first);
+  }
+  if (tensor_size == 3) {
+    EXPECT_TRUE(std::filesystem::is_directory(tag / "tensor_rank_02_of_03"));
+  }
+
+  // The same tensor-parallel size at the other stages: the weights bit for bit, and the next step
+  // (the moments and the step count restored) too.
+  for (int stage : {0, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    with_engine(stage, world(), tensor_size, [&](auto& engine, int t) {
+      const zero::LoadedCheckpoint loaded = engine.load_checkpoint(dir.path);
+      EXPECT_EQ(loaded.path, tag);
+      EXPECT_EQ(loaded.saved_tensor_parallel_size, tensor_size);
+      EXPECT_EQ(loaded.user_state, user_state);
+      EXPECT_EQ(weights(engine), saved);
+      train_step(engine, t, tensor_size, 2);
+      EXPECT_EQ(weights(engine), continued);
+    });
+  }
+
+  // Another data-parallel size: at 4 ranks, each half of the world is one replica of 2 tensor
+  // ranks (tensor rank rank % 2, as in the run that saved).
+  if (world().size() == 4) {
+    zero::MpiCommunicator half = world().split(world().rank() / 2, world().rank());
+    with_engine(3, half, 2, [&](auto& engine, int) {
+      engine.load_checkpoint(dir.path, "step2");
+      EXPECT_EQ(weights(engine), saved);
+    });
+  }
+}
+
+TEST(TensorParallelEngine, CheckpointsOfAnotherTensorParallelSizeAreRefused) {
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
+  const int tensor_size = checkpoint_tensor_size();
+  const std::string size = std::to_string(tensor_size);
+  const SharedDirectory dir;
+  with_engine(2, world(), tensor_size, [&](auto& engine, int t) {
+    set_weights(engine, t, tensor_size);
+    engine.save_checkpoint(dir.path, "sliced");
+  });
+  {
+    zero::PrebuiltEngine<2, zero::AdamW> plain(world(), my_specs(0, 1), zero::AdamW({.lr = 0.01}),
+                                               zero::AnyLossScaler(zero::StaticLossScaler(1.0)));
+    set_weights(plain, 0, 1);
+    const std::string message = load_refusal(plain, dir.path, "sliced");
+    EXPECT_NE(message.find("was saved with tensor parallelism of " + size +
+                           " ranks, but this engine's tensor-parallel size is 1"),
+              std::string::npos)
+        << message;
+    plain.save_checkpoint(dir.path, "whole");
+  }
+  with_engine(2, world(), tensor_size, [&](auto& engine, int) {
+    const std::string message = load_refusal(engine, dir.path, "whole");
+    EXPECT_NE(message.find("was saved without tensor parallelism (size 1), but this engine's "
+                           "tensor-parallel size is " +
+                           size),
+              std::string::npos)
+        << message;
+  });
+  if (world().size() == 4)
+    with_engine(2, world(), 4, [&](auto& engine, int) {
+      const std::string message = load_refusal(engine, dir.path, "sliced");
+      EXPECT_NE(message.find("was saved with tensor parallelism of 2 ranks, but this engine's "
+                             "tensor-parallel size is 4"),
+                std::string::npos)
+          << message;
+    });
 }
 
 } // namespace tensor_parallel_engine_test
