@@ -46,9 +46,7 @@ struct Config {
   std::size_t local_heads() const { return heads / tensor_parallel; }
   std::size_t local_embd() const { return embd / tensor_parallel; }
   std::size_t local_hidden() const { return 4 * embd / tensor_parallel; }
-  std::size_t padded_vocab() const {
-    return zero::padded_to_multiple(vocab, int(tensor_parallel));
-  }
+  std::size_t padded_vocab() const { return zero::padded_to_multiple(vocab, int(tensor_parallel)); }
   std::size_t local_vocab() const { return padded_vocab() / tensor_parallel; }
 };
 

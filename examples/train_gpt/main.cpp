@@ -103,17 +103,18 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   }
   const int threads = share_cores(world);
   const int tp = int(f.model.tensor_parallel);
-  zero::require(ranks % tp == 0, std::to_string(ranks) + " ranks do not split into groups of --tp " +
+  zero::require(ranks % tp == 0, std::to_string(ranks) +
+                                     " ranks do not split into groups of --tp " +
                                      std::to_string(tp) + " (the rank count must be a multiple)");
   const int replicas = ranks / tp;
   const int micro_steps =
       f.ds && f.ds->gradient_accumulation_steps ? int(*f.ds->gradient_accumulation_steps) : 1;
   const std::size_t share = std::size_t(micro_steps) * std::size_t(replicas);
-  zero::require(f.batch % share == 0,
-                "--batch " + std::to_string(f.batch) + " does not split into " +
-                    std::to_string(micro_steps) + " micro-steps x " + std::to_string(replicas) +
-                    (tp > 1 ? " data-parallel replicas" : " ranks") + " (" +
-                    std::to_string(share) + " equal parts)");
+  zero::require(f.batch % share == 0, "--batch " + std::to_string(f.batch) +
+                                          " does not split into " + std::to_string(micro_steps) +
+                                          " micro-steps x " + std::to_string(replicas) +
+                                          (tp > 1 ? " data-parallel replicas" : " ranks") + " (" +
+                                          std::to_string(share) + " equal parts)");
   const std::string data_path = f.data.empty() ? std::string(ZERO_TRAIN_GPT_DEFAULT_DATA) : f.data;
   const train_gpt::Tokens data = train_gpt::Tokens::from_file(data_path, f.model.seq);
   const zero::ActivationCheckpointing checkpointing = train_gpt::checkpointing(f);
@@ -126,9 +127,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                           std::to_string(replicas) + ")")
                              .c_str()
                        : "",
-                f.model.layers, f.model.heads,
-                f.model.embd, f.model.seq, zero::to_string(f.dtype), f.optimizer.c_str(), f.batch,
-                micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
+                f.model.layers, f.model.heads, f.model.embd, f.model.seq, zero::to_string(f.dtype),
+                f.optimizer.c_str(), f.batch, micro_steps, micro_steps > 1 ? "s" : "",
+                data.bytes.size(),
                 checkpointing.number_checkpoints == 0
                     ? "off"
                     : (std::to_string(checkpointing.number_checkpoints) + " kept inputs of " +
@@ -182,8 +183,8 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                     h.data_elements_per_step, mb(h.data_bytes_per_step));
         if (tp > 1) {
           const std::size_t rows = f.batch / share * f.model.seq;
-          const TensorTraffic expected = tensor_traffic_formula(
-              f, rows, std::size_t(micro_steps), h.activations.recomputed_layers);
+          const TensorTraffic expected = tensor_traffic_formula(f, rows, std::size_t(micro_steps),
+                                                                h.activations.recomputed_layers);
           std::printf("tensor-parallel all-reduces per step: %.0f calls, %.0f elements, %.3f MB "
                       "(from the model's shapes: %.0f calls, %.0f elements)\n",
                       h.tensor_calls_per_step, h.tensor_elements_per_step,

@@ -13,10 +13,10 @@
 #include "settings.hpp"
 #include "weights.hpp"
 
+#include <zero/comm/counting_communicator.hpp>
 #include <zero/comm/mpi_communicator.hpp>
 #include <zero/core/convert.hpp>
 #include <zero/engines.hpp> // the engine: its code is zero::engines' where that is linked
-#include <zero/comm/counting_communicator.hpp>
 #include <zero/residual/checkpointed_layers.hpp>
 #include <zero/tensor_parallel/groups.hpp>
 #if ZERO_TRAIN_GPT_NVME
@@ -248,8 +248,7 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
           const zero::LayerParameters embeddings = engine.acquire(0); // the tied head
           loss += gpt::head_forward_backward(
               model, tensor, final_norm_weights.of(final_layer), embedding_weights.of(embeddings),
-              y.data(),
-              targets.data(), dy.data(), final_grad.data(), embedding_grad.data(), batch,
+              y.data(), targets.data(), dy.data(), final_grad.data(), embedding_grad.data(), batch,
               double(rows), static_cast<float>(engine.loss_scale()));
         }
         hand_over<T>(engine, last, final_grad.data());
@@ -289,7 +288,8 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
       h.data_elements_per_step = double(data_traffic.volume_elements()) / counted;
       h.data_bytes_per_step = double(data_traffic.total_bytes()) / counted;
     }
-    if (model.tensor_parallel > 1) h.replicated_identical = replicated_identical(ranks, model, engine);
+    if (model.tensor_parallel > 1)
+      h.replicated_identical = replicated_identical(ranks, model, engine);
     if (!f.save_npy.empty()) h.final_weights = whole_weights(ranks, model, engine);
     return h;
   });

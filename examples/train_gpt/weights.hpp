@@ -1,9 +1,9 @@
 #pragma once
 // Initial and final weights. From .npy files named as nanoGPT names its state_dict (what
-// reference.py writes), or drawn as nanoGPT draws them: weights and embeddings N(0, 0.02), biases 0,
-// LayerNorm weights 1. Weights are drawn and read whole, so that a run starts from the same model
-// at any tensor-parallel size; each rank then keeps its slices (one float array per engine layer),
-// and the final slices are joined back into whole tensors for --save-npy.
+// reference.py writes), or drawn as nanoGPT draws them: weights and embeddings N(0, 0.02), biases
+// 0, LayerNorm weights 1. Weights are drawn and read whole, so that a run starts from the same
+// model at any tensor-parallel size; each rank then keeps its slices (one float array per engine
+// layer), and the final slices are joined back into whole tensors for --save-npy.
 
 #include "../common/finite_values.hpp"
 #include "../train_mlp/npy.hpp"

@@ -28,6 +28,7 @@
 #include <concepts>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace zero {
@@ -92,7 +93,8 @@ class ColumnParallelLinear {
     detail::column_sums(dy, db, rows, out_);
     product_(true, false, out_, in_, rows, 1.0f, dy, out_, x, in_, 0.0f, dw, in_);
     product_(false, false, rows, in_, out_, 1.0f, dy, out_, w, in_, 0.0f, dx, in_);
-    EnterTensorParallel::backward(*tensor_, View<float, typename Comm::memory_space>(dx, rows * in_));
+    EnterTensorParallel::backward(*tensor_,
+                                  View<float, typename Comm::memory_space>(dx, rows * in_));
   }
 
  private:
@@ -124,7 +126,8 @@ class RowParallelLinear {
       return;
     }
     product_(false, true, rows, out_, in_, 1.0f, x, in_, w, in_, 0.0f, y, out_);
-    LeaveTensorParallel::forward(*tensor_, View<float, typename Comm::memory_space>(y, rows * out_));
+    LeaveTensorParallel::forward(*tensor_,
+                                 View<float, typename Comm::memory_space>(y, rows * out_));
     detail::add_to_rows(y, b, rows, out_);
   }
 

@@ -111,9 +111,8 @@ inline std::vector<float> join_rows(std::span<const std::vector<float>> slices,
   return out;
 }
 
-inline std::vector<float> join_columns(std::span<const std::vector<float>> slices,
-                                       std::size_t rows, std::size_t slice_cols,
-                                       std::string_view what) {
+inline std::vector<float> join_columns(std::span<const std::vector<float>> slices, std::size_t rows,
+                                       std::size_t slice_cols, std::string_view what) {
   for (const std::vector<float>& s : slices)
     detail::require_whole(s, rows, slice_cols, what);
   std::vector<float> out;

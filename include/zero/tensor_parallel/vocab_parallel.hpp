@@ -140,9 +140,8 @@ void vocab_parallel_cross_entropy(Comm& tensor, const VocabularySlice& slice, co
   using Memory = typename Comm::memory_space;
   for (std::size_t r = 0; r < rows; ++r)
     require(!detail::is_negative(targets[r]) && std::size_t(targets[r]) < slice.vocab,
-            "vocabulary-parallel cross-entropy: target " + std::to_string(targets[r]) +
-                " at row " + std::to_string(r) + " is outside the vocabulary of " +
-                std::to_string(slice.vocab));
+            "vocabulary-parallel cross-entropy: target " + std::to_string(targets[r]) + " at row " +
+                std::to_string(r) + " is outside the vocabulary of " + std::to_string(slice.vocab));
   const std::size_t columns = slice.rows, real = slice.real_rows();
   std::vector<float> top(rows), target_logit(rows, 0.0f);
   std::vector<double> sum(rows, 0.0);
