@@ -107,6 +107,13 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
       ->type_name("DIR");
   app.add_option("--save-npy", f.save_npy, "write the final weights the same way")
       ->type_name("DIR");
+  app.add_option("--save-checkpoint", f.save_checkpoint,
+                 "save a checkpoint into DIR (tag stepN) at the end")
+      ->type_name("DIR");
+  app.add_option("--load-checkpoint", f.load_checkpoint,
+                 "resume from DIR's latest checkpoint (any ranks and stage, the\n"
+                 "same --tp), and train up to --steps in all")
+      ->type_name("DIR");
   app.add_option("--config", f.config, "DeepSpeed ds_config.json")->type_name("FILE");
   app.add_flag("--deterministic", deterministic, "bitwise reproducible across stages")
       ->disable_flag_override();

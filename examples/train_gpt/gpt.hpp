@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -161,6 +162,24 @@ inline std::vector<TensorSpec> tensor_specs(const Config& config) {
   return all;
 }
 
+// How the slices of a tensor cut as `t.cut` join into the whole one (none for a whole tensor):
+// what checkpoints record for consolidation.
+inline std::optional<zero::TensorParallelSplit> split_of(const TensorSpec& t) {
+  switch (t.cut) {
+  case Cut::whole:
+    return std::nullopt;
+  case Cut::rows:
+    return zero::TensorParallelSplit{.dimension = 0};
+  case Cut::qkv_rows:
+    return zero::TensorParallelSplit{.dimension = 0, .blocks = 3};
+  case Cut::columns:
+    return zero::TensorParallelSplit{.dimension = 1};
+  case Cut::vocabulary:
+    return zero::TensorParallelSplit{.dimension = 0, .whole_extent = t.rows};
+  }
+  return std::nullopt;
+}
+
 // Every parameter as the engine registers it: this rank's slice of each tensor (the whole tensor
 // without tensor parallelism), named as the whole one; the replicated ones marked, so that the
 // engine counts them once in the gradient norm.
@@ -170,7 +189,10 @@ inline std::vector<zero::ParameterSpec> specs(const Config& config) {
     const auto [rows, cols] = local_shape(config, t.cut, t.rows, t.cols ? t.cols : 1);
     std::vector<std::size_t> shape = t.cols ? std::vector{rows, cols} : std::vector{rows};
     zero::ParameterSpec p{t.name, rows * cols, zero::DType::float32, t.layer, std::move(shape)};
-    p.replicated_over_tensor_parallel = config.tensor_parallel > 1 && t.cut == Cut::whole;
+    if (config.tensor_parallel > 1) {
+      p.replicated_over_tensor_parallel = t.cut == Cut::whole;
+      p.tensor_parallel_split = split_of(t);
+    }
     all.push_back(std::move(p));
   }
   return all;

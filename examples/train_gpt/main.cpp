@@ -68,6 +68,7 @@ double mb(double bytes) {
 void write_json(const std::string& path, const train_gpt::Flags& f, const train_gpt::History& h,
                 double tokens_per_second) {
   nlohmann::json j;
+  j["first_step"] = h.first_step;
   j["loss"] = h.loss;
   j["step_seconds"] = h.step_seconds;
   j["loss_scale"] = h.loss_scale;
@@ -149,13 +150,15 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
           ? double(f.batch * f.model.seq) * double(h.step_seconds.size() - 1) / seconds
           : 0.0;
   if (rank == 0) {
-    for (int s = 0; s < f.steps; ++s)
-      if (s % every == 0 || s + 1 == f.steps || !h.applied[std::size_t(s)])
-        std::printf("step %4d  loss %.6f%s%s\n", s, h.loss[std::size_t(s)],
+    for (int s = h.first_step; s < f.steps; ++s) {
+      const std::size_t i = std::size_t(s - h.first_step); // after a resume, from its step
+      if (s % every == 0 || s + 1 == f.steps || !h.applied[i])
+        std::printf("step %4d  loss %.6f%s%s\n", s, h.loss[i],
                     f.dtype == zero::DType::float16
-                        ? ("  scale " + std::to_string(int(h.loss_scale[std::size_t(s)]))).c_str()
+                        ? ("  scale " + std::to_string(int(h.loss_scale[i]))).c_str()
                         : "",
-                    h.applied[std::size_t(s)] ? "" : "  (skipped: overflow)");
+                    h.applied[i] ? "" : "  (skipped: overflow)");
+    }
     if (!h.loss.empty()) {
       std::printf("\n%.0f tokens/s after the first step (%.1f ms per step)\n", tokens_per_second,
                   seconds / double(std::max<std::size_t>(1, h.step_seconds.size() - 1)) * 1e3);
@@ -177,7 +180,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       if (f.stage == 3)
         std::printf("stage 3 gathers after the first step: %zu prefetched, %zu on demand\n",
                     h.gathers_prefetched, h.gathers_on_demand);
-      if (f.steps > 1) {
+      if (h.loss.size() > 1) {
         std::printf("data-parallel collectives per step: %.0f elements (the ZeRO paper's "
                     "accounting), %.3f MB\n",
                     h.data_elements_per_step, mb(h.data_bytes_per_step));

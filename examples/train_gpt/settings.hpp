@@ -25,6 +25,7 @@ struct Flags {
   std::optional<std::size_t> checkpoints; // --checkpoint-activations
   bool contiguous_memory = false, deterministic = false;
   std::string data, init_npy, save_npy, config, json, kept_inputs_nvme;
+  std::string save_checkpoint, load_checkpoint;
   std::optional<zero::config::Config> ds;
   unsigned seed = 1;
   int print_every = 0;

@@ -24,9 +24,13 @@
 #endif
 
 #include <bit>
+#include <charconv>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -45,7 +49,8 @@ struct Ranks {
 };
 
 struct History {
-  std::vector<double> loss;         // mean over the global batch's tokens
+  int first_step = 0;               // after --load-checkpoint, the steps it had done
+  std::vector<double> loss;         // mean over the global batch's tokens, from first_step on
   std::vector<double> step_seconds; // rank 0
   std::vector<bool> applied;
   std::vector<double> loss_scale;
@@ -202,6 +207,41 @@ bool replicated_identical(Ranks& ranks, const gpt::Config& model, Engine& engine
   return everywhere == 1;
 }
 
+// Checkpoints of train_gpt carry the number of steps done as their user state; under tensor
+// parallelism each tensor rank's slices go to a directory of their own under the tag.
+template <class Engine>
+void save(Engine& engine, const Flags& f, int steps_done) {
+  const std::string done = "train_gpt steps " + std::to_string(steps_done);
+  zero::CheckpointOptions options;
+  options.user_state.assign(reinterpret_cast<const std::byte*>(done.data()),
+                            reinterpret_cast<const std::byte*>(done.data() + done.size()));
+  engine.save_checkpoint(f.save_checkpoint, "step" + std::to_string(steps_done), options);
+}
+
+// Loads --load-checkpoint (at any rank count and stage; the tensor-parallel size must be the
+// same, or the engine refuses naming both); returns the number of steps it had done.
+template <class Engine>
+int resume(Engine& engine, const Flags& f, int rank) {
+  const zero::LoadedCheckpoint c = engine.load_checkpoint(f.load_checkpoint);
+  const std::string text(reinterpret_cast<const char*>(c.user_state.data()), c.user_state.size());
+  const std::string prefix = "train_gpt steps ";
+  int done = -1;
+  const char* const end = text.data() + text.size();
+  const bool ours = text.starts_with(prefix) &&
+                    std::from_chars(text.data() + prefix.size(), end, done).ptr == end && done >= 0;
+  zero::require(ours, "--load-checkpoint: " + c.path.string() + " was not saved by train_gpt",
+                zero::ErrorKind::mismatch);
+  zero::require(done <= f.steps, "--load-checkpoint: " + c.path.string() + " has done " +
+                                     std::to_string(done) + " steps, more than --steps " +
+                                     std::to_string(f.steps));
+  if (rank == 0)
+    std::printf("resumed from %s: %d step(s) done, saved by %d data-parallel rank(s) at stage %d, "
+                "tensor parallel %d\n\n",
+                c.path.c_str(), done, c.saved_world_size, c.saved_stage,
+                c.saved_tensor_parallel_size);
+  return done;
+}
+
 template <class Engine>
 History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) {
   return engine.visit_compute_type([&](auto tag) {
@@ -228,8 +268,9 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     FloatWeights<T> embedding_weights, final_norm_weights;
     History h;
     zero::CommStats data_traffic;
-    for (int step = 0; step < f.steps; ++step) {
-      if (step == 1) tensor.reset_stats(); // the first step is not counted
+    if (!f.load_checkpoint.empty()) h.first_step = resume(engine, f, ranks.world.rank());
+    for (int step = h.first_step; step < f.steps; ++step) {
+      if (step == h.first_step + 1) tensor.reset_stats(); // the first step is not counted
       const auto start = std::chrono::steady_clock::now();
       double loss = 0;
       for (std::size_t micro = 0; micro < micro_steps; ++micro) {
@@ -262,12 +303,12 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
       }
       const zero::StepResult r = engine.step();
       h.loss.push_back(mean_over_ranks(replicas, loss / double(micro_steps)));
-      if (step > 0) data_traffic += r.communication;
+      if (step > h.first_step) data_traffic += r.communication;
       h.step_seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       h.applied.push_back(r.applied);
       h.loss_scale.push_back(r.loss_scale);
-      if (step > 0) {
+      if (step > h.first_step) {
         h.gathers_on_demand += r.gathers.on_demand;
         h.gathers_prefetched += r.gathers.prefetched;
       }
@@ -279,8 +320,9 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     if (kept_inputs) h.nvme_bytes_written = kept_inputs->bytes_written();
     h.block_bytes = (blocks.activation_elements() + blocks.saved_elements(0)) * sizeof(float);
     h.memory = engine.memory();
-    if (f.steps > 1) {
-      const double counted = double(f.steps - 1);
+    if (!f.save_checkpoint.empty()) save(engine, f, f.steps);
+    if (f.steps - h.first_step > 1) {
+      const double counted = double(f.steps - h.first_step - 1);
       const zero::CommStats& t = tensor.stats();
       h.tensor_calls_per_step = double(t.total_calls()) / counted;
       h.tensor_elements_per_step = double(t[zero::Collective::all_reduce].elements) / counted;

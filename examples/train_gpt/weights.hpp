@@ -52,26 +52,15 @@ inline std::vector<float> slice_of(const gpt::Config& model, const gpt::TensorSp
   return {};
 }
 
-// The whole tensor from every rank's slice, in rank order (the vocabulary's padding dropped).
+// The whole tensor from every rank's slice, in rank order (the heads re-interleaved, the
+// vocabulary's padding dropped), as a checkpoint's consolidation joins them.
 inline std::vector<float> join_slices(const gpt::Config& model, const gpt::TensorSpec& t,
                                       std::span<const std::vector<float>> slices) {
-  const std::size_t cols = detail::columns(t), parts = model.tensor_parallel;
-  switch (t.cut) {
-  case gpt::Cut::whole:
-    return slices[0];
-  case gpt::Cut::rows:
-    return zero::join_rows(slices, t.rows / parts, cols, t.name);
-  case gpt::Cut::columns:
-    return zero::join_columns(slices, t.rows, cols / parts, t.name);
-  case gpt::Cut::qkv_rows:
-    return zero::join_fused_rows(slices, 3, t.rows / 3 / parts, cols, t.name);
-  case gpt::Cut::vocabulary: {
-    std::vector<float> whole = zero::join_rows(slices, model.local_vocab(), cols, t.name);
-    whole.resize(t.rows * cols);
-    return whole;
-  }
-  }
-  return {};
+  const auto split = gpt::split_of(t);
+  if (!split) return slices[0];
+  const auto [rows, cols] = gpt::local_shape(model, t.cut, t.rows, detail::columns(t));
+  return zero::join_split(slices, t.cols ? std::vector{rows, cols} : std::vector{rows}, *split,
+                          t.name);
 }
 
 // This rank's engine layers from the whole tensors.

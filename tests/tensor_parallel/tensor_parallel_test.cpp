@@ -733,3 +733,52 @@ TEST(TensorParallelGroups, SplitAStagedCommunicatorAgreeingOverTheHostOne) {
     expect_refused([&] { zero::TensorParallelGroups<Staged> groups(staged, size + 1, world()); },
                    "do not split into groups of");
 }
+
+// join_split, what a checkpoint's consolidation joins slices by, inverts each way of cutting:
+// rows, columns, whole heads of a fused projection, and a padded vocabulary (its padding dropped).
+TEST(Slices, JoinSplitInvertsEveryCut) {
+  const std::size_t rows = 18, cols = 6;
+  std::vector<float> whole(rows * cols);
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    whole[i] = float(i);
+  for (int size : {1, 2, 3}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    const auto cut = [&](auto slice_one) {
+      std::vector<std::vector<float>> slices;
+      for (int r = 0; r < size; ++r)
+        slices.push_back(slice_one(TensorSlice{r, size}));
+      return slices;
+    };
+    const auto by_rows =
+        cut([&](TensorSlice s) { return zero::slice_rows(whole, rows, cols, s, "w"); });
+    EXPECT_EQ(zero::join_split(by_rows, {rows / std::size_t(size), cols}, {.dimension = 0}, "w"),
+              whole);
+    const auto by_columns =
+        cut([&](TensorSlice s) { return zero::slice_columns(whole, rows, cols, s, "w"); });
+    EXPECT_EQ(zero::join_split(by_columns, {rows, cols / std::size_t(size)}, {.dimension = 1}, "w"),
+              whole);
+    const auto by_heads = cut(
+        [&](TensorSlice s) { return zero::slice_fused_rows(whole, 3, rows / 3, cols, s, "w"); });
+    EXPECT_EQ(zero::join_split(by_heads, {rows / std::size_t(size), cols},
+                               {.dimension = 0, .blocks = 3}, "w"),
+              whole);
+    // A vocabulary of 10 rows padded to a multiple of the group size.
+    const std::size_t vocab = 10, padded = zero::padded_to_multiple(vocab, size);
+    std::vector<float> table(whole.begin(), whole.begin() + std::ptrdiff_t(vocab * cols));
+    std::vector<float> padded_table = table;
+    padded_table.resize(padded * cols, -1.0f);
+    const auto by_vocabulary =
+        cut([&](TensorSlice s) { return zero::slice_rows(padded_table, padded, cols, s, "wte"); });
+    EXPECT_EQ(zero::join_split(by_vocabulary, {padded / std::size_t(size), cols},
+                               {.dimension = 0, .whole_extent = vocab}, "wte"),
+              table);
+    EXPECT_EQ(zero::whole_shape({padded / std::size_t(size), cols}, 0,
+                                {.dimension = 0, .whole_extent = vocab}, size, "wte"),
+              (std::vector<std::size_t>{vocab, cols}));
+  }
+  expect_refused(
+      [&] {
+        (void)zero::whole_shape({4, 6}, 24, {.dimension = 2}, 2, "w");
+      },
+      "w: a slice of shape");
+}

@@ -9,8 +9,10 @@
 //       small whatever the model's size. Each file is written under NAME.partial and renamed once
 //       whole: a full disk leaves no partial file, and the error names the path and the reason.
 //
-// DIR is a checkpoint directory (its `latest` is used unless --tag) or one checkpoint. Exit
-// status: 0, 1 for a bad or corrupt checkpoint (the message names the file), 2 for bad usage.
+// DIR is a checkpoint directory (its `latest` is used unless --tag) or one checkpoint. A
+// checkpoint of a tensor-parallel run (one sub-directory per tensor rank) is consolidated into
+// whole tensors: the slices joined as their manifests say, the replicated parameters taken once.
+// Exit status: 0, 1 for a bad or corrupt checkpoint (the message names the file), 2 for bad usage.
 
 #include "arguments.hpp"
 
@@ -21,11 +23,13 @@
 #include <zero/checkpoint/safetensors.hpp>
 #include <zero/checkpoint/state_file.hpp>
 #include <zero/core/directory_handle.hpp>
+#include <zero/tensor_parallel/slices.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -116,6 +120,92 @@ void stream(ck::StateReader& reader, const ck::Manifest& m, const Output& o,
   }
 }
 
+// What a consolidation reads: one checkpoint, streamed tensor by tensor in bounded pieces, or the
+// checkpoints of the ranks of a tensor-parallel group, whose slices of each tensor are read whole
+// and joined (ParameterSpec::tensor_parallel_split, recorded in the manifests): memory then holds
+// one whole tensor and its slices at a time.
+class Source {
+ public:
+  explicit Source(const fs::path& dir) : size_(ck::saved_tensor_parallel_size(dir)) {
+    manifests_.reserve(std::size_t(size_)); // each reader keeps a reference to its manifest
+    for (int r = 0; r < size_; ++r) {
+      const fs::path part = size_ > 1 ? dir / ck::tensor_rank_directory(r, size_) : dir;
+      manifests_.push_back(ck::read_manifest(part));
+      readers_.push_back(std::make_unique<ck::StateReader>(part, manifests_.back()));
+    }
+    if (size_ > 1) check_slices(dir);
+  }
+
+  // Rank 0's manifest: the names, the optimizer, the step.
+  const ck::Manifest& manifest() const { return manifests_[0]; }
+
+  std::vector<std::size_t> shape(const Output& o) const {
+    const ck::SavedParameter& p = manifests_[0].parameters[o.parameter];
+    if (size_ == 1 || !p.tensor_parallel_split) return shape_of(p);
+    return zero::whole_shape(p.shape, p.numel, *p.tensor_parallel_split, size_, p.name);
+  }
+  std::size_t numel(const Output& o) const {
+    std::size_t n = 1;
+    for (std::size_t d : shape(o))
+      n *= d;
+    return n;
+  }
+
+  // The tensor's floats, written at `offset` of `file`.
+  void write(const Output& o, const ck::FileHandle& file, std::size_t offset) {
+    const ck::SavedParameter& p = manifests_[0].parameters[o.parameter];
+    if (size_ == 1 || !p.tensor_parallel_split) {
+      stream(*readers_[0], manifests_[0], o, file, offset); // whole, or replicated: rank 0's
+      return;
+    }
+    std::vector<std::vector<float>> slices;
+    for (int r = 0; r < size_; ++r) {
+      slices.emplace_back(p.numel);
+      readers_[std::size_t(r)]->read_parameter(o.tensor, o.parameter, {0, p.numel},
+                                               slices.back().data());
+    }
+    const std::vector<float> whole =
+        zero::join_split(slices, p.shape, *p.tensor_parallel_split, p.name);
+    file.write_all(whole.data(), whole.size() * sizeof(float), offset);
+  }
+
+ private:
+  // Every tensor rank's checkpoint holds the same parameters, each either replicated or a slice
+  // whose joining is recorded: a slice without it cannot be consolidated (its rank 0's part alone
+  // would pass for the whole tensor).
+  void check_slices(const fs::path& dir) const {
+    const ck::Manifest& first = manifests_[0];
+    for (int r = 1; r < size_; ++r) {
+      const ck::Manifest& m = manifests_[std::size_t(r)];
+      zero::require(m.parameters.size() == first.parameters.size() &&
+                        m.optimizer_states == first.optimizer_states,
+                    "consolidate: " + dir.string() + ": tensor ranks 0 and " + std::to_string(r) +
+                        " saved different parameters or optimizer states",
+                    zero::ErrorKind::io);
+      for (std::size_t i = 0; i < m.parameters.size(); ++i)
+        zero::require(m.parameters[i].name == first.parameters[i].name &&
+                          m.parameters[i].numel == first.parameters[i].numel &&
+                          m.parameters[i].tensor_parallel_split ==
+                              first.parameters[i].tensor_parallel_split,
+                      "consolidate: " + dir.string() + ": parameter #" + std::to_string(i) +
+                          " differs between tensor ranks 0 and " + std::to_string(r) + " ('" +
+                          first.parameters[i].name + "', '" + m.parameters[i].name + "')",
+                      zero::ErrorKind::io);
+    }
+    for (const ck::SavedParameter& p : first.parameters)
+      zero::require(p.replicated_over_tensor_parallel || p.tensor_parallel_split,
+                    "consolidate: " + dir.string() + " was saved by " + std::to_string(size_) +
+                        " tensor ranks, and its parameter '" + p.name +
+                        "' is neither replicated nor a slice whose joining was recorded "
+                        "(ParameterSpec::tensor_parallel_split): its whole tensor is unknown",
+                    zero::ErrorKind::invalid_argument);
+  }
+
+  int size_;
+  std::vector<ck::Manifest> manifests_;
+  std::vector<std::unique_ptr<ck::StateReader>> readers_;
+};
+
 std::string shape_text(const std::vector<std::size_t>& shape, const char* open, const char* close) {
   std::string s = open;
   for (std::size_t i = 0; i < shape.size(); ++i)
@@ -176,14 +266,15 @@ void require_plain_file_names(const std::vector<Output>& list, const fs::path& t
   }
 }
 
-void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
+void to_safetensors(Source& source, const Arguments& a) {
+  const ck::Manifest& m = source.manifest();
   const auto list = outputs(m, a.moments);
   require_unique_names(list);
   std::vector<zero::SafetensorsEntry> entries;
   std::size_t data = 0;
   for (const Output& o : list) {
-    entries.push_back({o.name, shape_of(m.parameters[o.parameter])});
-    data += m.parameters[o.parameter].numel * sizeof(float);
+    entries.push_back({o.name, source.shape(o)});
+    data += source.numel(o) * sizeof(float);
   }
   const std::string preamble =
       zero::safetensors_preamble(entries,
@@ -195,22 +286,23 @@ void to_safetensors(ck::StateReader& reader, const ck::Manifest& m, const Argume
     file.write_all(preamble.data(), preamble.size(), 0);
     std::size_t offset = preamble.size();
     for (const Output& o : list) {
-      stream(reader, m, o, file, offset);
-      offset += m.parameters[o.parameter].numel * sizeof(float);
+      source.write(o, file, offset);
+      offset += source.numel(o) * sizeof(float);
     }
   });
   std::printf("wrote %s: %zu tensors, %s\n", a.to.c_str(), list.size(),
               gigabytes(double(data)).c_str());
 }
 
-void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Arguments& a) {
+void to_npy_directory(Source& source, const Arguments& a) {
+  const ck::Manifest& m = source.manifest();
   const auto list = outputs(m, a.moments);
   require_unique_names(list);
   require_plain_file_names(list, a.to);
   const zero::DirectoryHandle out = zero::DirectoryHandle::open_named(a.to, "--to", 0755);
   std::size_t total = 0;
   for (const Output& o : list) {
-    const auto shape = shape_of(m.parameters[o.parameter]);
+    const auto shape = source.shape(o);
     std::string header =
         "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape, "(", ")") + ", }";
     // Magic, version 1.0, a 2-byte header length; the whole preamble a multiple of 64 bytes.
@@ -224,22 +316,20 @@ void to_npy_directory(ck::StateReader& reader, const ck::Manifest& m, const Argu
     start += header;
     write_whole(out, o.name + ".npy", [&](const ck::FileHandle& file) {
       file.write_all(start.data(), start.size(), 0);
-      stream(reader, m, o, file, start.size());
+      source.write(o, file, start.size());
     });
-    total += m.parameters[o.parameter].numel * sizeof(float);
+    total += source.numel(o) * sizeof(float);
   }
   std::printf("wrote %zu .npy files to %s, %s\n", list.size(), a.to.c_str(),
               gigabytes(double(total)).c_str());
 }
 
 void consolidate(const Arguments& a) {
-  const fs::path dir = ck::resolve(a.dir, a.tag);
-  const ck::Manifest m = ck::read_manifest(dir);
-  ck::StateReader reader(dir, m);
+  Source source(ck::resolve(a.dir, a.tag));
   if (a.to.extension() == ".safetensors")
-    to_safetensors(reader, m, a);
+    to_safetensors(source, a);
   else
-    to_npy_directory(reader, m, a);
+    to_npy_directory(source, a);
 }
 
 } // namespace

@@ -50,6 +50,9 @@ struct SavedParameter {
   std::vector<std::size_t> shape; // empty: one dimension of numel
   std::size_t numel = 0;
   int layer = 0;
+  // Under tensor parallelism (ParameterSpec's): held whole by every tensor rank, or a slice.
+  bool replicated_over_tensor_parallel = false;
+  std::optional<TensorParallelSplit> tensor_parallel_split;
   friend bool operator==(const SavedParameter&, const SavedParameter&) = default;
 };
 
@@ -150,9 +153,16 @@ inline nlohmann::json to_json(const StateFile& f) {
 
 inline nlohmann::json to_json(const Manifest& m) {
   nlohmann::json params = nlohmann::json::array();
-  for (const auto& p : m.parameters)
+  for (const auto& p : m.parameters) {
     params.push_back(
         {{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"layer", p.layer}});
+    // Only where set: checkpoints without tensor parallelism read and write as before.
+    if (p.replicated_over_tensor_parallel) params.back()["replicated_over_tensor_parallel"] = true;
+    if (const auto& split = p.tensor_parallel_split)
+      params.back()["tensor_parallel_split"] = {{"dimension", split->dimension},
+                                                {"blocks", split->blocks},
+                                                {"whole_extent", split->whole_extent}};
+  }
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : m.files)
     files.push_back(to_json(f));
@@ -340,6 +350,22 @@ inline Manifest manifest_from_json(const nlohmann::json& j, const std::string& w
                             where + ": parameter " + s.name);
     s.numel = field<std::size_t>(p, "numel", where + ": parameter " + s.name);
     s.layer = field<int>(p, "layer", where + ": parameter " + s.name);
+    if (p.contains("replicated_over_tensor_parallel"))
+      s.replicated_over_tensor_parallel =
+          field<bool>(p, "replicated_over_tensor_parallel", where + ": parameter " + s.name);
+    if (p.contains("tensor_parallel_split")) {
+      const std::string at = where + ": parameter " + s.name + ": tensor_parallel_split";
+      const auto split = field<nlohmann::json>(p, "tensor_parallel_split", at);
+      s.tensor_parallel_split = TensorParallelSplit{field<std::size_t>(split, "dimension", at),
+                                                    field<std::size_t>(split, "blocks", at),
+                                                    field<std::size_t>(split, "whole_extent", at)};
+      const std::size_t dims = s.shape.empty() ? 1 : s.shape.size();
+      require(s.tensor_parallel_split->dimension < dims && s.tensor_parallel_split->blocks >= 1,
+              at + ": dimension " + std::to_string(s.tensor_parallel_split->dimension) +
+                  " of a tensor of " + std::to_string(dims) + ", " +
+                  std::to_string(s.tensor_parallel_split->blocks) + " blocks",
+              ErrorKind::io);
+    }
     m.parameters.push_back(std::move(s));
   }
   const auto opt = field<nlohmann::json>(j, "optimizer", where);
@@ -422,9 +448,9 @@ inline Manifest read_manifest(const std::filesystem::path& dir) {
   return parse_manifest(text.str(), path.string());
 }
 
-// --- tensor parallelism
-// --------------------------------------------------------------------------- Tensor rank `rank`'s
-// checkpoint in a checkpoint of `size` tensor ranks: tensor_rank_01_of_03.
+// --- tensor parallelism ---------------------------------------------------------------------
+
+// Tensor rank `rank`'s checkpoint in a checkpoint of `size` tensor ranks: tensor_rank_01_of_03.
 inline std::string tensor_rank_directory(int rank, int size) {
   const std::size_t width = std::max<std::size_t>(2, std::to_string(size).size());
   const auto padded = [width](int n) {

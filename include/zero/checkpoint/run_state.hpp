@@ -122,7 +122,8 @@ inline void describe_loaded(LoadedCheckpoint& info, const Manifest& m) {
 inline std::vector<SavedParameter> saved_parameters(std::span<const ParameterSpec> parameters) {
   std::vector<SavedParameter> saved;
   for (const ParameterSpec& p : parameters)
-    saved.push_back({p.name, p.shape, p.numel, p.layer});
+    saved.push_back({p.name, p.shape, p.numel, p.layer, p.replicated_over_tensor_parallel,
+                     p.tensor_parallel_split});
   return saved;
 }
 

@@ -12,10 +12,24 @@
 #include "zero/core/dtype.hpp"
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace zero {
+
+// Under tensor parallelism, how the ranks' slices of a parameter make the whole tensor: side by
+// side along dimension `dimension` of its shape, in `blocks` runs (each rank's slice holding its
+// part of every block: 3 for attention's fused query|key|value cut per head, 1 otherwise), the
+// whole tensor's extent there being `whole_extent` (0: the slices' total; less where the last
+// slices hold padding, as a vocabulary padded to a multiple of the group size). What a
+// checkpoint's consolidation joins the slices by (zero/tensor_parallel/slices.hpp, join_split).
+struct TensorParallelSplit {
+  std::size_t dimension = 0;
+  std::size_t blocks = 1;
+  std::size_t whole_extent = 0;
+  friend bool operator==(const TensorParallelSplit&, const TensorParallelSplit&) = default;
+};
 
 // One parameter as the user registers it. `layer` is the unit gathered and reduced together
 // (usually a layer of the model); layers are laid out in ascending id order, their parameters in
@@ -31,6 +45,9 @@ struct ParameterSpec {
   // group holds the whole parameter, not a slice of it (a LayerNorm's weight, a row-parallel
   // layer's bias), and its gradient is the same on all of them; the gradient norm counts it once.
   bool replicated_over_tensor_parallel = false;
+  // Under tensor parallelism, for a parameter that is a slice: how the slices join (above), which
+  // checkpoints record so that they consolidate into whole tensors.
+  std::optional<TensorParallelSplit> tensor_parallel_split = std::nullopt;
 };
 
 // A half-open interval [begin, end) of positions.

@@ -139,4 +139,56 @@ inline std::vector<float> join_fused_rows(std::span<const std::vector<float>> sl
   return out;
 }
 
+// The whole tensor's shape from a slice's (`slice_shape`; empty: one dimension of `numel`) and how
+// `size` slices join (ParameterSpec::tensor_parallel_split).
+inline std::vector<std::size_t> whole_shape(std::vector<std::size_t> slice_shape, std::size_t numel,
+                                            const TensorParallelSplit& split, int size,
+                                            std::string_view what) {
+  if (slice_shape.empty()) slice_shape = {numel};
+  require(split.dimension < slice_shape.size() && split.blocks >= 1 &&
+              slice_shape[split.dimension] % split.blocks == 0,
+          std::string(what) + ": a slice of shape [" + std::to_string(slice_shape.size()) +
+              " dimensions] does not split along dimension " + std::to_string(split.dimension) +
+              " in " + std::to_string(split.blocks) + " blocks",
+          ErrorKind::invalid_argument);
+  const std::size_t total = slice_shape[split.dimension] * std::size_t(size);
+  require(split.whole_extent <= total,
+          std::string(what) + ": the whole tensor's extent " + std::to_string(split.whole_extent) +
+              " exceeds its " + std::to_string(size) + " slices' " + std::to_string(total),
+          ErrorKind::invalid_argument);
+  require(split.whole_extent == 0 || split.blocks == 1,
+          std::string(what) + ": padding is cut from one block only", ErrorKind::invalid_argument);
+  slice_shape[split.dimension] = split.whole_extent ? split.whole_extent : total;
+  return slice_shape;
+}
+
+// The whole tensor from every rank's slice of it (`slices[r]` rank r's, each of `slice_shape`),
+// joined as `split` says; the inverse of cutting it that way (padding dropped).
+inline std::vector<float> join_split(std::span<const std::vector<float>> slices,
+                                     const std::vector<std::size_t>& slice_shape,
+                                     const TensorParallelSplit& split, std::string_view what) {
+  const std::size_t numel = slices.empty() ? 0 : slices[0].size();
+  std::vector<std::size_t> shape = slice_shape.empty() ? std::vector{numel} : slice_shape;
+  const std::vector<std::size_t> whole = whole_shape(shape, numel, split, int(slices.size()), what);
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    (d < split.dimension ? outer : inner) *= d == split.dimension ? 1 : shape[d];
+  for (const std::vector<float>& s : slices)
+    require(s.size() == numel, std::string(what) + ": the slices differ in size",
+            ErrorKind::invalid_argument);
+  const std::size_t run = shape[split.dimension] / split.blocks * inner; // one block of one rank
+  std::vector<float> out;
+  out.reserve(numel * slices.size());
+  for (std::size_t o = 0; o < outer; ++o) {
+    const std::size_t begin = out.size();
+    for (std::size_t b = 0; b < split.blocks; ++b)
+      for (const std::vector<float>& s : slices) {
+        const auto at = s.begin() + std::ptrdiff_t((o * split.blocks + b) * run);
+        out.insert(out.end(), at, at + std::ptrdiff_t(run));
+      }
+    out.resize(begin + whole[split.dimension] * inner); // the padding at the end, dropped
+  }
+  return out;
+}
+
 } // namespace zero
