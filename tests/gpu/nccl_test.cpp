@@ -7,6 +7,8 @@
 #include "reference.hpp"
 
 #include <zero/comm/nccl_communicator.hpp>
+#include <zero/tensor_parallel/conjugates.hpp>
+#include <zero/tensor_parallel/groups.hpp>
 
 #include <gtest/gtest.h>
 
@@ -204,6 +206,22 @@ TEST(Nccl, TypedApiOnDeviceBuffers) {
   auto part = comm.split(0, comm.rank());
   EXPECT_EQ(part.size(), comm.size());
   EXPECT_EQ(part.caller_stream(), comm.caller_stream());
+}
+
+// Tensor-parallel groups of NCCL communicators (ncclCommSplit), the size agreed over the host
+// bootstrap: one group of all ranks here (one GPU per rank), and a sum over it on the device.
+TEST(Nccl, TensorParallelGroupsSplitAndSumOnTheDevice) {
+  auto& comm = nccl();
+  zero::TensorParallelGroups<zero::NcclCommunicator> groups(comm, comm.size(), bootstrap());
+  EXPECT_EQ(groups.tensor_rank(), comm.rank());
+  EXPECT_EQ(groups.data_size(), 1);
+  zero::Buffer<float, zero::cuda> value(1);
+  const float mine = float(comm.rank() + 1);
+  ZERO_CHECK_CUDA(cudaMemcpy(value.data(), &mine, sizeof mine, cudaMemcpyHostToDevice));
+  zero::sum_over_tensor_group(groups.tensor(), value.view());
+  float sum = 0;
+  ZERO_CHECK_CUDA(cudaMemcpy(&sum, value.data(), sizeof sum, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(sum, float(comm.size() * (comm.size() + 1) / 2));
 }
 
 TEST(Nccl, BadArgumentsThrow) {
