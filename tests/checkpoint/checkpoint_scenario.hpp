@@ -2,12 +2,18 @@
 // The checkpoint tests' scenario: a model of awkward sizes with shapes, a directory every rank
 // agrees on, a training loop whose gradients depend on the step (so a resumed run must continue
 // exactly where the saved one stopped), and a checkpoint's contents read whole for comparisons.
+// Its engines scale the loss as the prebuilt ones do (AnyLossScaler), so that Engine<Stage<S>>
+// with Adam, AdamW, SGD or Lamb is a prebuilt engine (zero/engines.hpp): a test that links
+// zero::engines compiles none of their code. A test that names another engine (another
+// partitioner, scaler or placement) includes <zero/engine/engine.hpp> for it.
 
 #include "comm_test.hpp"
 
+#include <zero/checkpoint/directory.hpp>
 #include <zero/checkpoint/reshard.hpp>
-#include <zero/engine/engine.hpp>
+#include <zero/engines.hpp>
 #include <zero/optim/adam.hpp>
+#include <zero/precision/gradient_element.hpp>
 
 #include <gtest/gtest.h>
 
@@ -18,6 +24,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace zero::testing::checkpoints {
@@ -60,9 +67,18 @@ struct Run {
   int overflow_step = -1; // the last rank sees an infinity at this step
 };
 
-template <class Plan, class Opt = zero::Adam, class Scaler = zero::StaticLossScaler,
+template <class Plan, class Opt = zero::Adam, class Scaler = zero::AnyLossScaler,
           class Where = zero::host>
 using Engine = zero::Engine<Plan, MpiCommunicator, Where, Opt, Scaler>;
+
+// No loss scaling (a static scale of 1) as a scaler of type S holds it; S() for another scaler.
+template <class S>
+S default_scaler() {
+  if constexpr (std::is_same_v<S, zero::AnyLossScaler>)
+    return zero::AnyLossScaler(zero::StaticLossScaler());
+  else
+    return S();
+}
 
 template <class E>
 void initialise(E& engine) {
@@ -141,7 +157,7 @@ inline std::vector<std::vector<float>> contents(const fs::path& dir) {
 
 template <class E>
 E make(MpiCommunicator& comm, DType dtype,
-       typename E::scaler_type scaler = typename E::scaler_type(),
+       typename E::scaler_type scaler = default_scaler<typename E::scaler_type>(),
        zero::EngineOptions options = {}) {
   options.compute_dtype = dtype;
   options.deterministic = true;

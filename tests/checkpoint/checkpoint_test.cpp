@@ -1,11 +1,14 @@
 // Checkpoints through the engine: resuming equals not stopping (bitwise, every stage and
 // precision, Adam and LAMB), loading at another world size, stage or partitioner gives back exactly
 // the saved states, asynchronous saves, and every kind of bad checkpoint named.
+// The engines of Stage<S> are the prebuilt ones (checkpoint_scenario.hpp), linked from
+// zero::engines where it is built; the one with another partitioner is compiled here.
 
 #include "checkpoint_scenario.hpp"
 
 #include <zero/checkpoint/reshard.hpp>
 #include <zero/engine/engine.hpp>
+#include <zero/engines.hpp>
 #include <zero/optim/adam.hpp>
 #include <zero/optim/lamb.hpp>
 #include <zero/optim/sgd.hpp>
@@ -29,12 +32,14 @@ namespace {
 using namespace zero::testing::checkpoints;
 
 // 2K steps in one go, and K + save + load into a new engine + K, agree bitwise.
-template <class Plan, class Scaler = zero::StaticLossScaler, class Opt = zero::Adam>
-void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {}) {
+template <class Plan, class Opt = zero::Adam>
+void expect_resume_is_bitwise(DType dtype,
+                              zero::AnyLossScaler scaler = default_scaler<zero::AnyLossScaler>(),
+                              Run run = {}) {
   auto& world = zero::testing::world();
   SharedDir dir(world);
   constexpr int k = 3;
-  using E = Engine<Plan, Opt, Scaler>;
+  using E = Engine<Plan, Opt>;
   std::vector<std::vector<float>> straight, resumed;
   zero::LossScalerState straight_scaler, resumed_scaler;
   {
@@ -62,8 +67,8 @@ void expect_resume_is_bitwise(DType dtype, Scaler scaler = Scaler(), Run run = {
 
 // LAMB keeps Adam's two moments; its step count (the bias correction) comes back too.
 TEST(Checkpoint, LambResumesBitwise) {
-  expect_resume_is_bitwise<zero::Stage<0>, zero::StaticLossScaler, zero::Lamb>(DType::float32);
-  expect_resume_is_bitwise<zero::Stage<3>, zero::StaticLossScaler, zero::Lamb>(DType::bfloat16);
+  expect_resume_is_bitwise<zero::Stage<0>, zero::Lamb>(DType::float32);
+  expect_resume_is_bitwise<zero::Stage<3>, zero::Lamb>(DType::bfloat16);
 }
 
 TEST(Checkpoint, ResumeIsBitwiseAtEveryStageInFp32) {
@@ -76,10 +81,10 @@ TEST(Checkpoint, ResumeIsBitwiseAtEveryStageInFp32) {
 TEST(Checkpoint, ResumeIsBitwiseInFp16WithTheLossScalersState) {
   // An overflow before the save leaves the scaler mid-hysteresis; one after it must be seen alike.
   for (int overflow : {1, 4}) {
-    expect_resume_is_bitwise<zero::Stage<1>>(DType::float16, small_dynamic_scaler(),
-                                             {DType::float16, overflow});
-    expect_resume_is_bitwise<zero::Stage<3>>(DType::float16, small_dynamic_scaler(),
-                                             {DType::float16, overflow});
+    expect_resume_is_bitwise<zero::Stage<1>>(
+        DType::float16, zero::AnyLossScaler(small_dynamic_scaler()), {DType::float16, overflow});
+    expect_resume_is_bitwise<zero::Stage<3>>(
+        DType::float16, zero::AnyLossScaler(small_dynamic_scaler()), {DType::float16, overflow});
   }
 }
 
@@ -237,14 +242,15 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
     const auto c = fresh("model");
     auto params = model();
     params[3].name = "layer1.other";
-    Engine<zero::Stage<1>> other(world, params, zero::Adam(), zero::StaticLossScaler(), {});
+    Engine<zero::Stage<1>> other(world, params, zero::Adam(), default_scaler<zero::AnyLossScaler>(),
+                                 {});
     expect_load_error(
         c, [] {}, "is of a different model: parameter #3 is 'layer1.bias' there", other);
   }
   {
     const auto c = fresh("optimizer");
     Engine<zero::Stage<1>, zero::SGD> sgd(world, model(), zero::SGD({.lr = 0.1}),
-                                          zero::StaticLossScaler(), {});
+                                          default_scaler<zero::AnyLossScaler>(), {});
     expect_load_error(
         c, [] {}, "was saved by Adam, but this engine's optimizer is SGD", sgd);
   }

@@ -4,6 +4,7 @@
 
 #include "checkpoint_scenario.hpp"
 
+#include <zero/engine/engine.hpp>
 #include <zero/offload/nvme_stores.hpp>
 
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@ using NvmeEverything =
     zero::Placement<zero::optimizer_states_in<zero::nvme>, zero::parameters_in<zero::nvme>>;
 using Stage3 = zero::Stage<3>;
 using OnNvme = Engine<Stage3, zero::Adam, zero::StaticLossScaler, NvmeEverything>;
-using InMemory = Engine<Stage3>;
+using InMemory = Engine<Stage3, zero::Adam, zero::StaticLossScaler>;
 
 zero::EngineOptions on_nvme(const fs::path& swap) {
   zero::EngineOptions o;

@@ -5,10 +5,14 @@
 //   with clipping, accumulation, half precision and other partitioners too;
 // - the weights are those of zero::Lamb run on each whole parameter, with the rank-averaged
 //   gradient, on one rank (to 1e-5: pieces and averaging order change the last bits).
+// The engines scale the loss by a static 1 chosen at run time (AnyLossScaler), so that those of
+// Stage<S> are the prebuilt zero::PrebuiltEngine<S, Lamb>, linked from zero::engines where it is
+// built; the other partitioners' engines are compiled here, from <zero/engine/engine.hpp>.
 
 #include "training_scenario.hpp"
 
 #include <zero/engine/engine.hpp>
+#include <zero/engines.hpp>
 #include <zero/optim/fused_step.hpp>
 #include <zero/optim/lamb.hpp>
 #include <zero/shard/per_parameter.hpp>
@@ -27,7 +31,8 @@ using namespace zero::testing;
 
 template <class Plan>
 Outcome train_lamb(const Scenario& run) {
-  return train<Plan, zero::host, zero::Lamb>(run);
+  return train<Plan, zero::host, zero::Lamb, zero::AnyLossScaler>(
+      run, zero::AnyLossScaler(zero::StaticLossScaler{}));
 }
 
 void expect_all_stages_agree(const Scenario& run, const std::string& what) {

@@ -7,10 +7,12 @@
 //   does), which is not that mean at 2 and 3 ranks;
 // - a rank that does not say how many samples it had is an error on every rank, and counts given
 //   to an engine that weighs ranks alike are refused.
+// The engines are the prebuilt ones (zero::PrebuiltEngine<S, SGD>, linked from zero::engines where
+// it is built): the loss scaling a static 1 picked at run time, every compute type, fp32 used.
 
 #include "comm_test.hpp"
 
-#include <zero/engine/engine.hpp>
+#include <zero/engines.hpp>
 #include <zero/optim/sgd.hpp>
 
 #include <gtest/gtest.h>
@@ -49,7 +51,12 @@ struct Run {
   bool forget_samples_on_last_rank = false;
 };
 
-template <class Plan>
+// The loss scaling of an fp32 run: none (a static scale of 1).
+zero::AnyLossScaler no_scaling() {
+  return zero::AnyLossScaler(zero::StaticLossScaler{});
+}
+
+template <int S>
 std::vector<std::vector<float>> train_one_step(const Run& run) {
   auto& comm = world();
   std::vector<zero::ParameterSpec> specs;
@@ -60,9 +67,8 @@ std::vector<std::vector<float>> train_one_step(const Run& run) {
   options.weigh_by_samples = run.weigh;
   options.gradient_accumulation_steps = run.accumulation;
   options.reduce_bucket_elements = 4; // several buckets, some across layers
-  zero::Engine<Plan, zero::MpiCommunicator, zero::host, zero::SGD, zero::StaticLossScaler,
-               zero::ComputeTypes<float>>
-      engine(comm, specs, zero::SGD({.lr = 1.0}), zero::StaticLossScaler{}, options);
+  zero::PrebuiltEngine<S, zero::SGD> engine(comm, specs, zero::SGD({.lr = 1.0}), no_scaling(),
+                                            options);
   for (std::size_t l = 0; l < layer_sizes.size(); ++l) {
     std::vector<float> w(layer_sizes[l]);
     for (std::size_t j = 0; j < w.size(); ++j)
@@ -119,9 +125,9 @@ double gap_from_global_mean(const std::vector<std::vector<float>>& weights) {
   return gap;
 }
 
-template <class Plan>
+template <int S>
 void expect_global_mean(int accumulation, const std::string& what) {
-  const auto weights = train_one_step<Plan>({.weigh = true, .accumulation = accumulation});
+  const auto weights = train_one_step<S>({.weigh = true, .accumulation = accumulation});
   // A few float roundings (the average over ranks, the factor); a rank weighted wrongly moves the
   // weights by about 1e-2 here.
   EXPECT_LT(gap_from_global_mean(weights), 1e-6) << what << " at " << world().size() << " ranks";
@@ -130,17 +136,17 @@ void expect_global_mean(int accumulation, const std::string& what) {
 TEST(SampleWeights, EverySampleWeighsTheSameAtEveryStage) {
   for (const int accumulation : {1, 2}) {
     const std::string what = "accumulation " + std::to_string(accumulation);
-    expect_global_mean<zero::Stage<0>>(accumulation, "stage 0, " + what);
-    expect_global_mean<zero::Stage<1>>(accumulation, "stage 1, " + what);
-    expect_global_mean<zero::Stage<2>>(accumulation, "stage 2, " + what);
-    expect_global_mean<zero::Stage<3>>(accumulation, "stage 3, " + what);
+    expect_global_mean<0>(accumulation, "stage 0, " + what);
+    expect_global_mean<1>(accumulation, "stage 1, " + what);
+    expect_global_mean<2>(accumulation, "stage 2, " + what);
+    expect_global_mean<3>(accumulation, "stage 3, " + what);
   }
 }
 
 // Without weighing, each rank's mean weighs the same: the mean of the means, which is the global
 // mean only when the shares are equal (one rank).
 TEST(SampleWeights, WithoutWeighingEachRankWeighsTheSame) {
-  const auto weights = train_one_step<zero::Stage<2>>({.weigh = false});
+  const auto weights = train_one_step<2>({.weigh = false});
   const double gap = gap_from_global_mean(weights);
   if (world().size() == 1)
     EXPECT_LT(gap, 1e-6);
@@ -150,7 +156,7 @@ TEST(SampleWeights, WithoutWeighingEachRankWeighsTheSame) {
 
 TEST(SampleWeights, ARankWithoutCountsIsAnErrorOnEveryRank) {
   try {
-    train_one_step<zero::Stage<1>>({.forget_samples_on_last_rank = true});
+    train_one_step<1>({.forget_samples_on_last_rank = true});
     ADD_FAILURE() << "a step without every rank's sample count was taken";
   } catch (const zero::Error& e) {
     EXPECT_NE(std::string(e.what()).find("1 rank(s) did not"), std::string::npos) << e.what();
@@ -159,9 +165,8 @@ TEST(SampleWeights, ARankWithoutCountsIsAnErrorOnEveryRank) {
 
 TEST(SampleWeights, CountsNeedTheOption) {
   std::vector<zero::ParameterSpec> specs{{"w", 3, zero::DType::float32, 0}};
-  zero::Engine<zero::Stage<0>, zero::MpiCommunicator, zero::host, zero::SGD, zero::StaticLossScaler,
-               zero::ComputeTypes<float>>
-      engine(world(), specs, zero::SGD({.lr = 1.0}), zero::StaticLossScaler{}, {});
+  zero::PrebuiltEngine<0, zero::SGD> engine(world(), specs, zero::SGD({.lr = 1.0}), no_scaling(),
+                                            {});
   try {
     engine.add_samples(4);
     ADD_FAILURE() << "add_samples was accepted by an engine that weighs ranks alike";
