@@ -159,48 +159,50 @@ inline double mean_over_ranks(zero::MpiCommunicator& world, double value) {
   return sum / world.size();
 }
 
-// The whole tensors from the engine's final weights: each rank's slices, joined over the
-// tensor-parallel group. Collective over all ranks.
+// This rank's slice of every tensor from the engine's final weights. Collective over the
+// data-parallel group.
 template <class Engine>
-WholeTensors whole_weights(Ranks& ranks, const gpt::Config& model, Engine& engine) {
+WholeTensors final_slices(const gpt::Config& model, Engine& engine) {
   std::vector<std::vector<float>> layers;
   for (std::size_t l = 0; l < engine.layers(); ++l)
-    layers.push_back(engine.get_layer(l)); // collective over the data-parallel group
-  const WholeTensors mine = slices_in(model, layers);
+    layers.push_back(engine.get_layer(l));
+  return slices_in(model, layers);
+}
+
+// Every rank's `slice` of one tensor, in tensor-rank order. Collective over the tensor group.
+inline std::vector<std::vector<float>> gather_slices(Ranks& ranks,
+                                                     const std::vector<float>& slice) {
+  const std::size_t parts = std::size_t(ranks.groups.tensor_size()), n = slice.size();
+  std::vector<float> all(n * parts);
+  ranks.groups.tensor().all_gather(slice, all).wait();
+  std::vector<std::vector<float>> slices;
+  for (std::size_t r = 0; r < parts; ++r)
+    slices.emplace_back(all.begin() + std::ptrdiff_t(r * n),
+                        all.begin() + std::ptrdiff_t((r + 1) * n));
+  return slices;
+}
+
+// The whole tensors from every rank's slices, joined over the tensor-parallel group.
+inline WholeTensors whole_weights(Ranks& ranks, const gpt::Config& model,
+                                  const WholeTensors& mine) {
   const std::vector<gpt::TensorSpec> tensors = gpt::tensor_specs(model);
-  const std::size_t parts = model.tensor_parallel;
   WholeTensors whole;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    std::vector<float> all(mine[i].size() * parts);
-    ranks.groups.tensor().all_gather(mine[i], all).wait();
-    std::vector<std::vector<float>> slices;
-    for (std::size_t r = 0; r < parts; ++r)
-      slices.emplace_back(all.begin() + std::ptrdiff_t(r * mine[i].size()),
-                          all.begin() + std::ptrdiff_t((r + 1) * mine[i].size()));
-    whole.push_back(join_slices(model, tensors[i], slices));
-  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    whole.push_back(join_slices(model, tensors[i], gather_slices(ranks, mine[i])));
   return whole;
 }
 
 // Whether every replicated tensor of this rank's slices equals, bit for bit, that of every other
 // rank of its tensor-parallel group. Collective over all ranks.
-template <class Engine>
-bool replicated_identical(Ranks& ranks, const gpt::Config& model, Engine& engine) {
-  std::vector<std::vector<float>> layers;
-  for (std::size_t l = 0; l < engine.layers(); ++l)
-    layers.push_back(engine.get_layer(l));
-  const WholeTensors mine = slices_in(model, layers);
+inline bool replicated_identical(Ranks& ranks, const gpt::Config& model, const WholeTensors& mine) {
   const std::vector<gpt::TensorSpec> tensors = gpt::tensor_specs(model);
-  const std::size_t parts = model.tensor_parallel;
   int same = 1;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].cut != gpt::Cut::whole) continue;
-    std::vector<float> all(mine[i].size() * parts);
-    ranks.groups.tensor().all_gather(mine[i], all).wait();
-    for (std::size_t k = 0; k < all.size(); ++k)
-      if (std::bit_cast<std::uint32_t>(all[k]) !=
-          std::bit_cast<std::uint32_t>(mine[i][k % mine[i].size()]))
-        same = 0;
+    for (const std::vector<float>& other : gather_slices(ranks, mine[i]))
+      for (std::size_t k = 0; k < other.size(); ++k)
+        if (std::bit_cast<std::uint32_t>(other[k]) != std::bit_cast<std::uint32_t>(mine[i][k]))
+          same = 0;
   }
   int everywhere = 0;
   MPI_Allreduce(&same, &everywhere, 1, MPI_INT, MPI_MIN, ranks.world.native_handle());
@@ -330,9 +332,12 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
       h.data_elements_per_step = double(data_traffic.volume_elements()) / counted;
       h.data_bytes_per_step = double(data_traffic.total_bytes()) / counted;
     }
-    if (model.tensor_parallel > 1)
-      h.replicated_identical = replicated_identical(ranks, model, engine);
-    if (!f.save_npy.empty()) h.final_weights = whole_weights(ranks, model, engine);
+    if (model.tensor_parallel > 1 || !f.save_npy.empty()) {
+      const WholeTensors mine = final_slices(model, engine); // gathered once for both
+      if (model.tensor_parallel > 1)
+        h.replicated_identical = replicated_identical(ranks, model, mine);
+      if (!f.save_npy.empty()) h.final_weights = whole_weights(ranks, model, mine);
+    }
     return h;
   });
 }
