@@ -2,11 +2,13 @@
 // Command line of zero-estimate: flags, read by CLI11 (which writes --help), their values (7.5e9,
 // 7.5B, 32GB, 80GiB), and usage errors that say which flag and why.
 
+#include "zero/estimate/activation_memory.hpp"
 #include "zero/estimate/memory.hpp"
 #include "zero/estimate/tensor_parallel.hpp"
 
 #include <command_line/parse.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -42,6 +44,10 @@ struct Arguments {
   std::int64_t tensor_parallel = 1;
   std::optional<zero::estimate::TransformerShape> shape;
   std::int64_t recomputed_layers = 0;
+  // Activation checkpointing's K (number_checkpoints), capped at the layers; absent: every layer.
+  std::optional<std::int64_t> checkpoints;
+  std::int64_t checkpoints_asked = 0; // as given, before the cap
+  std::optional<double> activation_bytes;
   bool json = false;
   bool help = false;
 };
@@ -124,7 +130,7 @@ namespace detail {
 struct Text {
   std::string parameters, data_parallel, stage, device_memory, config_path, optimizer_bytes,
       param_bytes, grad_bytes, offload_optimizer, offload_param, tensor_parallel, layers, hidden,
-      heads, sequence, vocabulary, micro_batch, recomputed_layers;
+      heads, sequence, vocabulary, micro_batch, recomputed_layers, checkpoints, activation_bytes;
 };
 
 // The command line, bound to `text` and `args` (the flags). parse_arguments reads it; help_text
@@ -201,8 +207,20 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
                  "a ring putting 2 (T-1)/T of their bytes on each rank's wire")
       ->type_name("B");
   app.add_option("--recomputed-layers", text.recomputed_layers,
-                 "R layers recomputed in the backward pass (default 0)")
+                 "R layers recomputed in the backward pass (default 0, or what\n"
+                 "--checkpoints recomputes: L - floor(L / K))")
       ->type_name("R");
+  app.add_option("--checkpoints", text.checkpoints,
+                 "activation checkpointing's K (number_checkpoints), 1..L, a\n"
+                 "larger K capped at L; default L (every layer checkpointed).\n"
+                 "With the shape, activation memory per rank is printed without\n"
+                 "checkpointing, with it, with ZeRO-R's partitioned activations\n"
+                 "(Pa) and with Pa's slices on another tier")
+      ->type_name("K");
+  app.add_option("--activation-bytes", text.activation_bytes,
+                 "bytes per activation element (default: the parameters', 2 for\n"
+                 "fp16/bf16; 4 for fp32, as train_gpt on the host keeps them)")
+      ->type_name("N");
   // disable_flag_override: `--json=false` is refused, not read as "no JSON".
   app.add_flag("--json", args.json, "print JSON instead of a table")->disable_flag_override();
 }
@@ -222,8 +240,14 @@ inline void read_shape(const CLI::App& app, const Text& text, Arguments& args) {
       missing += std::string(missing.empty() ? "" : ", ") + flag;
   }
   const bool recomputes = app.count("--recomputed-layers") > 0;
-  if (values.empty() && !recomputes) return;
-  if (values.empty()) throw UsageError("--recomputed-layers needs the transformer's shape");
+  const bool checkpoints = app.count("--checkpoints") > 0;
+  const bool activation_bytes = app.count("--activation-bytes") > 0;
+  if (values.empty() && !recomputes && !checkpoints && !activation_bytes) return;
+  if (values.empty())
+    throw UsageError(std::string(recomputes    ? "--recomputed-layers"
+                                 : checkpoints ? "--checkpoints"
+                                               : "--activation-bytes") +
+                     " needs the transformer's shape");
   if (!missing.empty()) throw UsageError("the transformer's shape needs " + missing + " as well");
   if (args.parameters) throw UsageError("give --params or the transformer's shape, not both");
   const zero::estimate::TransformerShape shape{values[0], values[1], values[2],
@@ -240,6 +264,33 @@ inline void read_shape(const CLI::App& app, const Text& text, Arguments& args) {
   if (recomputes)
     args.recomputed_layers =
         parse_whole("--recomputed-layers", text.recomputed_layers, 0, shape.layers);
+  if (checkpoints) {
+    // 0 is checkpointing off, which the table always shows; more than L is capped at L, as
+    // zero::CheckpointPlan caps it (the output says so).
+    const auto [number, suffix] = split_number("--checkpoints", text.checkpoints);
+    if (number == 0 && suffix.empty())
+      throw UsageError("--checkpoints 0 is no checkpointing, which the activation table always "
+                       "shows; give 1.." +
+                       whole(shape.layers));
+    args.checkpoints_asked =
+        parse_whole("--checkpoints", text.checkpoints, 1, std::int64_t{1} << 40);
+    args.checkpoints = std::min(args.checkpoints_asked, shape.layers);
+    const std::int64_t recomputed =
+        zero::estimate::recomputed_layers(shape.layers, *args.checkpoints);
+    if (recomputes && args.recomputed_layers != recomputed)
+      throw UsageError("--recomputed-layers " + whole(args.recomputed_layers) +
+                       " disagrees with --checkpoints " + text.checkpoints + ", which recomputes " +
+                       whole(recomputed) + " of the " + whole(shape.layers) +
+                       " layers (L - floor(L / K))");
+    args.recomputed_layers = recomputed;
+  }
+  if (activation_bytes) {
+    const auto [number, suffix] = split_number("--activation-bytes", text.activation_bytes);
+    if (!suffix.empty() || number <= 0)
+      throw UsageError("--activation-bytes: expected a number > 0, got '" + text.activation_bytes +
+                       "'");
+    args.activation_bytes = number;
+  }
   args.shape = shape;
 }
 

@@ -99,6 +99,14 @@ Plan make_plan(const Arguments& args) {
   plan.bytes.gradients = args.grad_bytes.value_or(plan.bytes.gradients);
   plan.optimizer_offload = args.offload_optimizer.value_or(plan.optimizer_offload);
   plan.parameter_offload = args.offload_param.value_or(plan.parameter_offload);
+  // Activations are in the parameters' dtype unless --activation-bytes says otherwise.
+  plan.activation_bytes = args.activation_bytes.value_or(plan.bytes.parameters);
+  plan.activation_bytes_given = args.activation_bytes.has_value();
+  if (args.shape) {
+    plan.checkpoints = args.checkpoints.value_or(args.shape->layers);
+    if (args.checkpoints) plan.checkpoints_asked = args.checkpoints_asked;
+    plan.recomputed_from_checkpoints = args.checkpoints.has_value();
+  }
   if (stage) {
     plan.stages = {*stage};
     if (*stage < 1 && plan.optimizer_offload != zero::estimate::Tier::device)

@@ -2,6 +2,7 @@
 // What zero-estimate prints: the resolved inputs, one row per ZeRO stage, and the largest model
 // per stage, as an aligned table or as JSON.
 
+#include "zero/estimate/activation_memory.hpp"
 #include "zero/estimate/communication.hpp"
 #include "zero/estimate/memory.hpp"
 #include "zero/estimate/tensor_parallel.hpp"
@@ -26,6 +27,12 @@ struct Plan {
   std::int64_t tensor_parallel = 1;
   std::optional<est::TransformerShape> shape;
   std::int64_t recomputed_layers = 0;
+  bool recomputed_from_checkpoints = false; // R is what --checkpoints recomputes
+  // Activation checkpointing's K, capped at L (default L: every layer checkpointed), as asked.
+  std::int64_t checkpoints = 0;
+  std::optional<std::int64_t> checkpoints_asked;
+  double activation_bytes = 2; // bytes per activation element
+  bool activation_bytes_given = false;
   std::string data_parallel_origin;
   est::BytesPerParameter bytes;
   std::string bytes_origin;
@@ -39,10 +46,35 @@ struct Plan {
     return shape ? est::transformer_parameters(*shape, tensor_parallel)
                  : est::all_split(parameters.value_or(0), tensor_parallel);
   }
-  // The tensor-parallel all-reduces; activations are in the parameters' dtype.
+  // The tensor-parallel all-reduces, of activations (in the parameters' dtype by default).
   est::TensorParallelCommunication tensor_communication() const {
     return est::tensor_parallel_communication(*shape, tensor_parallel, recomputed_layers,
-                                              bytes.parameters);
+                                              activation_bytes);
+  }
+  // The activation memory of each scheme, at K checkpoints.
+  est::ActivationMemoryPerRank activations(est::ActivationScheme scheme) const {
+    return est::activation_memory({*shape, tensor_parallel, scheme, checkpoints, activation_bytes});
+  }
+  // The schemes shown: Pa only where there is a group to partition over.
+  std::vector<est::ActivationScheme> activation_schemes() const {
+    using enum est::ActivationScheme;
+    if (tensor_parallel > 1) return {none, checkpointed, partitioned, partitioned_off_device};
+    return {none, checkpointed};
+  }
+  // Pa's all-gathers, against the all-reduces of a step that recomputes what K checkpoints do.
+  bool shows_partition_communication() const {
+    return shape && tensor_parallel > 1 && checkpoints > 1;
+  }
+  est::PartitionedActivationCommunication partition_communication() const {
+    return est::partitioned_activation_communication(*shape, tensor_parallel, checkpoints,
+                                                     activation_bytes);
+  }
+  std::int64_t checkpointed_recomputation() const {
+    return est::recomputed_layers(shape->layers, checkpoints);
+  }
+  est::TensorParallelCommunication checkpointed_tensor_communication() const {
+    return est::tensor_parallel_communication(*shape, tensor_parallel, checkpointed_recomputation(),
+                                              activation_bytes);
   }
   bool shows_tensor_communication() const { return shape && tensor_parallel > 1; }
 
@@ -106,6 +138,78 @@ inline void print_aligned(const std::vector<std::vector<std::string>>& rows, int
       line.pop_back();
     std::printf("%s\n", line.c_str());
   }
+}
+
+// Activation memory per rank of each scheme, and Pa's all-gathers beside the tensor-parallel
+// all-reduces.
+inline void print_activations(const Plan& plan) {
+  const est::TransformerShape& shape = *plan.shape;
+  const est::BlockActivations block = est::block_activations(shape, plan.tensor_parallel);
+  const auto whole = [](std::int64_t n) { return static_cast<long long>(n); };
+  std::printf("\nactivation memory per rank of the transformer's blocks (from the shapes "
+              "examples/train_gpt/gpt.hpp keeps;\n"
+              "R = B S = %.10g rows, T = %lld, %g bytes per element%s)\n",
+              block.input / static_cast<double>(shape.hidden), whole(plan.tensor_parallel),
+              plan.activation_bytes,
+              plan.activation_bytes_given ? ", --activation-bytes" : ", as the parameters");
+  std::printf("  per layer         input R H = %.10g (replicated); saved %.10g = 3 R H + 4 R = "
+              "%.10g replicated\n"
+              "                    + (12 R H + B A S^2) / T = %.10g split\n",
+              block.input, block.saved(), block.replicated, block.split);
+  const std::int64_t k = plan.checkpoints;
+  const std::int64_t longest = (shape.layers + k - 1) / k;
+  std::string origin = "K = " + std::to_string(k);
+  if (!plan.checkpoints_asked)
+    origin =
+        "K = L = " + std::to_string(k) + ", every layer checkpointed (--checkpoints K for fewer)";
+  else if (*plan.checkpoints_asked != k)
+    origin += " (--checkpoints " + std::to_string(*plan.checkpoints_asked) +
+              " capped at L, as zero::CheckpointPlan caps it)";
+  else
+    origin += " (--checkpoints)";
+  std::printf("  checkpoints       %s;\n"
+              "                    segments of at most ceil(L / K) = %lld layer%s, %lld layer%s "
+              "recomputed\n",
+              origin.c_str(), whole(longest), longest == 1 ? "" : "s",
+              whole(plan.checkpointed_recomputation()),
+              plan.checkpointed_recomputation() == 1 ? "" : "s");
+  if (plan.tensor_parallel > 1)
+    std::printf("  Pa                each kept input as this rank's ceil(R H / T) = %.10g, "
+                "all-gathered before recomputation;\n"
+                "                    another tier: NVMe (host engine) or pinned host memory "
+                "(a GPU's cpu_checkpointing)\n",
+                std::ceil(block.input / static_cast<double>(plan.tensor_parallel)));
+  else
+    std::printf("  Pa                nothing to partition at T = 1 (--tp)\n");
+  std::printf("\n");
+  std::vector<std::vector<std::string>> rows{{"activations", "kept inputs", "segment",
+                                              "gather buffers", "per device", "other tier",
+                                              "device elements"}};
+  for (const est::ActivationScheme scheme : plan.activation_schemes()) {
+    const est::ActivationMemoryPerRank m = plan.activations(scheme);
+    const double b = m.bytes_per_element;
+    rows.push_back({est::to_string(scheme), human_bytes(m.kept * b), human_bytes(m.segment * b),
+                    human_bytes(m.gather_buffers * b), human_bytes(m.device_bytes()),
+                    human_bytes(m.off_device_bytes()), format("%.10g", m.device_elements())});
+  }
+  print_aligned(rows, 1);
+  if (!plan.shows_partition_communication()) return;
+  const est::PartitionedActivationCommunication pa = plan.partition_communication();
+  const est::TensorParallelCommunication tp = plan.checkpointed_tensor_communication();
+  std::printf(
+      "\nPa communication per rank and step (the ZeRO paper, sections 6.1 and 8; K = %lld)\n"
+      "  all-gathers       %lld = K - 1 of ceil(R H / T) T = %.10g elements (the whole buffer, as "
+      "nccl-tests counts it)\n"
+      "  bytes             %s; %s per rank on the wire = (T - 1) / T x bytes\n"
+      "  tensor parallel   %s per rank on the wire: the all-reduces of a step that recomputes "
+      "%lld layers\n"
+      "  ratio             %.4g = 1 / %.4g (Pa's wire bytes / tensor parallelism's)\n",
+      whole(k), whole(pa.all_gathers),
+      std::ceil(block.input / static_cast<double>(plan.tensor_parallel)) *
+          static_cast<double>(plan.tensor_parallel),
+      human_bytes(pa.bytes).c_str(), human_bytes(pa.ring_bytes).c_str(),
+      human_bytes(tp.ring_bytes).c_str(), whole(plan.checkpointed_recomputation()),
+      pa.ring_bytes / tp.ring_bytes, tp.ring_bytes / pa.ring_bytes);
 }
 
 inline void print_table(const Plan& plan) {
@@ -175,7 +279,7 @@ inline void print_table(const Plan& plan) {
         static_cast<double>(plan.shape->micro_batch) * static_cast<double>(plan.shape->sequence);
     std::printf(
         "\ntensor-parallel communication per rank and step (Megatron-LM, Shoeybi et al. 2019, "
-        "section 3; B = %lld, R = %lld)\n"
+        "section 3; B = %lld, R = %lld%s)\n"
         "  all-reduces       %lld = (4 L + 2 R + 2) of B S H = %.10g elements (two per layer "
         "forward, two backward,\n"
         "                    two per recomputed layer, the embedding's lookup, the head's input "
@@ -183,14 +287,18 @@ inline void print_table(const Plan& plan) {
         "                    + 3 of B S = %.10g (the cross-entropy's maximum, sum of "
         "exponentials, target logit)\n"
         "  elements          %.10g\n"
-        "  bytes             %s (%g bytes per activation, as the parameters)\n"
+        "  bytes             %s (%g bytes per activation, %s)\n"
         "  ring all-reduce   %s per rank on the wire = 2 (T - 1) / T x bytes (nccl-tests' bus "
         "bandwidth)\n",
         static_cast<long long>(plan.shape->micro_batch),
-        static_cast<long long>(plan.recomputed_layers), static_cast<long long>(tp.all_reduces),
-        tokens * static_cast<double>(plan.shape->hidden), tokens, tp.elements,
-        human_bytes(tp.bytes).c_str(), plan.bytes.parameters, human_bytes(tp.ring_bytes).c_str());
+        static_cast<long long>(plan.recomputed_layers),
+        plan.recomputed_from_checkpoints ? ", from --checkpoints" : "",
+        static_cast<long long>(tp.all_reduces), tokens * static_cast<double>(plan.shape->hidden),
+        tokens, tp.elements, human_bytes(tp.bytes).c_str(), plan.activation_bytes,
+        plan.activation_bytes_given ? "--activation-bytes" : "as the parameters",
+        human_bytes(tp.ring_bytes).c_str());
   }
+  if (plan.shape) print_activations(plan);
   if (plan.device_memory) {
     const std::string split_note = plan.tensor_parallel > 1
                                        ? ", T = " + std::to_string(plan.tensor_parallel) +
@@ -232,9 +340,50 @@ inline void print_json(const Plan& plan) {
     const est::TensorParallelCommunication tp = plan.tensor_communication();
     out["tensor_parallel_communication"] = {{"all_reduces", tp.all_reduces},
                                             {"elements", tp.elements},
-                                            {"activation_bytes", plan.bytes.parameters},
+                                            {"activation_bytes", plan.activation_bytes},
                                             {"bytes", tp.bytes},
                                             {"ring_bytes_per_rank", tp.ring_bytes}};
+  }
+  if (plan.shape) {
+    const est::BlockActivations block = est::block_activations(*plan.shape, plan.tensor_parallel);
+    nlohmann::ordered_json activations{
+        {"activation_bytes", plan.activation_bytes},
+        {"checkpoints", plan.checkpoints},
+        {"checkpoints_asked", plan.checkpoints_asked
+                                  ? nlohmann::ordered_json(*plan.checkpoints_asked)
+                                  : nlohmann::ordered_json(nullptr)},
+        {"recomputed_layers", plan.checkpointed_recomputation()},
+        {"per_layer_elements",
+         {{"input", block.input},
+          {"saved_replicated", block.replicated},
+          {"saved_split", block.split},
+          {"saved", block.saved()}}},
+        {"schemes", nlohmann::ordered_json::array()}};
+    for (const est::ActivationScheme scheme : plan.activation_schemes()) {
+      const est::ActivationMemoryPerRank m = plan.activations(scheme);
+      const double b = m.bytes_per_element;
+      activations["schemes"].push_back({{"scheme", est::to_string(scheme)},
+                                        {"segments", m.segments},
+                                        {"segment_layers", m.segment_layers},
+                                        {"kept_input_bytes", m.kept * b},
+                                        {"segment_bytes", m.segment * b},
+                                        {"gather_buffer_bytes", m.gather_buffers * b},
+                                        {"device_bytes", m.device_bytes()},
+                                        {"other_tier_bytes", m.off_device_bytes()},
+                                        {"device_elements", m.device_elements()}});
+    }
+    out["activation_memory"] = activations;
+  }
+  if (plan.shows_partition_communication()) {
+    const est::PartitionedActivationCommunication pa = plan.partition_communication();
+    const est::TensorParallelCommunication tp = plan.checkpointed_tensor_communication();
+    out["partitioned_activation_communication"] = {
+        {"all_gathers", pa.all_gathers},
+        {"elements", pa.elements},
+        {"bytes", pa.bytes},
+        {"ring_bytes_per_rank", pa.ring_bytes},
+        {"tensor_parallel_ring_bytes_per_rank", tp.ring_bytes},
+        {"ratio", pa.ring_bytes / tp.ring_bytes}};
   }
   out["bytes_per_parameter"] = {{"parameters", plan.bytes.parameters},
                                 {"gradients", plan.bytes.gradients},
