@@ -78,6 +78,53 @@ def check_tensor_parallel(args, run):
           f"of {elements} elements per step, as the shapes predict")
 
 
+def check_partitioned_activations(args, tmp, plain):
+    """Pa at every stage asked for gives the plain run's bits; each rank keeps its 1/T slice of
+    each kept input (ceil(n / T) floats), and with the NVMe tier none in memory."""
+    kept = min(args.checkpoints, args.layers) - 1
+    whole = args.batch // (args.ranks // args.tp) * args.seq * args.embd
+    sliced = -(-whole // args.tp)
+    stages = [args.stage] + [int(s) for s in args.same_bits_at_stages.split(",") if s]
+    extra = ["--checkpoint-activations", str(args.checkpoints), "--partition-activations"]
+    saved_stage = args.stage
+    for stage in stages:
+        args.stage = stage
+        run = run_train_gpt(args, os.path.join(tmp, f"pa{stage}"), init_dir(tmp), extra)
+        require_same_bits(tmp, "plain", f"pa{stage}", plain, run,
+                          f"partitioned activations at stage {stage}")
+        check_tensor_parallel(args, run)
+        if run["kept_input_bytes"] != kept * sliced * 4:
+            sys.exit(f"partitioned activations at stage {stage}: {run['kept_input_bytes']} bytes "
+                     f"of kept inputs on rank 0, expected {kept} slices of {sliced} floats")
+        if run["activation_gathered_elements_per_step"] != kept * sliced * args.tp:
+            sys.exit(f"partitioned activations: {run['activation_gathered_elements_per_step']} "
+                     f"elements gathered per step, expected {kept} inputs of "
+                     f"{sliced * args.tp} (padded)")
+    args.stage = saved_stage
+    print(f"partitioned activations at stages {','.join(map(str, stages))}: bitwise equal; kept "
+          f"inputs on rank 0 {kept * sliced * 4} bytes against {kept * whole * 4} whole "
+          f"(1/{args.tp}, {kept} slices of {sliced} floats)")
+    if args.kept_inputs_nvme:
+        run = run_train_gpt(args, os.path.join(tmp, "pa_nvme"), init_dir(tmp),
+                            extra + ["--kept-inputs-nvme", args.kept_inputs_nvme])
+        require_same_bits(tmp, "plain", "pa_nvme", plain, run,
+                          "partitioned activations on the NVMe tier")
+        # The tier writes whole blocks of 4 KiB (O_DIRECT): each slice rounded up to them.
+        written, slice_bytes = run["nvme_bytes_written"], sliced * 4
+        per_slice = -(-slice_bytes // 4096) * 4096
+        if run["kept_input_bytes"] != 0 or written != args.steps * kept * per_slice:
+            sys.exit(f"partitioned activations on the NVMe tier: {run['kept_input_bytes']} bytes "
+                     f"in memory, {written} written, expected 0 and {args.steps} steps x {kept} "
+                     f"slices of {slice_bytes} bytes in blocks of 4 KiB")
+        print(f"partitioned activations on the NVMe tier: bitwise equal, none in memory, "
+              f"{written} bytes written by rank 0 ({args.steps} steps x {kept} slices of "
+              f"{slice_bytes} bytes, in blocks of 4 KiB)")
+
+
+def init_dir(tmp):
+    return os.path.join(tmp, "init")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-gpt", required=True)
@@ -106,7 +153,14 @@ def main():
                              "comparison fail (a self-test of its bounds)")
     parser.add_argument("--kept-inputs-nvme", metavar="DIR",
                         help="the checkpointed run keeps its block inputs on the NVMe tier in DIR")
+    parser.add_argument("--partition-activations", action="store_true",
+                        help="with --tp and --checkpoints: train_gpt with partitioned activations "
+                             "(ZeRO-R's Pa) at --stage and every --same-bits-at-stages stage "
+                             "(with --kept-inputs-nvme, once more with the slices there) must give "
+                             "the plain run's bits, keeping 1/T of each kept input")
     args = parser.parse_args()
+    if args.partition_activations and (args.tp < 2 or args.checkpoints < 1):
+        parser.error("--partition-activations needs --tp > 1 and --checkpoints > 0")
 
     with tempfile.TemporaryDirectory() as tmp:
         init = os.path.join(tmp, "init")
@@ -185,6 +239,8 @@ def main():
                   f"{checkpointed['recomputed_layers']} blocks recomputed per step, activation "
                   f"peak {checkpointed['peak_activation_bytes']} bytes against "
                   f"{plain['peak_activation_bytes']}")
+        if args.partition_activations:
+            check_partitioned_activations(args, tmp, plain)
     print("agree")
 
 

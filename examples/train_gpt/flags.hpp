@@ -94,6 +94,11 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
   app.add_flag("--contiguous-memory", contiguous_memory,
                "kept activations in one arena sized by the first step")
       ->disable_flag_override();
+  app.add_flag("--partition-activations", f.partition_activations,
+               "each rank of a tensor-parallel group keeps 1/T of every kept\n"
+               "block input, all-gathered before backward recomputes from it\n"
+               "(ZeRO-R's Pa; needs --tp > 1 and checkpointing)")
+      ->disable_flag_override();
   app.add_option("--kept-inputs-nvme", f.kept_inputs_nvme,
                  "the kept block inputs on the NVMe tier, in DIR, between forward\n"
                  "and backward")
@@ -156,6 +161,9 @@ inline Flags parse(int argc, char** argv) {
               : f.ds->bf16.enabled ? zero::DType::bfloat16
                                    : zero::DType::float32;
     f.contiguous_memory = f.ds->activation_checkpointing.contiguous_memory_optimization;
+    // With the flag or without it (it binds to the same field).
+    f.partition_activations =
+        f.partition_activations || f.ds->activation_checkpointing.partition_activations;
   }
   if (help) {
     f.steps = -1;
@@ -203,6 +211,20 @@ inline Flags parse(int argc, char** argv) {
                 "--heads " + std::to_string(f.model.heads) + " does not split over --tp " +
                     std::to_string(f.model.tensor_parallel) +
                     " ranks (each rank computes whole heads)");
+  // Partitioned activations cut the kept inputs over the tensor-parallel group: without one, the
+  // config's keys are refused by the library, naming them, and the flag here.
+  if (f.ds && f.model.tensor_parallel == 1)
+    (void)zero::ActivationCheckpointing::from_config(f.ds->activation_checkpointing,
+                                                     f.model.layers);
+  if (f.partition_activations) {
+    zero::require(f.model.tensor_parallel > 1,
+                  "--partition-activations cuts the kept block inputs over the tensor-parallel "
+                  "group, and there is none: give --tp > 1",
+                  zero::ErrorKind::unsupported);
+    zero::require(checkpointing(f).number_checkpoints > 0,
+                  "--partition-activations cuts the kept block inputs, and activation "
+                  "checkpointing is off: give --checkpoint-activations K");
+  }
   return f;
 }
 

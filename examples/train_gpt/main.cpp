@@ -91,6 +91,12 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["data_volume_elements_per_step"] = h.data_elements_per_step;
   j["data_bytes_per_step"] = h.data_bytes_per_step;
   j["replicated_identical"] = h.replicated_identical;
+  j["partition_activations"] = f.partition_activations;
+  j["kept_input_bytes"] = h.activations.kept_input_bytes;
+  j["activation_gathers_per_step"] = h.activation_gathers_per_step;
+  j["activation_gathered_elements_per_step"] = h.activation_gathered_elements_per_step;
+  j["activation_gather_bytes_per_step"] = h.activation_gather_bytes_per_step;
+  j["activation_gather_wait_seconds_per_step"] = h.activation_gather_wait_per_step;
   const std::string text = j.dump(1) + "\n";
   examples::write_file_atomically(path, {std::span<const char>(text)}); // never a part under path
 }
@@ -120,23 +126,24 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const train_gpt::Tokens data = train_gpt::Tokens::from_file(data_path, f.model.seq);
   const zero::ActivationCheckpointing checkpointing = train_gpt::checkpointing(f);
   if (rank == 0)
-    std::printf("train_gpt: ZeRO stage %d, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
-                "%zu, seq %zu, %s, %s, batch %zu (%d micro-step%s), %zu tokens of data\n"
-                "activation checkpointing: %s\n\n",
-                f.stage, ranks, threads, threads > 1 ? "s" : "",
-                tp > 1 ? (" (tensor parallel " + std::to_string(tp) + " x data parallel " +
-                          std::to_string(replicas) + ")")
-                             .c_str()
-                       : "",
-                f.model.layers, f.model.heads, f.model.embd, f.model.seq, zero::to_string(f.dtype),
-                f.optimizer.c_str(), f.batch, micro_steps, micro_steps > 1 ? "s" : "",
-                data.bytes.size(),
-                checkpointing.number_checkpoints == 0
-                    ? "off"
-                    : (std::to_string(checkpointing.number_checkpoints) + " kept inputs of " +
-                       std::to_string(f.model.layers) + " blocks" +
-                       (checkpointing.contiguous_memory ? ", contiguous arena" : ""))
-                          .c_str());
+    std::printf(
+        "train_gpt: ZeRO stage %d, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
+        "%zu, seq %zu, %s, %s, batch %zu (%d micro-step%s), %zu tokens of data\n"
+        "activation checkpointing: %s\n\n",
+        f.stage, ranks, threads, threads > 1 ? "s" : "",
+        tp > 1 ? (" (tensor parallel " + std::to_string(tp) + " x data parallel " +
+                  std::to_string(replicas) + ")")
+                     .c_str()
+               : "",
+        f.model.layers, f.model.heads, f.model.embd, f.model.seq, zero::to_string(f.dtype),
+        f.optimizer.c_str(), f.batch, micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
+        checkpointing.number_checkpoints == 0
+            ? "off"
+            : (std::to_string(checkpointing.number_checkpoints) + " kept inputs of " +
+               std::to_string(f.model.layers) + " blocks" +
+               (checkpointing.contiguous_memory ? ", contiguous arena" : "") +
+               (f.partition_activations ? ", partitioned over the tensor-parallel group" : ""))
+                  .c_str());
 
   train_gpt::Ranks grid(world, tp);
   const train_gpt::History h = run_stage(grid, f, data);
@@ -168,6 +175,21 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                       ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
                       : "",
                   h.activations.recomputed_layers);
+      const std::size_t kept =
+          zero::CheckpointPlan(f.model.layers, checkpointing.number_checkpoints).segment_count() -
+          1;
+      if (kept > 0) {
+        const std::size_t input = f.batch / share * f.model.seq * f.model.embd;
+        std::printf("kept block inputs: %zu of %zu floats each; in memory on rank 0: %zu bytes%s\n",
+                    kept, input, h.activations.kept_input_bytes,
+                    !f.kept_inputs_nvme.empty() ? " (on the NVMe tier)"
+                    : f.partition_activations
+                        ? (" (1/" + std::to_string(tp) + " slices of " +
+                           std::to_string((input + std::size_t(tp) - 1) / std::size_t(tp)) +
+                           " floats, partitioned activations)")
+                              .c_str()
+                        : " (whole)");
+      }
       if (checkpointing.profile) // DeepSpeed's activation_checkpointing.profile
         std::printf("activation checkpointing, last step on rank 0: forward %.3f ms, "
                     "recomputation %.3f ms, backward %.3f ms\n",
@@ -192,6 +214,21 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                       "(from the model's shapes: %.0f calls, %.0f elements)\n",
                       h.tensor_calls_per_step, h.tensor_elements_per_step,
                       mb(h.tensor_bytes_per_step), expected.calls, expected.elements);
+          if (f.partition_activations) {
+            const double mean_step =
+                seconds / double(std::max<std::size_t>(1, h.step_seconds.size() - 1));
+            // On a rank's wire: an all-gather of b bytes puts (T - 1) / T b there, an all-reduce
+            // 2 (T - 1) / T b (nccl-tests' bus bandwidth), so the ratio is of b / 2 to b.
+            std::printf("partitioned activations: %.0f all-gathers per step, %.0f elements, %.3f "
+                        "MB; on the wire %.2f%% of the tensor-parallel all-reduces'; backward "
+                        "waited %.3f ms per step for them (%.2f%% of the step)\n",
+                        h.activation_gathers_per_step, h.activation_gathered_elements_per_step,
+                        mb(h.activation_gather_bytes_per_step),
+                        100.0 * h.activation_gathered_elements_per_step /
+                            (2.0 * h.tensor_elements_per_step),
+                        h.activation_gather_wait_per_step * 1e3,
+                        100.0 * h.activation_gather_wait_per_step / mean_step);
+          }
           std::printf("replicated parameters bitwise identical across each tensor-parallel "
                       "group: %s\n",
                       h.replicated_identical ? "yes" : "NO");

@@ -24,6 +24,7 @@ struct Flags {
   double lr = 1e-3, weight_decay = 0;
   std::optional<std::size_t> checkpoints; // --checkpoint-activations
   bool contiguous_memory = false, deterministic = false;
+  bool partition_activations = false; // ZeRO-R's Pa over the tensor-parallel group
   std::string data, init_npy, save_npy, config, json, kept_inputs_nvme;
   std::string save_checkpoint, load_checkpoint;
   std::optional<zero::config::Config> ds;
@@ -31,13 +32,20 @@ struct Flags {
   int print_every = 0;
 };
 
-// The checkpointing the run asks for: the flag, else the config's section, else none.
-inline zero::ActivationCheckpointing checkpointing(const Flags& f) {
-  zero::ActivationCheckpointing a = f.ds ? zero::ActivationCheckpointing::from_config(
-                                               f.ds->activation_checkpointing, f.model.layers)
-                                         : zero::ActivationCheckpointing{};
+// The checkpointing the run asks for: the flag, else the config's section, else none. With
+// partitioned activations the kept inputs are cut over `partition`, the tensor-parallel group
+// (parse() refused them without one).
+inline zero::ActivationCheckpointing checkpointing(const Flags& f,
+                                                   zero::ActivationPartition* partition = nullptr) {
+  zero::ActivationCheckpointing a;
+  if (f.ds) {
+    zero::config::ActivationCheckpointingConfig section = f.ds->activation_checkpointing;
+    section.partition_activations = section.cpu_checkpointing = false; // in f, checked by parse()
+    a = zero::ActivationCheckpointing::from_config(section, f.model.layers);
+  }
   if (f.checkpoints) a.number_checkpoints = *f.checkpoints;
   a.contiguous_memory = f.contiguous_memory;
+  if (f.partition_activations) a.partition = partition;
   return a;
 }
 

@@ -41,10 +41,15 @@ namespace train_gpt {
 struct Ranks {
   Ranks(zero::MpiCommunicator& world_ranks, int tensor_parallel)
       : world(world_ranks), groups(world_ranks, tensor_parallel),
-        tensor(groups.tensor().split(0, groups.tensor_rank())) {}
+        tensor(groups.tensor().split(0, groups.tensor_rank())),
+        activations(groups.tensor().split(0, groups.tensor_rank())) {}
   zero::MpiCommunicator& world;
   zero::TensorParallelGroups<zero::MpiCommunicator> groups;
   zero::CountingCommunicator<zero::MpiCommunicator> tensor; // the model's all-reduces, counted
+  // The tensor-parallel group again, for the gathers of partitioned activations: on a
+  // communicator of their own, they run beside the model's all-reduces instead of queueing
+  // behind them, and are counted apart.
+  zero::CountingCommunicator<zero::MpiCommunicator> activations;
   zero::MpiCommunicator& data() { return groups.data(); }
 };
 
@@ -59,6 +64,10 @@ struct History {
   std::size_t nvme_bytes_written = 0; // kept inputs written to the NVMe tier
   std::size_t block_bytes = 0;        // one block's activations: its input and what it saves
   std::size_t gathers_on_demand = 0, gathers_prefetched = 0; // stage 3, steps after the first
+  // Partitioned activations, per step after the first: the gathers over the tensor-parallel
+  // group, and the time backward waited for them.
+  double activation_gathers_per_step = 0, activation_gathered_elements_per_step = 0;
+  double activation_gather_bytes_per_step = 0, activation_gather_wait_per_step = 0;
   zero::MemoryReport memory;
   WholeTensors final_weights; // whole tensors, for --save-npy
   // Per step, after the first: the model's all-reduces over the tensor-parallel group, and the
@@ -259,7 +268,8 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     Blocks<T, Engine, Tensor> blocks{engine, tensor, model, batch};
     const std::unique_ptr<zero::KeptInputTier> kept_inputs =
         kept_inputs_tier(f, ranks.world.rank());
-    zero::ActivationCheckpointing options = checkpointing(f);
+    zero::ActivationPartitionOver partition(ranks.activations); // used with Pa only
+    zero::ActivationCheckpointing options = checkpointing(f, &partition);
     options.kept_inputs = kept_inputs.get(); // null: in memory
     zero::CheckpointedLayers loop(blocks, options);
     // example-end gpt-loop
@@ -272,7 +282,10 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     zero::CommStats data_traffic;
     if (!f.load_checkpoint.empty()) h.first_step = resume(engine, f, ranks.world.rank());
     for (int step = h.first_step; step < f.steps; ++step) {
-      if (step == h.first_step + 1) tensor.reset_stats(); // the first step is not counted
+      if (step == h.first_step + 1) { // the first step is not counted
+        tensor.reset_stats();
+        ranks.activations.reset_stats();
+      }
       const auto start = std::chrono::steady_clock::now();
       double loss = 0;
       for (std::size_t micro = 0; micro < micro_steps; ++micro) {
@@ -302,6 +315,8 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
         // example-end gpt-micro-step
         h.activations.peak_activation_bytes =
             std::max(h.activations.peak_activation_bytes, loop.stats().peak_activation_bytes);
+        if (step > h.first_step)
+          h.activation_gather_wait_per_step += loop.stats().gather_wait_seconds;
       }
       const zero::StepResult r = engine.step();
       h.loss.push_back(mean_over_ranks(replicas, loss / double(micro_steps)));
@@ -331,6 +346,12 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
       h.tensor_bytes_per_step = double(t.total_bytes()) / counted;
       h.data_elements_per_step = double(data_traffic.volume_elements()) / counted;
       h.data_bytes_per_step = double(data_traffic.total_bytes()) / counted;
+      const zero::CommStats& a = ranks.activations.stats();
+      h.activation_gathers_per_step = double(a.total_calls()) / counted;
+      h.activation_gathered_elements_per_step =
+          double(a[zero::Collective::all_gather].elements) / counted;
+      h.activation_gather_bytes_per_step = double(a.total_bytes()) / counted;
+      h.activation_gather_wait_per_step /= counted;
     }
     if (model.tensor_parallel > 1 || !f.save_npy.empty()) {
       const WholeTensors mine = final_slices(model, engine); // gathered once for both

@@ -135,15 +135,13 @@ TEST(ConfigJson, UnknownKeysAreOneWarningListingThem) {
 }
 
 TEST(ConfigJson, UnbuiltFeaturesAreRejectedByName) {
-  const char* text = R"({"zero_optimization": {"stage": 3,
+  const char* text = R"({"zero_optimization": {"stage": 3, "allgather_partitions": false,
       "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}},
-    "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true},
     "optimizer": {"type": "OneBitLamb", "params": {"lr": 1e-3}}})";
-  expect_error(text, ErrorKind::unsupported,
-               {"ds_config.json: not supported yet:",
-                "activation_checkpointing.partition_activations = true",
-                "activation_checkpointing.cpu_checkpointing = true",
-                "optimizer.type = \"OneBitLamb\"", "1-bit optimizers"});
+  expect_error(
+      text, ErrorKind::unsupported,
+      {"ds_config.json: not supported yet:", "zero_optimization.allgather_partitions = false",
+       "optimizer.type = \"OneBitLamb\"", "1-bit optimizers"});
   // Accepted on request (the estimator), with a warning rather than silence.
   const auto parsed = parse(text, config::UnbuiltFeatures::accept);
   EXPECT_EQ(parsed.config.zero_optimization.offload_param.device, config::OffloadDevice::nvme);
@@ -153,7 +151,7 @@ TEST(ConfigJson, UnbuiltFeaturesAreRejectedByName) {
   EXPECT_NE(parsed.warnings[0].find("optimizer.type = \"OneBitLamb\""), std::string::npos);
   // The same rule for a struct built in code.
   config::Config code;
-  code.activation_checkpointing.cpu_checkpointing = true;
+  code.zero_optimization.allgather_partitions = false;
   EXPECT_THROW(config::require_built(code), zero::Error);
   EXPECT_NO_THROW(config::require_built(config::Config{}));
 }

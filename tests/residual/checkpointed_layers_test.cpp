@@ -241,6 +241,151 @@ TEST(CheckpointedLayers, MisuseIsNamed) {
   EXPECT_THROW(loop.backward(wrong, {}), zero::Error);
 }
 
+// A tier that keeps the inputs in host vectors, recording what went through it.
+struct VectorTier final : zero::KeptInputTier {
+  std::vector<std::vector<float>> kept;
+  std::size_t written = 0, read = 0;
+  void reserve(std::size_t count, std::size_t elements) override {
+    kept.assign(count, std::vector<float>(elements));
+  }
+  void keep(std::size_t i, View<const float> input) override {
+    kept.at(i).assign(input.begin(), input.end());
+    written += input.size() * sizeof(float);
+  }
+  void prefetch(std::size_t) override {}
+  void restore(std::size_t i, View<float> into) override {
+    std::copy(kept.at(i).begin(), kept.at(i).end(), into.begin());
+    read += into.size() * sizeof(float);
+  }
+  void synchronize() override {}
+  std::size_t buffer_bytes() const override { return 0; }
+  std::size_t bytes_written() const override { return written; }
+  std::size_t bytes_read() const override { return read; }
+};
+
+struct PartitionedRun {
+  Gradients gradients;
+  std::size_t tier_bytes_written = 0;
+};
+
+// Three steps of a toy loop of 35-element activations (no group size up to 4 divides them, so
+// the last slice is padded) with dropout, every rank of the world running the same inputs as a
+// tensor-parallel group does, its kept inputs partitioned over the world when asked, on `tier`
+// when given. `shift` moves this rank's inputs (ranks that do not agree).
+PartitionedRun run_partitioned(std::size_t checkpoints, bool partitioned, VectorTier* tier,
+                               float shift = 0) {
+  ToyLayers toy;
+  toy.width = 7;
+  toy.rows = 5;
+  std::mt19937 generator(5);
+  toy.generator = &generator;
+  std::vector<std::vector<float>> weights;
+  for (std::size_t l = 0; l < toy.count; ++l)
+    weights.push_back(ramp(toy.width * toy.width, 0.4f, float(l)));
+  PartitionedRun run;
+  Gradients& g = run.gradients;
+  g.weights.resize(toy.count);
+  toy.weights = [&](std::size_t l) { return weights[l].data(); };
+  toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { g.weights[l] = dw; };
+  zero::ActivationPartitionOver partition(zero::testing::world());
+  zero::CheckpointedLayers<ToyLayers, GeneratorState> loop(
+      toy,
+      {.number_checkpoints = checkpoints,
+       .kept_inputs = tier,
+       .partition = partitioned ? &partition : nullptr},
+      GeneratorState{&generator});
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> x = ramp(toy.activation_elements(), 1.0f, float(step) + shift);
+    const View<const float> y = loop.forward(x);
+    g.output.assign(y.begin(), y.end());
+    g.input.assign(x.size(), 0.0f);
+    loop.backward(ramp(y.size(), 0.5f, 2.0f), g.input);
+  }
+  g.stats = loop.stats();
+  if (tier) run.tier_bytes_written = tier->written;
+  return run;
+}
+
+TEST(CheckpointedLayers, PartitionedInputsChangeNoNumberAndKeepOneSliceEach) {
+  const std::size_t ranks = std::size_t(zero::testing::world().size()), n = 35;
+  const std::size_t slice = (n + ranks - 1) / ranks;
+  for (std::size_t k : {1, 2, 3, 7}) {
+    const std::string what = std::to_string(k) + " checkpoints over " + std::to_string(ranks);
+    const std::size_t kept = zero::CheckpointPlan(7, k).segment_count() - 1;
+    const PartitionedRun whole = run_partitioned(k, false, nullptr);
+    const PartitionedRun sliced = run_partitioned(k, true, nullptr);
+    expect_bitwise_equal(whole.gradients, sliced.gradients, what);
+    EXPECT_EQ(whole.gradients.stats.kept_input_bytes, kept * n * sizeof(float)) << what;
+    EXPECT_EQ(sliced.gradients.stats.kept_input_bytes, kept * slice * sizeof(float)) << what;
+    EXPECT_EQ(sliced.gradients.stats.gathered_elements, kept * slice * ranks) << what;
+    EXPECT_EQ(whole.gradients.stats.gathered_elements, 0u) << what;
+    // On a tier too: only the slices go there, and memory keeps none.
+    VectorTier tier;
+    const PartitionedRun on_tier = run_partitioned(k, true, &tier);
+    expect_bitwise_equal(whole.gradients, on_tier.gradients, what + " on a tier");
+    EXPECT_EQ(on_tier.gradients.stats.kept_input_bytes, 0u) << what;
+    EXPECT_EQ(on_tier.tier_bytes_written, 3 * kept * slice * sizeof(float)) << what;
+    EXPECT_EQ(on_tier.gradients.stats.gathered_elements, kept * slice * ranks) << what;
+  }
+}
+
+TEST(CheckpointedLayers, PartitionedInputsThatDifferBetweenRanksAreNamed) {
+  auto& world = zero::testing::world();
+  if (world.size() == 1) { // one rank always agrees with itself
+    EXPECT_NO_THROW(run_partitioned(3, true, nullptr, 0.25f));
+    return;
+  }
+  // Every rank's inputs differ from every other's: every rank finds its gathered input wrong.
+  EXPECT_THROW(
+      {
+        try {
+          run_partitioned(3, true, nullptr, 0.25f * float(world.rank()));
+        } catch (const zero::Error& e) {
+          EXPECT_EQ(e.kind(), zero::ErrorKind::mismatch);
+          EXPECT_NE(
+              std::string(e.what()).find("gathered over the group differs from the one rank " +
+                                         std::to_string(world.rank()) + " had in forward"),
+              std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      zero::Error);
+}
+
+TEST(CheckpointedLayers, DeepSpeedsPartitionKeysNeedAGroup) {
+  using zero::ActivationCheckpointing;
+  const auto section = [](const char* json) {
+    return zero::config::from_json_string(json).activation_checkpointing;
+  };
+  const auto partition_keys = section(
+      R"({"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true}})");
+  // Without a group: refused, naming the key.
+  for (const char* json : {R"({"activation_checkpointing": {"partition_activations": true}})",
+                           R"({"activation_checkpointing": {"cpu_checkpointing": true}})"}) {
+    try {
+      (void)ActivationCheckpointing::from_config(section(json), 16);
+      ADD_FAILURE() << json << " was accepted without a group";
+    } catch (const zero::Error& e) {
+      EXPECT_EQ(e.kind(), zero::ErrorKind::unsupported);
+      EXPECT_NE(std::string(e.what()).find(std::string(json).find("partition") != std::string::npos
+                                               ? "partition_activations = true"
+                                               : "cpu_checkpointing = true"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // With one: honoured. cpu_checkpointing alone keeps whole inputs (as DeepSpeed, which moves
+  // only partitioned ones), in host memory where they are already.
+  zero::ActivationPartitionOver group(zero::testing::world());
+  EXPECT_EQ(ActivationCheckpointing::from_config(partition_keys, 16, &group).partition, &group);
+  EXPECT_EQ(ActivationCheckpointing::from_config(
+                section(R"({"activation_checkpointing": {"cpu_checkpointing": true}})"), 16, &group)
+                .partition,
+            nullptr);
+  EXPECT_EQ(ActivationCheckpointing::from_config(section("{}"), 16, &group).partition, nullptr);
+}
+
 // The toy loop's weights through the engine: each layer's forward and backward acquire it, as a
 // user's loop does, and backward hands its gradient over.
 template <class Engine>

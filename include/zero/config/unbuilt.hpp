@@ -20,22 +20,15 @@ struct UnbuiltFeature {
 inline std::vector<UnbuiltFeature> unbuilt_features(const Config& config) {
   std::vector<UnbuiltFeature> found;
   // Offload is built: "nvme" is the NVMe tier (the engine's placement must say so too), "cpu" is
-  // host memory, where the host engine keeps model states anyway.
+  // host memory, where the host engine keeps model states anyway. The activation-checkpointing
+  // keys partition_activations and cpu_checkpointing are honoured by
+  // ActivationCheckpointing::from_config where the loop has a tensor-parallel group, and refused
+  // by name where it has none.
   const auto& zero_opt = config.zero_optimization;
   if (!zero_opt.allgather_partitions)
     found.push_back({"zero_optimization.allgather_partitions = false",
                      "parameters are always all-gathered after the step; the broadcast variant "
                      "is not built"});
-  const auto& checkpointing = config.activation_checkpointing;
-  if (checkpointing.partition_activations)
-    found.push_back({"activation_checkpointing.partition_activations = true",
-                     "it splits activations across model-parallel ranks, and zero has no model "
-                     "parallelism (every rank holds whole activations); remove the key"});
-  if (checkpointing.cpu_checkpointing)
-    found.push_back({"activation_checkpointing.cpu_checkpointing = true",
-                     "it moves GPU activations to host memory, where the host engine keeps them "
-                     "anyway, and the GPU engine is not built yet (kept activations go to the NVMe "
-                     "tier through ActivationCheckpointing::kept_inputs)"});
   return found;
 }
 

@@ -10,6 +10,7 @@
 
 #include "zero/config/activation_checkpointing.hpp"
 #include "zero/core/error.hpp"
+#include "zero/residual/activation_partition.hpp"
 #include "zero/residual/kept_input_tier.hpp"
 #include "zero/shard/parameter.hpp"
 
@@ -30,6 +31,10 @@ struct ActivationCheckpointing {
   // Where the kept inputs live between forward and backward: memory (null), or a tier below it,
   // e.g. KeptInputsOnNvme. Not owned.
   KeptInputTier* kept_inputs = nullptr;
+  // Partitioned activations (Pa): each kept input held as this rank's slice over the group that
+  // shares it, e.g. ActivationPartitionOver(groups.tensor()). With a tier too, the slices go
+  // there. Not owned; null: whole inputs.
+  ActivationPartition* partition = nullptr;
   // With a tier: wait for its transfers at every segment boundary (a debugging aid; it gives up
   // the overlap).
   bool synchronize_boundary = false;
@@ -38,17 +43,32 @@ struct ActivationCheckpointing {
 
   // DeepSpeed's section for a loop of `layers` layers: number_checkpoints, or about sqrt(layers)
   // (the memory optimum) when it is absent. Checkpointing is off when the config has no such
-  // section. Keys zero cannot honour are refused by the config reader (config/unbuilt.hpp).
-  // cpu_checkpointing is a GPU engine's; kept inputs on the NVMe tier are set in code.
+  // section. partition_activations and cpu_checkpointing need the group the activations are
+  // replicated over, `partition` (the tensor-parallel group); without one they are refused by
+  // name. cpu_checkpointing moves the partitioned slices to host memory (DeepSpeed: "if
+  // partition_activations is enabled"); on the host engine they are there already, so it asks for
+  // nothing more (the tier below host memory, NVMe, is set in code through kept_inputs).
   static ActivationCheckpointing from_config(const config::ActivationCheckpointingConfig& c,
-                                             std::size_t layers) {
+                                             std::size_t layers,
+                                             ActivationPartition* partition = nullptr) {
     ActivationCheckpointing a;
     if (!c.given) return a;
+    const auto refuse_without_group = [&](bool asked, const char* key) {
+      require(!asked || partition,
+              std::string("activation_checkpointing.") + key +
+                  " = true: it splits the kept activations across the tensor-parallel group, and "
+                  "this loop has none (every rank holds whole activations); remove the key or "
+                  "give the loop its group",
+              ErrorKind::unsupported);
+    };
+    refuse_without_group(c.partition_activations, "partition_activations");
+    refuse_without_group(c.cpu_checkpointing, "cpu_checkpointing");
     a.number_checkpoints =
         c.number_checkpoints ? static_cast<std::size_t>(*c.number_checkpoints) : sqrt_of(layers);
     a.contiguous_memory = c.contiguous_memory_optimization;
     a.synchronize_boundary = c.synchronize_checkpoint_boundary;
     a.profile = c.profile;
+    if (c.partition_activations) a.partition = partition;
     return a;
   }
 

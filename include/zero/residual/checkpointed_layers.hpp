@@ -25,9 +25,15 @@
 // the first one did: forward must be deterministic, and randomness (dropout) must come from the
 // RandomStateHook, whose state the driver saves at each segment's start and restores to recompute.
 // Then checkpointing changes no number.
+//
+// Where the kept inputs live: whole in memory (the default); on a tier below it (kept_inputs, e.g.
+// the NVMe tier); or, with partitioned activations (partition: ZeRO-R's Pa under tensor
+// parallelism), as this rank's slice of each, in memory or on the tier, all-gathered whole before
+// backward recomputes from it (residual/activation_partition.hpp).
 
 #include "zero/core/error.hpp"
 #include "zero/core/view.hpp"
+#include "zero/core/work.hpp"
 #include "zero/residual/activation_memory.hpp"
 #include "zero/residual/checkpoint_plan.hpp"
 
@@ -35,10 +41,13 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <xxhash.h>
 
 namespace zero {
 
@@ -72,6 +81,13 @@ struct NoRandomState {
 struct CheckpointStats {
   std::size_t recomputed_layers = 0;
   std::size_t peak_activation_bytes = 0; // the most live at once in any step so far
+  // The kept inputs this rank holds in memory from forward to backward, exact (the arena's
+  // cache-line rounding aside): whole inputs, slices with a partition, none with a tier.
+  std::size_t kept_input_bytes = 0;
+  // With a partition: the elements all-gathered (whole inputs, as nccl-tests counts an all-gather)
+  // and the time backward waited for them, not hidden behind the segment before.
+  std::size_t gathered_elements = 0;
+  double gather_wait_seconds = 0;
   double forward_seconds = 0, recompute_seconds = 0, backward_seconds = 0;
 };
 
@@ -95,16 +111,21 @@ class CheckpointedLayers {
     stats_ = {};
     const Timer timer(options_.profile, stats_.forward_seconds);
     const std::size_t last = plan_.segment_count() - 1;
-    KeptInputTier* tier = last > 0 ? options_.kept_inputs : nullptr; // one segment keeps none
-    if (tier) tier->reserve(last, activations());
-    // With a tier, the inputs go there and two buffers take turns as the current one.
-    View<float> spare = tier ? memory_.take(Lifetime::step, activations()) : View<float>{};
-    segments_[0].input = memory_.take(Lifetime::step, activations());
+    // One segment keeps nothing. Otherwise the inputs are kept whole in memory, or elsewhere (on
+    // a tier, or in slices, or both), and then two whole buffers take turns as the current one.
+    KeptInputTier* tier = last > 0 ? options_.kept_inputs : nullptr;
+    ActivationPartition* partition = last > 0 ? options_.partition : nullptr;
+    const bool elsewhere = tier || partition;
+    if (tier) tier->reserve(last, kept_elements(partition));
+    if (tier && partition) slice_ = memory_.take(Lifetime::step, kept_elements(partition));
+    View<float> spare =
+        elsewhere ? memory_.take(Lifetime::step, whole_elements(partition)) : View<float>{};
+    segments_[0].input = memory_.take(Lifetime::step, whole_elements(partition));
     copy(input, segments_[0].input);
     for (std::size_t s = 0; s < last; ++s) {
       segments_[s].random = random_.save();
-      if (tier) tier->keep(s, segments_[s].input);
-      View<const float> x = segments_[s].input;
+      keep(s, tier, partition);
+      View<const float> x = segments_[s].input.first(activations());
       const Range layers = plan_.segment(s);
       for (std::size_t l = layers.begin; l < layers.end; ++l) {
         View<float> out = memory_.take(Lifetime::segment, activations());
@@ -112,10 +133,10 @@ class CheckpointedLayers {
         x = out;
       }
       // The segment's output is the next one's input, kept; its layers' activations are not.
-      if (tier) {
+      if (elsewhere) {
         segments_[s + 1].input = std::exchange(spare, segments_[s].input);
         segments_[s].input = {};
-        if (options_.synchronize_boundary) tier->synchronize();
+        if (tier && options_.synchronize_boundary) tier->synchronize();
       } else {
         segments_[s + 1].input = memory_.take(Lifetime::step, activations());
       }
@@ -123,7 +144,7 @@ class CheckpointedLayers {
       memory_.end_segment();
     }
     restored_ = spare; // backward reads the inputs back into it
-    output_ = run_segment(last, segments_[last].input);
+    output_ = run_segment(last, segments_[last].input.first(activations()));
     guard.done = true;
     return output_;
   }
@@ -139,20 +160,29 @@ class CheckpointedLayers {
     View<float> other = memory_.take(Lifetime::step, activations());
     copy(grad_output, grad);
     KeptInputTier* tier = options_.kept_inputs;
+    ActivationPartition* partition = options_.partition;
     const std::size_t last = plan_.segment_count() - 1;
-    if (tier && last > 0) tier->prefetch(last - 1); // read while the last segment runs
+    if (last > 0) { // bring back the first input needed while the last segment runs
+      if (partition)
+        gather(last - 1, tier);
+      else if (tier)
+        tier->prefetch(last - 1);
+    }
     for (std::size_t s = plan_.segment_count(); s-- > 0;) {
       if (s < last) {
         const Timer timer(options_.profile, stats_.recompute_seconds);
         View<const float> input = segments_[s].input;
-        if (tier) {
+        if (partition) {
+          input = gathered(s);
+          if (s > 0) gather(s - 1, tier); // behind this segment's recomputation and backward
+        } else if (tier) {
           tier->restore(s, restored_);
           if (s > 0) tier->prefetch(s - 1);
           input = restored_;
         }
         const auto now = random_.save();
         random_.restore(segments_[s].random);
-        run_segment(s, input);
+        run_segment(s, input.first(activations()));
         random_.restore(now); // what backward draws is not changed by the recomputation
         stats_.recomputed_layers += plan_.segment(s).size();
       }
@@ -181,7 +211,9 @@ class CheckpointedLayers {
 
  private:
   struct Segment {
-    View<float> input; // kept through the step (with a tier: while it is the current one)
+    View<float> input;      // kept through the step (kept elsewhere: while it is the current one)
+    View<float> slice;      // with a partition and no tier: this rank's slice of the input
+    std::uint64_t hash = 0; // with a partition: of the whole input, to check the gathered one
     typename Random::state_type random{};
   };
   struct Held { // a layer of the segment whose backward comes next
@@ -195,6 +227,10 @@ class CheckpointedLayers {
     bool done = false;
     ~StartOverOnError() {
       if (done) return;
+      try {
+        loop.gather_.wait(); // its buffers are given back below
+      } catch (...) {        // the step is being abandoned for another error already
+      }
       loop.memory_.abandon_step();
       loop.in_step_ = false;
     }
@@ -218,6 +254,73 @@ class CheckpointedLayers {
   }
   static void copy(View<const float> from, View<float> to) {
     std::copy(from.begin(), from.end(), to.begin());
+  }
+
+  // A kept input as it is stored: this rank's slice with a partition, else whole.
+  std::size_t kept_elements(const ActivationPartition* partition) const {
+    return partition ? partition->slice_elements(activations()) : activations();
+  }
+  // A buffer that holds a whole input: with a partition, every rank's slice, padding included.
+  std::size_t whole_elements(const ActivationPartition* partition) const {
+    return partition ? kept_elements(partition) * partition->parts() : activations();
+  }
+
+  // Keeps segment s's input (its current buffer) until backward: whole in memory, or its slice
+  // with a partition, and on the tier when there is one.
+  void keep(std::size_t s, KeptInputTier* tier, ActivationPartition* partition) {
+    View<const float> kept = segments_[s].input.first(activations());
+    if (partition) {
+      segments_[s].hash = XXH3_64bits(kept.data(), kept.size() * sizeof(float));
+      View<float> slice = tier ? slice_ : memory_.take(Lifetime::step, kept_elements(partition));
+      const std::size_t size = slice.size(),
+                        begin = std::min(partition->part() * size, kept.size());
+      const std::size_t end = std::min(begin + size, kept.size());
+      std::copy(kept.begin() + begin, kept.begin() + end, slice.begin());
+      std::fill(slice.begin() + (end - begin), slice.end(), 0.0f); // the last slice's padding
+      if (!tier) segments_[s].slice = slice;
+      kept = slice;
+    }
+    if (tier)
+      tier->keep(s, kept);
+    else
+      stats_.kept_input_bytes += kept.size() * sizeof(float);
+  }
+
+  // With a partition: the whole buffer segment s is recomputed from. Two take turns, so that the
+  // next input can be gathered while a segment runs from the other: the spare of forward
+  // (restored_), and the buffer the last segment ran from, free once its backward is done.
+  View<float> whole_buffer(std::size_t s) {
+    const std::size_t last = plan_.segment_count() - 1;
+    return (last - 1 - s) % 2 == 0 ? restored_ : segments_[last].input;
+  }
+  // Starts gathering segment s's input whole from every rank's slice (read back from the tier
+  // first, when there is one).
+  void gather(std::size_t s, KeptInputTier* tier) {
+    View<const float> slice = segments_[s].slice;
+    if (tier) {
+      tier->restore(s, slice_);
+      if (s > 0) tier->prefetch(s - 1);
+      slice = slice_;
+    }
+    const View<float> whole = whole_buffer(s);
+    gather_ = options_.partition->all_gather(slice, whole);
+    stats_.gathered_elements += whole.size();
+  }
+  // Segment s's input, once its gather is done. It must be the input this rank had in forward:
+  // a group whose ranks computed different inputs would otherwise recompute from a mix of them.
+  View<const float> gathered(std::size_t s) {
+    const auto start = std::chrono::steady_clock::now();
+    gather_.wait();
+    stats_.gather_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const View<float> whole = whole_buffer(s).first(activations());
+    require(XXH3_64bits(whole.data(), whole.size() * sizeof(float)) == segments_[s].hash,
+            "CheckpointedLayers: partitioned activations: the input of segment " +
+                std::to_string(s) + " gathered over the group differs from the one rank " +
+                std::to_string(options_.partition->part()) +
+                " had in forward; the ranks of a partition must compute the same inputs",
+            ErrorKind::mismatch);
+    return whole;
   }
 
   // Runs segment s forward from `input`, keeping every layer's input and saved state for its
@@ -244,7 +347,9 @@ class CheckpointedLayers {
   std::vector<Segment> segments_;
   std::vector<Held> held_;
   View<const float> output_;
-  View<float> restored_; // with a kept-input tier: the input being recomputed from
+  View<float> restored_; // kept elsewhere: the input being recomputed from
+  View<float> slice_;    // with a partition and a tier: a slice on its way to or from the tier
+  Work gather_;          // with a partition: the gather in flight
   CheckpointStats stats_;
   bool in_step_ = false;
 };

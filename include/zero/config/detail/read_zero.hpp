@@ -156,8 +156,8 @@ inline ActivationCheckpointingConfig read_activation_checkpointing(ObjectReader&
   checkpointing.synchronize_checkpoint_boundary =
       reader.boolean("synchronize_checkpoint_boundary", false);
   checkpointing.profile = reader.boolean("profile", false);
-  // DeepSpeed also asks for partition_activations with the arena; zero has nothing to partition
-  // across (no model parallelism), so the arena stands on its own.
+  // DeepSpeed also asks for partition_activations with the arena; zero's arena holds whole inputs
+  // or slices alike, so it stands on its own.
   if (checkpointing.contiguous_memory_optimization && !checkpointing.number_checkpoints)
     reader.context().fail_at(reader.path_of("number_checkpoints"),
                              "required with contiguous_memory_optimization = true");
