@@ -273,7 +273,7 @@ struct PartitionedRun {
 // tensor-parallel group does, its kept inputs partitioned over the world when asked, on `tier`
 // when given. `shift` moves this rank's inputs (ranks that do not agree).
 PartitionedRun run_partitioned(std::size_t checkpoints, bool partitioned, VectorTier* tier,
-                               float shift = 0) {
+                               float shift = 0, bool contiguous = false) {
   ToyLayers toy;
   toy.width = 7;
   toy.rows = 5;
@@ -291,6 +291,7 @@ PartitionedRun run_partitioned(std::size_t checkpoints, bool partitioned, Vector
   zero::CheckpointedLayers<ToyLayers, GeneratorState> loop(
       toy,
       {.number_checkpoints = checkpoints,
+       .contiguous_memory = contiguous,
        .kept_inputs = tier,
        .partition = partitioned ? &partition : nullptr},
       GeneratorState{&generator});
@@ -319,6 +320,10 @@ TEST(CheckpointedLayers, PartitionedInputsChangeNoNumberAndKeepOneSliceEach) {
     EXPECT_EQ(sliced.gradients.stats.kept_input_bytes, kept * slice * sizeof(float)) << what;
     EXPECT_EQ(sliced.gradients.stats.gathered_elements, kept * slice * ranks) << what;
     EXPECT_EQ(whole.gradients.stats.gathered_elements, 0u) << what;
+    // The arena holds the slices as it holds whole inputs.
+    expect_bitwise_equal(whole.gradients,
+                         run_partitioned(k, true, nullptr, 0, /*contiguous=*/true).gradients,
+                         what + " in the arena");
     // On a tier too: only the slices go there, and memory keeps none.
     VectorTier tier;
     const PartitionedRun on_tier = run_partitioned(k, true, &tier);
