@@ -1,0 +1,247 @@
+#pragma once
+// DynamicMap: the 256 values an 8-bit optimizer state can take, as a fraction of its block's
+// absolute maximum: the dynamic quantization of Dettmers et al., "8-bit Optimizers via Block-wise
+// Quantization" (arXiv 2110.02861), whose bitsandbytes library calls it create_dynamic_map. Each
+// decimal exponent 1e-6, 1e-5, ..., 1 (a decade) holds a run of linearly spaced fractions in
+// [0.1, 1] (the midpoints of equal steps), more of them for larger exponents, so that small values
+// keep their relative precision as floating point does while large ones get the finer steps:
+//   signed (the first moment)     2^i fractions at exponent 1e-6 x 10^i, i = 0..6, each with
+//                                 both signs: 2 x 127 values, and 0 and 1;
+//   unsigned (the second moment)  2^(i + 1) fractions, the sign bit spent as one more fraction
+//                                 bit: 254 values, and 0 and 1.
+// The values are computed in double and rounded to float once; sorted ascending, so that a code
+// orders as its value does.
+//
+// quantize() gives each value the code of the nearest map value, ties to the smaller one. The
+// decision boundaries between neighbouring values are floats fixed once: within a decade the
+// equal steps' edges, lo + j x step computed with one fused multiply-add; between decades, next
+// to 0 and next to 1 the midpoint of the two values. A code is the number of boundaries below x
+// (for x < 0: the number at or above it, taken from the middle code). That count is computed, not
+// searched: the decade by comparing |x| with the six boundaries between decades, the step within
+// it by one division estimate corrected against its two neighbouring boundaries; no table lookup,
+// so eight values at a time on AVX2 lanes (a table of 256 needs gathers, which cost more than the
+// arithmetic here). The lanes and the scalar path compute the same floats in the same order, so
+// they give the same codes.
+
+#include "zero/core/simd.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace zero {
+
+ZERO_SIMD_BEGIN
+class DynamicMap {
+ public:
+  static constexpr std::size_t size = 256;
+  static constexpr int decades = 7;
+
+  explicit DynamicMap(bool is_signed) : signed_(is_signed) {
+    std::size_t at = 0;
+    for (int d = 0; d < decades; ++d) {
+      const double scale = std::pow(10.0, d - 6);
+      const int fractions = is_signed ? 1 << d : 1 << (d + 1);
+      const double step = 0.9 / fractions; // [0.1, 1] in `fractions` equal steps
+      for (int j = 0; j < fractions; ++j) {
+        const double mean = 0.1 + step * (j + 0.5);
+        values_[at++] = static_cast<float>(scale * mean);
+        if (is_signed) values_[at++] = static_cast<float>(-scale * mean);
+      }
+      lo_[d] = static_cast<float>(scale * 0.1);
+      step_[d] = static_cast<float>(scale * step);
+      inverse_step_[d] = 1.0f / step_[d];
+      last_step_[d] = fractions - 1;
+      before_[d] = d == 0 ? 0 : before_[d - 1] + last_step_[d - 1] + 1;
+    }
+    values_[at++] = 0.0f;
+    values_[at++] = 1.0f;
+    std::sort(values_.begin(), values_.end());
+    negative_count_ = is_signed ? 127 : 0;
+    // The boundaries that are midpoints of two values: next to 0, between decades, next to 1.
+    const auto midpoint = [&](std::size_t code) {
+      return values_[code] + (values_[code + 1] - values_[code]) / 2.0f;
+    };
+    const std::size_t zero_code = negative_count_;
+    first_ = midpoint(zero_code);
+    for (int d = 1; d < decades; ++d)
+      between_[d - 1] = midpoint(zero_code + static_cast<std::size_t>(before_[d]));
+    top_ = midpoint(size - 2);
+  }
+
+  bool is_signed() const noexcept { return signed_; }
+  float operator[](std::uint8_t code) const noexcept { return values_[code]; }
+  const std::array<float, size>& values() const noexcept { return values_; }
+
+  // The decision boundary between code c and c + 1: x above it is nearer to c + 1's value.
+  float boundary(std::uint8_t code) const noexcept {
+    const int c = code;
+    const int z = negative_count_;
+    if (c >= z) return boundary_above(c - z);
+    return -boundary_above(z - 1 - c);
+  }
+
+  // The code of the map value nearest to x, a fraction of the block's absolute maximum ([-1, 1],
+  // or [0, 1] unsigned: what lies outside maps to the ends).
+  std::uint8_t nearest(float x) const noexcept {
+    const bool negative = std::signbit(x);
+    const float magnitude = std::fabs(x);
+    const float a = magnitude < 2.0f ? magnitude : 2.0f; // NaN and beyond: 2, as on the lanes
+    // x >= 0 counts the boundaries below a; x < 0 those at or below a (so that ties go down): below
+    // the next float above a, which no boundary lies between.
+    const float bound =
+        negative ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(a) + 1u) : a; // a is in [0, 2]
+    const auto below = [bound](float b) { return b < bound; };
+    int decade = 0;
+    for (float b : between_)
+      decade += below(b) ? 1 : 0;
+    int step = static_cast<int>((a - lo_[decade]) * inverse_step_[decade]); // an estimate
+    step = std::clamp(step, 0, last_step_[decade]);
+    if (step < last_step_[decade] && below(edge(decade, step + 1))) ++step;
+    if (step > 0 && !below(edge(decade, step))) --step;
+    const int top = !negative && below(top_) ? 1 : 0; // the negative side has no -1
+    const int count = below(first_) ? 1 + before_[decade] + step + top : 0;
+    return code_of(negative ? negative_count_ - count : negative_count_ + count);
+  }
+
+  // codes[i] = nearest(values[i] x scale) for i < n.
+  void quantize(const float* values, std::size_t n, float scale,
+                std::uint8_t* codes) const noexcept {
+    std::size_t i = 0;
+#if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
+    const __m256 times = _mm256_set1_ps(scale);
+    for (; i + 8 <= n; i += 8)
+      nearest8(_mm256_mul_ps(_mm256_loadu_ps(values + i), times), codes + i);
+#endif
+    for (; i < n; ++i)
+      codes[i] = nearest(values[i] * scale);
+  }
+
+  // values[i] = map[codes[i]] x scale for i < n.
+  void dequantize(const std::uint8_t* codes, std::size_t n, float scale,
+                  float* values) const noexcept {
+    std::size_t i = 0;
+#if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
+    const __m256 times = _mm256_set1_ps(scale);
+    for (; i + 8 <= n; i += 8) {
+      std::int64_t eight;
+      std::memcpy(&eight, codes + i, sizeof eight);
+      const __m256i index = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(eight));
+      _mm256_storeu_ps(values + i,
+                       _mm256_mul_ps(_mm256_i32gather_ps(values_.data(), index, 4), times));
+    }
+#endif
+    for (; i < n; ++i)
+      values[i] = values_[codes[i]] * scale;
+  }
+
+  // The two maps, built once.
+  static const DynamicMap& signed_map() {
+    static const DynamicMap map(true);
+    return map;
+  }
+  static const DynamicMap& unsigned_map() {
+    static const DynamicMap map(false);
+    return map;
+  }
+
+ private:
+  // The edge between steps j - 1 and j of a decade (j = 1 .. last_step): one rounding, on every
+  // path.
+  float edge(int decade, int j) const noexcept {
+    return std::fma(step_[decade], static_cast<float>(j), lo_[decade]);
+  }
+  // Boundary k above 0 (k = 0: next to 0), in ascending order.
+  float boundary_above(int k) const noexcept {
+    if (k == 0) return first_;
+    --k;
+    for (int d = 0; d < decades; ++d) {
+      if (k < last_step_[d]) return edge(d, k + 1);
+      k -= last_step_[d];
+      if (d + 1 < decades) {
+        if (k == 0) return between_[static_cast<std::size_t>(d)];
+        --k;
+      }
+    }
+    return top_;
+  }
+  std::uint8_t code_of(int code) const noexcept {
+    return static_cast<std::uint8_t>(std::clamp(code, 0, static_cast<int>(size) - 1));
+  }
+
+#if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
+  // nearest() on eight lanes, written to codes[0..8).
+  void nearest8(__m256 x, std::uint8_t* codes) const noexcept {
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256 negative = _mm256_castsi256_ps(_mm256_srai_epi32(bits, 31)); // sign set: all ones
+    const __m256 a = _mm256_min_ps( // NaN and beyond: 2 (minps gives its second operand for NaN)
+        _mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff))),
+        _mm256_set1_ps(2.0f));
+    // As nearest(): boundaries below a for x >= 0, at or below it for x < 0 (below the next float
+    // above a). below(b) is all ones where b is counted.
+    const __m256 bound = _mm256_castsi256_ps(
+        _mm256_sub_epi32(_mm256_castps_si256(a), _mm256_castps_si256(negative)));
+    const auto below = [&](__m256 b) { return _mm256_cmp_ps(b, bound, _CMP_LT_OQ); };
+    __m256i decade = _mm256_setzero_si256();
+    for (float b : between_) // a true lane is -1
+      decade = _mm256_sub_epi32(decade, _mm256_castps_si256(below(_mm256_set1_ps(b))));
+    const auto pick = [&](const auto& table) { // table[decade] in every lane
+      return _mm256_permutevar8x32_ps(_mm256_loadu_ps(table.data()), decade);
+    };
+    const auto pick_int = [&](const std::array<int, 8>& table) {
+      return _mm256_permutevar8x32_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table.data())), decade);
+    };
+    const __m256 lo = pick(lo_), step_size = pick(step_), inverse = pick(inverse_step_);
+    const __m256i last = pick_int(last_step_);
+    __m256i step = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_sub_ps(a, lo), inverse));
+    step = _mm256_min_epi32(_mm256_max_epi32(step, _mm256_setzero_si256()), last);
+    const auto edge_at = [&](__m256i j) {
+      return _mm256_fmadd_ps(step_size, _mm256_cvtepi32_ps(j), lo);
+    };
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i next = _mm256_add_epi32(step, one);
+    const __m256i up =
+        _mm256_and_si256(_mm256_cmpgt_epi32(last, step), _mm256_castps_si256(below(edge_at(next))));
+    step = _mm256_sub_epi32(step, up);
+    const __m256i down = _mm256_andnot_si256(_mm256_castps_si256(below(edge_at(step))),
+                                             _mm256_cmpgt_epi32(step, _mm256_setzero_si256()));
+    step = _mm256_add_epi32(step, down);
+    const __m256i top = _mm256_andnot_si256(_mm256_castps_si256(negative),
+                                            _mm256_castps_si256(below(_mm256_set1_ps(top_))));
+    __m256i count =
+        _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(one, pick_int(before_)), step), top);
+    count = _mm256_and_si256(count, _mm256_castps_si256(below(_mm256_set1_ps(first_))));
+    const __m256i middle = _mm256_set1_epi32(negative_count_);
+    __m256i code =
+        _mm256_blendv_epi8(_mm256_add_epi32(middle, count), _mm256_sub_epi32(middle, count),
+                           _mm256_castps_si256(negative));
+    code = _mm256_max_epi32(code, _mm256_setzero_si256()); // packus clamps above 255
+    const __m256i words = _mm256_packus_epi32(code, code); // per 128-bit half: c0..c3 twice
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const auto low = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 0));
+    const auto high = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 4));
+    const std::uint64_t eight = std::uint64_t{low} | std::uint64_t{high} << 32;
+    std::memcpy(codes, &eight, sizeof eight);
+  }
+#endif
+
+  bool signed_;
+  std::array<float, size> values_{};
+  int negative_count_ = 0; // the code of 0: values below it
+  // Per decade (8 entries for one AVX2 register; the last unused): where its steps start, their
+  // size and its inverse, the last step's index, and the boundaries above 0 before the decade's
+  // first (those of the decades below).
+  std::array<float, 8> lo_{}, step_{}, inverse_step_{};
+  std::array<int, 8> last_step_{}, before_{};
+  std::array<float, decades - 1> between_{}; // between decade d and d + 1
+  float first_ = 0, top_ = 0;                // next to 0, next to 1
+};
+ZERO_SIMD_END
+
+} // namespace zero

@@ -1,0 +1,94 @@
+#pragma once
+// The fused Adam/AdamW step over 8-bit moments (optim/quantized_moments.hpp): one pass per block
+// of 2048 elements that dequantizes the block's two moments into fp32 scratch, runs the same
+// element-wise update as the fp32 step (the AdamUpdate functor on the same SIMD lanes, so that
+// with the same moments in hand it computes the same bits), and quantizes the updated moments
+// back with the block's new absolute maximum, as bitsandbytes' block-wise 8-bit Adam does. The
+// master weights and the compute copy are written as by fused_step. Blocks are independent: any
+// split of a tensor on block boundaries (ZeRO's shards) gives the same bytes, and threads take
+// whole blocks.
+//
+// The first moment uses the signed map, the second (never negative) the unsigned one.
+
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/parallel.hpp"
+#include "zero/core/view.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/optim/dynamic_map.hpp"
+#include "zero/optim/fused_step.hpp"
+#include "zero/optim/quantized_moments.hpp"
+#include "zero/precision/gradient_element.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace zero {
+
+namespace detail {
+
+template <CopyStores Copy, class G, class Out>
+void quantized_step_block(const AdamUpdate& update, float* master, QuantizedMoment m,
+                          QuantizedMoment v, const G* grad, Out* low_precision,
+                          float grad_multiplier, std::size_t block) {
+  const DynamicMap& signed_map = DynamicMap::signed_map();
+  const DynamicMap& unsigned_map = DynamicMap::unsigned_map();
+  const std::size_t begin = block * quantized_moment_block;
+  const std::size_t n = std::min(quantized_moment_block, m.size() - begin);
+  alignas(64) float exp_avg[quantized_moment_block];
+  alignas(64) float exp_avg_sq[quantized_moment_block];
+  dequantize_block(signed_map, m.codes.data() + begin, m.scales[block], n, exp_avg);
+  dequantize_block(unsigned_map, v.codes.data() + begin, v.scales[block], n, exp_avg_sq);
+  const StepPointers<G, Out, 2> p{master + begin,
+                                  {exp_avg, exp_avg_sq},
+                                  grad + begin,
+                                  low_precision ? low_precision + begin : nullptr};
+  step_range<Copy>(update, p, grad_multiplier, 0, n);
+  m.scales[block] = quantize_block(signed_map, exp_avg, n, m.codes.data() + begin);
+  v.scales[block] = quantize_block(unsigned_map, exp_avg_sq, n, v.codes.data() + begin);
+}
+
+} // namespace detail
+
+// master, the two moments (exp_avg, exp_avg_sq), grad and low_precision (empty: no compute copy)
+// cover the same elements, the moments' blocks starting at master's element 0. `update` comes
+// from Adam's or AdamW's begin_step(). The caller decides beforehand whether the step happens.
+template <class G, HostAccessibleSpace Space, class Out = half>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
+void quantized_fused_step(const AdamUpdate& update, View<float, Space> master,
+                          QuantizedMoment exp_avg, QuantizedMoment exp_avg_sq, View<G, Space> grad,
+                          float grad_multiplier = 1.0f, View<Out, Space> low_precision = {}) {
+  const std::size_t n = master.size();
+  exp_avg.check("quantized_fused_step: exp_avg");
+  exp_avg_sq.check("quantized_fused_step: exp_avg_sq");
+  detail::require_same_size(exp_avg.size(), n, "exp_avg");
+  detail::require_same_size(exp_avg_sq.size(), n, "exp_avg_sq");
+  detail::require_same_size(grad.size(), n, "the gradient");
+  if (!low_precision.empty())
+    detail::require_same_size(low_precision.size(), n, "the compute copy");
+  require(std::isfinite(grad_multiplier),
+          "quantized_fused_step: the gradient multiplier must be finite");
+  using Grad = std::remove_const_t<G>;
+  const Grad* g = grad.data();
+  Out* copy = low_precision.empty() ? nullptr : low_precision.data();
+  const std::ptrdiff_t blocks = static_cast<std::ptrdiff_t>(quantized_blocks(n));
+  const bool threads = n >= detail::parallel_threshold && detail::parallel_max_threads() > 1;
+  (void)threads;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (threads)
+#endif
+  for (std::ptrdiff_t b = 0; b < blocks; ++b) {
+    const auto block = static_cast<std::size_t>(b);
+    if (copy)
+      detail::quantized_step_block<detail::CopyStores::normal>(
+          update, master.data(), exp_avg, exp_avg_sq, g, copy, grad_multiplier, block);
+    else
+      detail::quantized_step_block<detail::CopyStores::none>(
+          update, master.data(), exp_avg, exp_avg_sq, g, copy, grad_multiplier, block);
+  }
+}
+
+} // namespace zero
