@@ -96,10 +96,11 @@ def check_partitioned_activations(args, tmp, plain):
         if run["kept_input_bytes"] != kept * sliced * 4:
             sys.exit(f"partitioned activations at stage {stage}: {run['kept_input_bytes']} bytes "
                      f"of kept inputs on rank 0, expected {kept} slices of {sliced} floats")
-        if run["activation_gathered_elements_per_step"] != kept * sliced * args.tp:
+        # Each kept input whole (padded), and beside it every rank's 64-bit hash (2 floats each).
+        if run["activation_gathered_elements_per_step"] != kept * (sliced + 2) * args.tp:
             sys.exit(f"partitioned activations: {run['activation_gathered_elements_per_step']} "
                      f"elements gathered per step, expected {kept} inputs of "
-                     f"{sliced * args.tp} (padded)")
+                     f"{sliced * args.tp} (padded) and their {args.tp} hashes")
     args.stage = saved_stage
     print(f"partitioned activations at stages {','.join(map(str, stages))}: bitwise equal; kept "
           f"inputs on rank 0 {kept * sliced * 4} bytes against {kept * whole * 4} whole "

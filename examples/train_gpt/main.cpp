@@ -219,8 +219,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                 seconds / double(std::max<std::size_t>(1, h.step_seconds.size() - 1));
             // On a rank's wire: an all-gather of b bytes puts (T - 1) / T b there, an all-reduce
             // 2 (T - 1) / T b (nccl-tests' bus bandwidth), so the ratio is of b / 2 to b.
-            std::printf("partitioned activations: %.0f all-gathers per step, %.0f elements, %.3f "
-                        "MB; on the wire %.2f%% of the tensor-parallel all-reduces'; backward "
+            std::printf("partitioned activations: %.0f all-gathers per step (the kept inputs and "
+                        "their hashes), %.0f elements, %.3f MB; on the wire %.2f%% of the "
+                        "tensor-parallel all-reduces'; backward "
                         "waited %.3f ms per step for them (%.2f%% of the step)\n",
                         h.activation_gathers_per_step, h.activation_gathered_elements_per_step,
                         mb(h.activation_gather_bytes_per_step),

@@ -73,7 +73,12 @@ TEST(DynamicMap, EveryValueIsItsOwnCodeAndOthersGoToTheNearest) {
     // Around every decision boundary: below it the lower code, on it the lower (ties to the
     // smaller value), above it the upper. Through nearest() and through quantize(), whose lanes
     // take eight at a time, for the same codes.
-    std::vector<float> probes;
+    std::vector<float> probes; // the special values first: through the lanes, not the tail
+    for (float p :
+         {0.0f, -0.0f, 1.0f, 1.5f, -1.5f, 1e-30f, -1e-30f, 3e38f, -3e38f,
+          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()})
+      probes.push_back(p);
     for (int c = 0; c + 1 < 256; ++c) {
       const float b = map->boundary(std::uint8_t(c));
       const float low = (*map)[std::uint8_t(c)], high = (*map)[std::uint8_t(c + 1)];
@@ -87,11 +92,6 @@ TEST(DynamicMap, EveryValueIsItsOwnCodeAndOthersGoToTheNearest) {
       EXPECT_EQ(map->nearest(above), c + 1);
       probes.insert(probes.end(), {below, b, above});
     }
-    for (float p :
-         {0.0f, -0.0f, 1.0f, 1.5f, -1.5f, 1e-30f, -1e-30f, 3e38f, -3e38f,
-          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()})
-      probes.push_back(p);
     std::vector<std::uint8_t> lanes(probes.size());
     map->quantize(probes.data(), probes.size(), 1.0f, lanes.data());
     for (std::size_t i = 0; i < probes.size(); ++i)
@@ -163,6 +163,19 @@ TEST(QuantizedMoments, RoundTripIsExactOnceQuantizedAndCloseBefore) {
                              again.begin() + std::ptrdiff_t(begin)))
           << "block " << b;
     }
+  }
+}
+
+TEST(QuantizedMoments, ABlockOfSubnormalsIsKeptAsZeros) {
+  // 1 / absmax would overflow: the block is stored as zeros instead of as +-absmax and NaN.
+  const std::vector<float> tiny{1e-39f, 0.0f, -5e-40f, 0.0f};
+  for (const DynamicMap* map : {&DynamicMap::signed_map(), &DynamicMap::unsigned_map()}) {
+    std::vector<std::uint8_t> codes(tiny.size());
+    std::vector<float> scales(1), back(tiny.size(), 1.0f);
+    zero::quantize(*map, tiny, {codes, scales});
+    zero::dequantize(*map, {codes, scales}, back);
+    EXPECT_EQ(scales[0], 0.0f);
+    EXPECT_EQ(back, std::vector<float>(tiny.size(), 0.0f));
   }
 }
 

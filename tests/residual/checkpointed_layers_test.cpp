@@ -273,7 +273,8 @@ struct PartitionedRun {
 // tensor-parallel group does, its kept inputs partitioned over the world when asked, on `tier`
 // when given. `shift` moves this rank's inputs (ranks that do not agree).
 PartitionedRun run_partitioned(std::size_t checkpoints, bool partitioned, VectorTier* tier,
-                               float shift = 0, bool contiguous = false) {
+                               float shift = 0, bool contiguous = false,
+                               float rank0_last_slice_shift = 0) {
   ToyLayers toy;
   toy.width = 7;
   toy.rows = 5;
@@ -296,7 +297,13 @@ PartitionedRun run_partitioned(std::size_t checkpoints, bool partitioned, Vector
        .partition = partitioned ? &partition : nullptr},
       GeneratorState{&generator});
   for (int step = 0; step < 3; ++step) {
-    const std::vector<float> x = ramp(toy.activation_elements(), 1.0f, float(step) + shift);
+    std::vector<float> x = ramp(toy.activation_elements(), 1.0f, float(step) + shift);
+    if (zero::testing::world().rank() == 0) { // rank 0 alone differs, in the last rank's slice
+      const std::size_t ranks = std::size_t(zero::testing::world().size());
+      const std::size_t slice = (x.size() + ranks - 1) / ranks;
+      for (std::size_t i = (ranks - 1) * slice; i < x.size(); ++i)
+        x[i] += rank0_last_slice_shift;
+    }
     const View<const float> y = loop.forward(x);
     g.output.assign(y.begin(), y.end());
     g.input.assign(x.size(), 0.0f);
@@ -340,22 +347,46 @@ TEST(CheckpointedLayers, PartitionedInputsThatDifferBetweenRanksAreNamed) {
     EXPECT_NO_THROW(run_partitioned(3, true, nullptr, 0.25f));
     return;
   }
-  // Every rank's inputs differ from every other's: every rank finds its gathered input wrong.
+  // Every rank's inputs differ from every other's.
   EXPECT_THROW(
       {
         try {
           run_partitioned(3, true, nullptr, 0.25f * float(world.rank()));
         } catch (const zero::Error& e) {
           EXPECT_EQ(e.kind(), zero::ErrorKind::mismatch);
-          EXPECT_NE(
-              std::string(e.what()).find("gathered over the group differs from the one rank " +
-                                         std::to_string(world.rank()) + " had in forward"),
-              std::string::npos)
+          // Every rank's input differs from the gathered one, and every rank names them all.
+          std::string all;
+          for (int r = 0; r < world.size(); ++r)
+            all += (r ? ", " : "") + std::to_string(r);
+          EXPECT_NE(std::string(e.what()).find("gathered over the group differs from the one "
+                                               "rank(s) " +
+                                               all + " of the group had in forward"),
+                    std::string::npos)
               << e.what();
           throw;
         }
       },
       zero::Error);
+}
+
+TEST(CheckpointedLayers, InputsThatDifferOnOneRankStopEveryRank) {
+  // Rank 0's input differs from the others' only inside the last rank's slice: where the other
+  // ranks gather an input equal to their own, all of them still stop with rank 0, naming it,
+  // instead of going on into a gather that rank 0 never joins.
+  auto& world = zero::testing::world();
+  if (world.size() == 1) { // rank 0 is its own last slice: nothing differs
+    EXPECT_NO_THROW(run_partitioned(2, true, nullptr, 0, false, 0.5f));
+    return;
+  }
+  try {
+    run_partitioned(2, true, nullptr, 0, false, 0.5f); // one kept input: the loop's own
+    ADD_FAILURE() << "rank " << world.rank() << " went on";
+  } catch (const zero::Error& e) {
+    EXPECT_EQ(e.kind(), zero::ErrorKind::mismatch);
+    EXPECT_NE(std::string(e.what()).find("differs from the one rank(s) 0 of the group had"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointedLayers, DeepSpeedsPartitionKeysNeedAGroup) {

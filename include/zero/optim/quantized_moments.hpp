@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace zero {
@@ -50,7 +51,13 @@ inline float quantize_block(const DynamicMap& map, const float* values, std::siz
   float absmax = 0.0f;
   for (std::size_t i = 0; i < n; ++i)
     absmax = std::max(absmax, std::fabs(values[i]));
-  map.quantize(values, n, absmax > 0.0f ? 1.0f / absmax : 0.0f, codes);
+  // A block whose largest magnitude is below the smallest normal float is kept as zeros: 1 / absmax
+  // would overflow, and such moments are zero to Adam's step (its eps is 1e-8).
+  if (!(absmax >= std::numeric_limits<float>::min())) {
+    std::fill(codes, codes + n, map.nearest(0.0f));
+    return 0.0f;
+  }
+  map.quantize(values, n, 1.0f / absmax, codes);
   return absmax;
 }
 

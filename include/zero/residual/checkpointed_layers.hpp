@@ -38,10 +38,12 @@
 #include "zero/residual/checkpoint_plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -227,9 +229,11 @@ class CheckpointedLayers {
     bool done = false;
     ~StartOverOnError() {
       if (done) return;
-      try {
-        loop.gather_.wait(); // its buffers are given back below
-      } catch (...) {        // the step is being abandoned for another error already
+      for (Work* in_flight : {&loop.gather_, &loop.hash_gather_}) {
+        try {
+          in_flight->wait(); // its buffers are given back below
+        } catch (...) {      // the step is being abandoned for another error already
+        }
       }
       loop.memory_.abandon_step();
       loop.in_step_ = false;
@@ -305,20 +309,37 @@ class CheckpointedLayers {
     const View<float> whole = whole_buffer(s);
     gather_ = options_.partition->all_gather(slice, whole);
     stats_.gathered_elements += whole.size();
+    // Every rank's hash of its forward input beside it, so that all ranks judge the gathered input
+    // alike (a rank whose own input matches it would otherwise go on while another throws).
+    std::memcpy(own_hash_.data(), &segments_[s].hash, sizeof(std::uint64_t));
+    hashes_.resize(2 * options_.partition->parts());
+    hash_gather_ =
+        options_.partition->all_gather(View<const float>(own_hash_), View<float>(hashes_));
   }
-  // Segment s's input, once its gather is done. It must be the input this rank had in forward:
-  // a group whose ranks computed different inputs would otherwise recompute from a mix of them.
+  // Segment s's input, once its gather is done. It must be the input every rank of the group had
+  // in forward: ranks that computed different inputs would otherwise recompute from a mix of
+  // them. Every rank compares every rank's hash with the gathered input's, so all of them stop,
+  // naming the same ranks.
   View<const float> gathered(std::size_t s) {
     const auto start = std::chrono::steady_clock::now();
     gather_.wait();
+    hash_gather_.wait();
     stats_.gather_wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const View<float> whole = whole_buffer(s).first(activations());
-    require(XXH3_64bits(whole.data(), whole.size() * sizeof(float)) == segments_[s].hash,
+    const std::uint64_t gathered_hash = XXH3_64bits(whole.data(), whole.size() * sizeof(float));
+    std::string differing;
+    for (std::size_t r = 0; r < options_.partition->parts(); ++r) {
+      std::uint64_t hash = 0;
+      std::memcpy(&hash, hashes_.data() + 2 * r, sizeof hash);
+      if (hash != gathered_hash) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    require(differing.empty(),
             "CheckpointedLayers: partitioned activations: the input of segment " +
-                std::to_string(s) + " gathered over the group differs from the one rank " +
-                std::to_string(options_.partition->part()) +
-                " had in forward; the ranks of a partition must compute the same inputs",
+                std::to_string(s) + " gathered over the group differs from the one rank(s) " +
+                differing +
+                " of the group had in forward; the ranks of a partition must compute the same "
+                "inputs",
             ErrorKind::mismatch);
     return whole;
   }
@@ -350,6 +371,10 @@ class CheckpointedLayers {
   View<float> restored_; // kept elsewhere: the input being recomputed from
   View<float> slice_;    // with a partition and a tier: a slice on its way to or from the tier
   Work gather_;          // with a partition: the gather in flight
+  // and every rank's hash of its forward input (64 bits as two floats each), gathered beside it
+  Work hash_gather_;
+  std::array<float, 2> own_hash_{};
+  std::vector<float> hashes_;
   CheckpointStats stats_;
   bool in_step_ = false;
 };
