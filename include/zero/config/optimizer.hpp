@@ -40,6 +40,9 @@ struct OptimizerConfig {
   bool nesterov = false;   // SGD
   double max_coeff = 10.0; // Lamb: the trust ratio's bounds
   double min_coeff = 0.01; // Lamb
+  // zero's own key (DeepSpeed has none): Adam's and AdamW's moments in 32 bits (the default) or 8
+  // (block-wise, EngineOptions::moments).
+  int moment_bits = 32;
 
   // Whether weight decay is applied to the weights (AdamW, torch.optim.AdamW) rather than added
   // to the gradient (torch.optim.Adam, SGD).

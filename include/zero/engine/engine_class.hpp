@@ -237,7 +237,8 @@ class Engine {
          Opt optimizer, Scaler scaler, EngineOptions options, Exec exec);
   static Groups make_groups(Control* control, Comm* tensor, Comm& comm, int hpz_partition_size);
   // The layout over the shard group, agreed over the whole grid under tensor parallelism.
-  static ModelLayout make_model(Groups& groups, std::vector<ParameterSpec> parameters);
+  static ModelLayout make_model(Groups& groups, std::vector<ParameterSpec> parameters,
+                                const EngineOptions& options);
 
   // Layer l's gradient buffer, of the compute type `requested` (an error naming both types
   // otherwise): what gradients<T> views, behind a member that is not a template, so that it is

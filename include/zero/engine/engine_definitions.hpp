@@ -34,7 +34,7 @@ Engine<Plan, Comm, Where, Opt, Scaler, Compute>::Engine(Control* control, Comm* 
     : options_(detail::validated(std::move(options))), optimizer_(std::move(optimizer)),
       scaler_(std::move(scaler)), skipped_(options_.max_consecutive_skipped_steps),
       groups_(make_groups(control, tensor, comm, options_.hpz_partition_size)),
-      model_(make_model(groups_, std::move(parameters))),
+      model_(make_model(groups_, std::move(parameters), options_)),
       micro_(*model_.sharded, options_.gradient_accumulation_steps),
       samples_(options_.weigh_by_samples), states_(std::make_unique<Typed>()),
       saver_(std::make_unique<checkpoint::Saver>()) {
@@ -79,15 +79,16 @@ template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossSca
           class Compute>
 ModelLayout
 Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_model(Groups& groups,
-                                                            std::vector<ParameterSpec> parameters) {
+                                                            std::vector<ParameterSpec> parameters,
+                                                            const EngineOptions& options) {
   auto* const tensor = groups.control_tensor();
   // Tensor rank 0 counts the replicated parameters in the gradient norm, the others leave them
   // out: each counts once.
   return ModelLayout(
       detail::grid_agreed(tensor, groups.control_world(), "building the shard layout",
                           [&] {
-                            return detail::make_layout_checked<Plan>(groups.control_shard(),
-                                                                     std::move(parameters));
+                            return detail::make_layout_checked<Plan>(
+                                groups.control_shard(), std::move(parameters), options);
                           }),
       groups.shard().rank(), groups.world().rank(), tensor == nullptr || tensor->rank() == 0);
 }

@@ -11,11 +11,17 @@
 // one all-gather of every rank's sums over the shard group (2 doubles per parameter from each
 // rank, added in rank order on every rank, so the order is fixed whatever the transport), then
 // every layer's weights. Element-wise optimizers never reach that code.
+//
+// Adam's and AdamW's moments may be kept in 8 bits (EngineOptions::moments,
+// engine/blockwise_moments.hpp) by a store whose states are in host memory and whose step runs on
+// the host's threads (ZeRO-Offload's host store among them).
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/dropped_waits.hpp"
+#include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
 #include "zero/core/stream_space.hpp"
+#include "zero/engine/blockwise_moments.hpp"
 #include "zero/engine/detail/host_staging.hpp"
 #include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
@@ -33,6 +39,7 @@
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -48,12 +55,32 @@ requires HostAccessibleSpace<typename K::space> ||
   using Space = typename K::space;
   using Tensor = ShardedTensor<float, typename K::policy>;
   static constexpr std::size_t states = Opt::state_tensors;
+  // Where 8-bit moments can be kept: Adam's moments, in host memory, updated by the host's threads.
+  static constexpr bool can_quantize = std::same_as<typename Opt::update_type, AdamUpdate> &&
+                                       HostAccessibleSpace<Space> && !StreamSpace<Exec>;
+  struct NoBlockwiseMoments {};
+  using MaybeBlockwise = std::conditional_t<can_quantize, std::optional<BlockwiseMoments<Space>>,
+                                            NoBlockwiseMoments>;
 
  public:
   template <class Comm>
-  OptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions&, Exec exec)
-      : model_(model), exec_(exec), master_(make(shard)),
-        states_(make_states(shard, std::make_index_sequence<states>{})) {
+  OptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
+      : model_(model), exec_(exec), master_(make(shard)) {
+    if (options.moments == MomentStorage::blockwise_8bit) {
+      if constexpr (can_quantize)
+        blockwise_.emplace(model, *K::layout(model), K::rank(model),
+                           options.eight_bit_min_elements);
+      else
+        fail_on_every_rank(ErrorKind::unsupported,
+                           std::string("engine: 8-bit moments (EngineOptions::moments) are built "
+                                       "for Adam and AdamW with their states in host memory, "
+                                       "updated by the host's threads; this engine runs ") +
+                               std::string(Opt::name) + " over " + Space::name +
+                               (StreamSpace<Exec> ? " memory on a stream space" : " memory"));
+    } else {
+      for (std::size_t k = 0; k < states; ++k)
+        states_.push_back(make(shard));
+    }
     if constexpr (TrustRatioUpdate<typename Opt::update_type>) pieces_.emplace(model, !K::sharded);
   }
 
@@ -93,6 +120,14 @@ requires HostAccessibleSpace<typename K::space> ||
   // worker) runs the next layer while the caller shares this one; everything has run on return.
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
+    if constexpr (can_quantize)
+      if (blockwise_) {
+        for (std::size_t l = 0; l < model_.layers(); ++l) {
+          blockwise_->step(update, l, master_.block(l), grads(l), grad_multiplier, out(l));
+          done(l);
+        }
+        return;
+      }
     for (std::size_t l = 0; l < model_.layers(); ++l) {
       std::array<View<float, Space>, states> moments;
       for (std::size_t k = 0; k < states; ++k)
@@ -173,23 +208,37 @@ requires HostAccessibleSpace<typename K::space> ||
   template <class F>
   void read_states(F&& f) const {
     for (std::size_t l = 0; l < model_.layers(); ++l)
-      for (std::size_t t = 0; t < 1 + states; ++t)
-        detail::read_on_host(exec_, tensor(t).block(l), [&](View<const float> block) {
-          f(t, l, Range{0, block.size()}, block);
-        });
+      for (std::size_t t = 0; t < 1 + states; ++t) {
+        const auto give = [&](View<const float> block) { f(t, l, Range{0, block.size()}, block); };
+        if constexpr (can_quantize)
+          if (blockwise_ && t > 0) {
+            blockwise_->read(l, t - 1, give);
+            continue;
+          }
+        detail::read_on_host(exec_, tensor(t).block(l), give);
+      }
   }
   // f(tensor, layer, part, into) fills positions `part` of this rank's block; the store keeps it.
   template <class F>
   void write_states(F&& f) {
     for (std::size_t l = 0; l < model_.layers(); ++l)
-      for (std::size_t t = 0; t < 1 + states; ++t)
-        detail::write_on_host(exec_, tensor(t).block(l), [&](View<float> block) {
-          f(t, l, Range{0, block.size()}, block);
-        });
+      for (std::size_t t = 0; t < 1 + states; ++t) {
+        const auto fill = [&](View<float> block) { f(t, l, Range{0, block.size()}, block); };
+        if constexpr (can_quantize)
+          if (blockwise_ && t > 0) {
+            blockwise_->write(l, t - 1, fill);
+            continue;
+          }
+        detail::write_on_host(exec_, tensor(t).block(l), fill);
+      }
   }
 
   StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }
-  StateBytes state_bytes() const noexcept { return {states * master_.bytes_resident(), 0}; }
+  StateBytes state_bytes() const noexcept {
+    if constexpr (can_quantize)
+      if (blockwise_) return blockwise_->bytes();
+    return {states * master_.bytes_resident(), 0};
+  }
   IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return 0; }
 
@@ -211,15 +260,12 @@ requires HostAccessibleSpace<typename K::space> ||
   Tensor make(Comm& shard) const {
     return Tensor(shard, K::layout(model_), layout_agreed);
   }
-  template <class Comm, std::size_t... I>
-  std::array<Tensor, states> make_states(Comm& shard, std::index_sequence<I...>) const {
-    return {((void)I, make(shard))...};
-  }
 
   const ModelLayout& model_;
   Exec exec_;
   Tensor master_;
-  std::array<Tensor, states> states_;
+  std::vector<Tensor> states_; // the fp32 moments; none when blockwise_ keeps them
+  [[no_unique_address]] MaybeBlockwise blockwise_;
   std::optional<ParameterPieces> pieces_; // for a TrustRatioUpdate only
   // Over a stream space: the events of the last two layers queued (step()); nothing otherwise.
   template <class E>

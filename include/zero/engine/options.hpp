@@ -18,6 +18,19 @@
 
 namespace zero {
 
+// How the optimizer store keeps Adam's and AdamW's two moments (engine/blockwise_moments.hpp).
+enum class MomentStorage {
+  fp32,
+  // One byte a value: blocks of 2048 values, each with its absolute maximum as an fp32 scale and
+  // every value the code of the nearest of 256 values of a dynamic map (bitsandbytes' block-wise
+  // 8-bit Adam). 2 + 2 * 4 / 2048 bytes per parameter for both moments instead of 8.
+  blockwise_8bit,
+};
+
+constexpr const char* to_string(MomentStorage storage) noexcept {
+  return storage == MomentStorage::fp32 ? "fp32" : "blockwise_8bit";
+}
+
 struct EngineOptions {
   // The element type of the weights and gradients that forward and backward use. float32, or
   // float16 / bfloat16 with fp32 master weights.
@@ -89,6 +102,12 @@ struct EngineOptions {
   // weights of the step before; -1: never (the default). Needs the optimizer states offloaded
   // from a device. Not a DeepSpeed setting (DeepSpeed dropped DPU).
   std::int64_t delayed_parameter_update_after = -1;
+  // Adam's and AdamW's moments in fp32 or in 8 bits (the optimizer's "moment_bits" in a config;
+  // not a DeepSpeed setting). With 8 bits the layout puts every rank's block of a layer on a
+  // multiple of 2048 elements, so that every stage quantizes the same blocks; layers of fewer
+  // than eight_bit_min_elements elements keep fp32 moments (bitsandbytes' min_8bit_size).
+  MomentStorage moments = MomentStorage::fp32;
+  std::size_t eight_bit_min_elements = 4096;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
   // The element type of the reduced gradient the optimizer step reads (the gradient store's
@@ -109,7 +128,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 23> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 25> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -132,7 +151,9 @@ struct EngineOptions {
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)},
              {"delayed_parameter_update_after", std::uint64_t(delayed_parameter_update_after)},
              {"offload_optimizer", std::uint64_t(offload_optimizer)},
-             {"offload_param", std::uint64_t(offload_param)}}};
+             {"offload_param", std::uint64_t(offload_param)},
+             {"moments", std::uint64_t(moments)},
+             {"eight_bit_min_elements", eight_bit_min_elements}}};
   }
 
   void validate() const {
@@ -192,6 +213,7 @@ struct EngineOptions {
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
     o.nvme = NvmeOptions::from_config(c);
+    if (c.optimizer && c.optimizer->moment_bits == 8) o.moments = MomentStorage::blockwise_8bit;
     return o;
   }
 };

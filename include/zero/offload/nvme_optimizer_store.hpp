@@ -52,7 +52,7 @@ class NvmeOptimizerStore {
  public:
   template <class Comm>
   NvmeOptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
-      : model_(model), exec_(exec), options_(options.nvme.optimizer),
+      : model_(model), exec_(exec), options_(fp32_moments(options).nvme.optimizer),
         // Opening the directory and locking buffers in RAM can fail on one rank only: agreed, so
         // that the others do not go on to wait in the tensors' collectives.
         tier_(agreed(shard, "opening the optimizer states' swap directory",
@@ -186,6 +186,15 @@ class NvmeOptimizerStore {
   std::size_t buffer_bytes() const noexcept { return bounce_.count() * bounce_.bytes(); }
 
  private:
+  // The tier swaps fp32 moments only, so far: 8-bit ones are refused by name.
+  static const EngineOptions& fp32_moments(const EngineOptions& options) {
+    require_on_every_rank(options.moments == MomentStorage::fp32,
+                          "engine: 8-bit moments (EngineOptions::moments) are not built on the "
+                          "NVMe tier yet; keep the optimizer states in memory",
+                          ErrorKind::unsupported);
+    return options;
+  }
+
   struct Transfers {
     std::vector<Work> reads, writes;
   };

@@ -121,6 +121,21 @@ inline void read_sgd_params(ObjectReader& reader, OptimizerConfig& optimizer) {
                              "(as torch.optim.SGD)");
 }
 
+// zero's key for 8-bit moments (DeepSpeed has none): Adam's and AdamW's only, 8 or 32.
+inline void read_moment_bits(ObjectReader& reader, OptimizerConfig& optimizer) {
+  const std::int64_t bits = reader.integer("moment_bits", 32, positive);
+  if (bits != 8 && bits != 32)
+    reader.context().fail_at(reader.path_of("moment_bits"),
+                             "expected 8 (block-wise 8-bit moments) or 32, got " +
+                                 std::to_string(bits));
+  if (bits == 8 && optimizer.type != OptimizerType::adam &&
+      optimizer.type != OptimizerType::adamw)
+    reader.context().fail_at(reader.path_of("moment_bits"),
+                             std::string("8-bit moments are built for Adam and AdamW, not ") +
+                                 to_string(optimizer.type));
+  optimizer.moment_bits = static_cast<int>(bits);
+}
+
 // Unset when the type is one zero does not have yet (recorded as unbuilt).
 inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
   ParseContext& context = reader.context();
@@ -159,6 +174,7 @@ inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
     else
       read_adam_params(params, optimizer);
     if (optimizer.type == OptimizerType::lamb) read_lamb_params(params, optimizer);
+    if (params.has("moment_bits")) read_moment_bits(params, optimizer);
   });
   return optimizer;
 }

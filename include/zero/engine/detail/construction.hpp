@@ -10,6 +10,8 @@
 #include "zero/core/nvme.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/typed_states.hpp"
+#include "zero/optim/quantized_moments.hpp"
+#include "zero/shard/flat_contiguous.hpp"
 #include "zero/shard/parameter.hpp"
 #include "zero/shard/partitioner.hpp"
 #include "zero/shard/verify.hpp"
@@ -19,6 +21,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -110,15 +113,35 @@ inline EngineOptions validated(EngineOptions o) {
   return o;
 }
 
+// The plan's partitioner. With 8-bit moments every rank's block of a layer starts on a multiple
+// of the quantization block, counted from the layer's element 0, which is also where a rank that
+// keeps the layer whole starts its blocks: every stage quantizes the same blocks of 2048.
+template <class Plan>
+typename Plan::partitioner partitioner_for(const EngineOptions& options) {
+  typename Plan::partitioner partitioner{};
+  if (options.moments == MomentStorage::blockwise_8bit) {
+    if constexpr (std::same_as<typename Plan::partitioner, FlatContiguous>)
+      partitioner.alignment = std::lcm(partitioner.alignment, quantized_moment_block);
+    else
+      fail_on_every_rank(ErrorKind::unsupported,
+                         "engine: 8-bit moments (EngineOptions::moments) need the flat_contiguous "
+                         "partitioner, whose shards can start on whole blocks of " +
+                             std::to_string(quantized_moment_block) + " elements; this plan's is " +
+                             partitioner.describe());
+  }
+  return partitioner;
+}
+
 // The model's sharded layout; parameters must come layer by layer.
 template <class Plan, class Counted>
-ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params) {
+ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params,
+                                const EngineOptions& options) {
   for (std::size_t i = 1; i < params.size(); ++i)
     require(params[i].layer >= params[i - 1].layer,
             "engine: parameters must be registered layer by layer (layer ids ascending)");
   for (auto& p : params)
     p.dtype = DType::float32; // the layout counts elements; the stores pick their types
-  return make_layout(comm, typename Plan::partitioner{}, std::span<const ParameterSpec>(params));
+  return make_layout(comm, partitioner_for<Plan>(options), std::span<const ParameterSpec>(params));
 }
 
 // Collective: throws on every rank, naming the setting, unless all ranks share the settings the

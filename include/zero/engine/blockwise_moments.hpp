@@ -1,0 +1,135 @@
+#pragma once
+// BlockwiseMoments<Space>: Adam's and AdamW's two moments in 8 bits, layer by layer, as the
+// optimizer store keeps them under EngineOptions::moments = MomentStorage::blockwise_8bit. Each
+// moment of a layer's block is a QuantizedMoment (optim/quantized_moments.hpp): one code a value
+// and one fp32 scale per block of 2048 values, the blocks counted from the block's element 0. The
+// engine's layout starts every rank's block of a layer on a multiple of 2048 elements of the layer
+// (engine/detail/construction.hpp), so the blocks here are the layer's own blocks whatever the
+// stage and the number of ranks: a rank that keeps the layer whole and the ranks that share it
+// quantize the same values into the same bytes, and resharding moves bytes.
+//
+// A layer of fewer than `min_elements` elements keeps fp32 moments (bitsandbytes keeps tensors
+// under 4096 elements in 32 bits): biases and norms, whose moments cost little, are spared the
+// quantization error. The choice is made per layer, from the layer's size, alike on every rank.
+//
+// The update is one pass per block (quantized_fused_step): the two moments are dequantized into
+// scratch, updated with the master weights, and quantized again with the block's new maximum.
+// Checkpoints read and write fp32 values: the codes are dequantized to be read and quantized when
+// written, which gives back the same codes and scales (tests/engine/blockwise_moments_test.cpp).
+
+#include "zero/core/buffer.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/view.hpp"
+#include "zero/engine/model_layout.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/optim/dynamic_map.hpp"
+#include "zero/optim/fused_step.hpp"
+#include "zero/optim/quantized_moments.hpp"
+#include "zero/optim/quantized_step.hpp"
+#include "zero/shard/shard_layout.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace zero {
+
+template <HostAccessibleSpace Space>
+class BlockwiseMoments {
+ public:
+  // The moments of this rank's blocks of `kept` (rank `kept_rank`'s), every layer of `model`.
+  BlockwiseMoments(const ModelLayout& model, const ShardLayout& kept, int kept_rank,
+                   std::size_t min_elements) {
+    layers_.reserve(model.layers());
+    for (std::size_t l = 0; l < model.layers(); ++l) {
+      const std::size_t n = kept.block(l, kept_rank).size();
+      const bool eight_bit = model.sharded->layer(l).numel >= min_elements;
+      layers_.push_back(eight_bit ? Layer::quantized(n) : Layer::full(n));
+    }
+  }
+
+  bool eight_bit(std::size_t l) const noexcept { return layers_[l].eight_bit; }
+
+  // One update of layer l's block: master, grad and copy (empty: none) cover the block.
+  template <class G, class Out>
+  void step(const AdamUpdate& update, std::size_t l, View<float, Space> master,
+            View<G, Space> grad, float grad_multiplier, View<Out, Space> copy) {
+    Layer& layer = layers_[l];
+    if (layer.eight_bit)
+      quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad, grad_multiplier,
+                           copy);
+    else
+      fused_step(update, master, {layer.fp32[0].view(), layer.fp32[1].view()}, grad,
+                 grad_multiplier, copy);
+  }
+
+  // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32.
+  template <class F>
+  void read(std::size_t l, std::size_t k, F&& f) const {
+    const Layer& layer = layers_[l];
+    if (!layer.eight_bit) return f(View<const float>(layer.fp32[k].view()));
+    std::vector<float> values(layer.codes[k].size());
+    dequantize(map(k), layer.moment(k), View<float>(values));
+    f(View<const float>(values));
+  }
+  // f(into) fills moment k of layer l's block in fp32; 8-bit layers quantize it.
+  template <class F>
+  void write(std::size_t l, std::size_t k, F&& f) {
+    Layer& layer = layers_[l];
+    if (!layer.eight_bit) return f(View<float>(layer.fp32[k].view()));
+    std::vector<float> values(layer.codes[k].size());
+    f(View<float>(values));
+    quantize(map(k), View<const float>(values), layer.moment(k));
+  }
+
+  // Both moments: codes and scales of the 8-bit layers, fp32 values of the others.
+  StateBytes bytes() const noexcept {
+    std::size_t total = 0;
+    for (const Layer& layer : layers_)
+      for (std::size_t k = 0; k < 2; ++k)
+        total += layer.fp32[k].size() * sizeof(float) + layer.codes[k].size() +
+                 layer.scales[k].size() * sizeof(float);
+    return {total, 0};
+  }
+
+ private:
+  static const DynamicMap& map(std::size_t k) {
+    return k == 0 ? DynamicMap::signed_map() : DynamicMap::unsigned_map();
+  }
+
+  struct Layer {
+    bool eight_bit = false;
+    std::array<Buffer<float, Space>, 2> fp32;
+    std::array<Buffer<std::uint8_t, Space>, 2> codes;
+    std::array<Buffer<float, Space>, 2> scales;
+
+    static Layer full(std::size_t n) {
+      Layer layer;
+      for (auto& moment : layer.fp32)
+        moment = Buffer<float, Space>(n);
+      return layer;
+    }
+    // Zero moments: every code that of 0, every scale 0.
+    static Layer quantized(std::size_t n) {
+      Layer layer;
+      layer.eight_bit = true;
+      for (std::size_t k = 0; k < 2; ++k) {
+        layer.codes[k] = Buffer<std::uint8_t, Space>(n, map(k).nearest(0.0f));
+        layer.scales[k] = Buffer<float, Space>(quantized_blocks(n));
+      }
+      return layer;
+    }
+    QuantizedMoment moment(std::size_t k) {
+      return {View<std::uint8_t>(codes[k].data(), codes[k].size()),
+              View<float>(scales[k].data(), scales[k].size())};
+    }
+    // For reading only (dequantize takes the moment's views, which are mutable).
+    QuantizedMoment moment(std::size_t k) const { return const_cast<Layer&>(*this).moment(k); }
+  };
+
+  std::vector<Layer> layers_;
+};
+
+} // namespace zero
