@@ -225,6 +225,24 @@ TEST(ConfigJson, Fp16LossScaleDefaultsFollowDeepSpeedsQuirk) {
   EXPECT_EQ(fp16.loss_scale, 128.0);
 }
 
+// zero's own key for 8-bit moments: Adam's and AdamW's, 8 or 32.
+TEST(ConfigJson, MomentBits) {
+  EXPECT_EQ(zero::EngineOptions::from_config(
+                parse(R"({"optimizer": {"type": "AdamW", "params": {"moment_bits": 8}}})").config)
+                .moments,
+            zero::MomentStorage::blockwise_8bit);
+  EXPECT_EQ(zero::EngineOptions::from_config(
+                parse(R"({"optimizer": {"type": "Adam", "params": {"moment_bits": 32}}})").config)
+                .moments,
+            zero::MomentStorage::fp32);
+  EXPECT_EQ(zero::EngineOptions::from_config(parse("{}").config).moments,
+            zero::MomentStorage::fp32);
+  expect_invalid(R"({"optimizer": {"type": "Adam", "params": {"moment_bits": 16}}})",
+                 {"optimizer.params.moment_bits", "expected 8", "got 16"});
+  expect_invalid(R"({"optimizer": {"type": "Lamb", "params": {"moment_bits": 8}}})",
+                 {"optimizer.params.moment_bits", "built for Adam and AdamW, not Lamb"});
+}
+
 TEST(ConfigJson, OptimizerNamesAndAdamWMode) {
   auto optimizer = *parse(R"({"optimizer": {"type": "adam", "params": {"weight_decay": 0.01}}})")
                         .config.optimizer;

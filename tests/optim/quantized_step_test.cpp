@@ -142,10 +142,13 @@ TEST(QuantizedMoments, RoundTripIsExactOnceQuantizedAndCloseBefore) {
                 std::max(map[c] - below, above - map[c]) / 2 * 1.0001f + 1e-7f)
           << i;
     }
-    // Quantized again, the bytes stay, but for one case: the signed map has no -1 (as
+    // requantize() gives back every code and scale, those blocks included.
+    zero::requantize(map, back, {again, scales_again});
+    EXPECT_EQ(again, codes);
+    EXPECT_EQ(scales_again, scales);
+    // Quantized again afresh, the bytes stay, but for one case: the signed map has no -1 (as
     // bitsandbytes'), so a block whose largest magnitude is negative comes back with a scale
-    // 0.993 times its own, and its codes move with it. So resharding and saving copy the bytes
-    // and never requantize.
+    // 0.993 times its own, and its codes move with it.
     zero::quantize(map, back, {again, scales_again});
     for (std::size_t b = 0; b < scales.size(); ++b) {
       const std::size_t begin = b * quantized_moment_block;

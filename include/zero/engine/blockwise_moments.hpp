@@ -14,8 +14,9 @@
 //
 // The update is one pass per block (quantized_fused_step): the two moments are dequantized into
 // scratch, updated with the master weights, and quantized again with the block's new maximum.
-// Checkpoints read and write fp32 values: the codes are dequantized to be read and quantized when
-// written, which gives back the same codes and scales (tests/engine/blockwise_moments_test.cpp).
+// Checkpoints read and write fp32 values: the codes are dequantized to be read and requantized
+// when written (requantize: the same codes and scales come back; values that are not a dequantized
+// moment, an fp32-moment checkpoint's, are quantized afresh).
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/memory_space.hpp"
@@ -81,7 +82,7 @@ class BlockwiseMoments {
     if (!layer.eight_bit) return f(View<float>(layer.fp32[k].view()));
     std::vector<float> values(layer.codes[k].size());
     f(View<float>(values));
-    quantize(map(k), View<const float>(values), layer.moment(k));
+    requantize(map(k), View<const float>(values), layer.moment(k));
   }
 
   // Both moments: codes and scales of the 8-bit layers, fp32 values of the others.

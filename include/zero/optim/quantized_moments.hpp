@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -66,6 +67,35 @@ inline void dequantize_block(const DynamicMap& map, const std::uint8_t* codes, f
   map.dequantize(codes, n, scale, values);
 }
 
+// Values that are the dequantization of some codes and scale (a moment read out for a checkpoint)
+// are given back those codes and that scale; other values are quantized as quantize_block does.
+// Quantizing afresh would not always give them back: the signed map holds 1 but not -1, so a block
+// whose largest magnitude was negative dequantizes to a largest magnitude of 0.99... x scale,
+// which a fresh quantization would take as the scale. The scale is sought among the largest
+// magnitude divided by each of the two largest magnitudes of the map (and their neighbouring
+// floats), kept when it reproduces every value bit for bit.
+inline float requantize_block(const DynamicMap& map, const float* values, std::size_t n,
+                              std::uint8_t* codes) noexcept {
+  float absmax = 0.0f;
+  for (std::size_t i = 0; i < n; ++i)
+    absmax = std::max(absmax, std::fabs(values[i]));
+  if (absmax >= std::numeric_limits<float>::min() && n <= quantized_moment_block) {
+    alignas(64) float again[quantized_moment_block];
+    const float top[] = {map.values().back(), -map.values().front()};
+    for (const float magnitude : top) {
+      if (!(magnitude > 0.0f)) continue; // the unsigned map has no negative values
+      const float guess = absmax / magnitude;
+      for (const float scale : {guess, std::nextafter(guess, 0.0f),
+                                std::nextafter(guess, std::numeric_limits<float>::infinity())}) {
+        map.quantize(values, n, 1.0f / scale, codes);
+        map.dequantize(codes, n, scale, again);
+        if (std::memcmp(again, values, n * sizeof(float)) == 0) return scale;
+      }
+    }
+  }
+  return quantize_block(map, values, n, codes);
+}
+
 // A whole moment from and to fp32 (checkpoints converting fp32 states, tests).
 inline void quantize(const DynamicMap& map, View<const float> values, QuantizedMoment into) {
   into.check("quantize");
@@ -76,6 +106,20 @@ inline void quantize(const DynamicMap& map, View<const float> values, QuantizedM
     const std::size_t begin = b * quantized_moment_block;
     const std::size_t n = std::min(quantized_moment_block, values.size() - begin);
     into.scales[b] = quantize_block(map, values.data() + begin, n, into.codes.data() + begin);
+  }
+}
+
+// quantize() that gives back the codes and scales of values that are a dequantized moment
+// (requantize_block): how a moment read out of the store for a checkpoint is put back.
+inline void requantize(const DynamicMap& map, View<const float> values, QuantizedMoment into) {
+  into.check("requantize");
+  require(values.size() == into.size(), "requantize: " + std::to_string(values.size()) +
+                                            " values into " + std::to_string(into.size()) +
+                                            " codes");
+  for (std::size_t b = 0; b < into.scales.size(); ++b) {
+    const std::size_t begin = b * quantized_moment_block;
+    const std::size_t n = std::min(quantized_moment_block, values.size() - begin);
+    into.scales[b] = requantize_block(map, values.data() + begin, n, into.codes.data() + begin);
   }
 }
 
