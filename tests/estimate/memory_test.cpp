@@ -153,6 +153,10 @@ TEST(FromConfig, BytesPerParameterFollowPrecisionAndOptimizer) {
   bytes = est::bytes_per_parameter(config_of(R"({"bf16": {"enabled": true},
                                                  "optimizer": {"type": "SGD"}})"));
   EXPECT_EQ(bytes.optimizer_states, 4); // the fp32 master copy only
+  // 8-bit moments: the master copy, a byte per moment and an fp32 scale per 2048 values of each.
+  bytes = est::bytes_per_parameter(config_of(R"({"bf16": {"enabled": true}, "optimizer":
+                                    {"type": "AdamW", "params": {"moment_bits": 8}}})"));
+  EXPECT_EQ(bytes.optimizer_states, 4 + 2 + 8.0 / 2048);
   const est::ModelStateQuery query = est::query_from_config(
       config_of(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
                     "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}},

@@ -47,6 +47,7 @@ std::string optimizer_name(const zero::config::Config& config,
   std::string name = zero::config::to_string(config.optimizer->type);
   if (config.optimizer->type == zero::config::OptimizerType::sgd)
     name += config.optimizer->momentum > 0 ? " with momentum" : " without momentum";
+  if (config.optimizer->moment_bits == 8) name += " with 8-bit moments";
   return name;
 }
 

@@ -4,6 +4,7 @@
 
 #include "zero/config/config.hpp"
 #include "zero/estimate/memory.hpp"
+#include "zero/optim/quantized_moments.hpp"
 
 #include <cstdint>
 
@@ -23,11 +24,16 @@ inline Tier tier_of(config::OffloadDevice device) noexcept {
 
 // 16-bit training keeps an fp32 master copy in the optimizer states; fp32 training has none.
 // Adam keeps two fp32 moments, SGD one with momentum and none without. No optimizer section
-// means the program brings its own; Adam is assumed, as in the paper.
+// means the program brings its own; Adam is assumed, as in the paper. Adam's moments in 8 bits
+// ("moment_bits": 8) take a byte each and an fp32 scale per block of 2048 (layers kept in fp32
+// and the padding to whole blocks are left out: they depend on the model's layers).
 inline BytesPerParameter bytes_per_parameter(const config::Config& config) {
   const bool sixteen_bit = config.fp16.enabled || config.bf16.enabled;
   const bool sgd = config.optimizer && config.optimizer->type == config::OptimizerType::sgd;
-  const double moments = sgd ? (config.optimizer->momentum > 0 ? 4.0 : 0.0) : 8.0;
+  const bool eight_bit = config.optimizer && config.optimizer->moment_bits == 8;
+  const double adam_moments =
+      eight_bit ? 2.0 * (1.0 + 4.0 / static_cast<double>(quantized_moment_block)) : 8.0;
+  const double moments = sgd ? (config.optimizer->momentum > 0 ? 4.0 : 0.0) : adam_moments;
   const double model_bytes = sixteen_bit ? 2.0 : 4.0;
   return {model_bytes, model_bytes, (sixteen_bit ? 4.0 : 0.0) + moments};
 }
