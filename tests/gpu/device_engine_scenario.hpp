@@ -66,6 +66,8 @@ struct Scenario {
   // The host engine's run only: from the step after this one on, each step's gradients are those
   // of the weights read one step earlier, as under a delayed parameter update (-1: never).
   int gradients_lag_after = -1;
+  // Adam's moments in 8 bits (EngineOptions::moments), every layer's.
+  bool eight_bit_moments = false;
 };
 
 // Depends on the weights (every stage must share the same ones to agree) and on the rank.
@@ -102,6 +104,10 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.allgather_bucket_elements = 700;
   options.prefetch_elements = 3000;
   options.delayed_parameter_update_after = run.delayed_after;
+  if (run.eight_bit_moments) {
+    options.moments = zero::MomentStorage::blockwise_8bit;
+    options.eight_bit_min_elements = 0;
+  }
   if (!run.nvme_path.empty()) {
     // Sub-groups of one 4096-byte unit cut the larger layers; three slots, pipelined.
     options.nvme.optimizer.nvme_path = run.nvme_path;

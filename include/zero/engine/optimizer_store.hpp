@@ -58,9 +58,16 @@ requires HostAccessibleSpace<typename K::space> ||
   // Where 8-bit moments can be kept: Adam's moments, in host memory, updated by the host's threads.
   static constexpr bool can_quantize = std::same_as<typename Opt::update_type, AdamUpdate> &&
                                        HostAccessibleSpace<Space> && !StreamSpace<Exec>;
-  struct NoBlockwiseMoments {};
-  using MaybeBlockwise = std::conditional_t<can_quantize, std::optional<BlockwiseMoments<Space>>,
-                                            NoBlockwiseMoments>;
+  // The 8-bit moments' member, named only where it can exist (a device space cannot form it).
+  template <bool Can, class = void>
+  struct blockwise_member {
+    struct type {};
+  };
+  template <class Unused>
+  struct blockwise_member<true, Unused> {
+    using type = std::optional<BlockwiseMoments<Space>>;
+  };
+  using MaybeBlockwise = typename blockwise_member<can_quantize>::type;
 
  public:
   template <class Comm>
