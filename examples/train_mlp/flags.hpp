@@ -115,7 +115,11 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.weight_decay = number();
     else if (flag == "--momentum")
       f.momentum = number();
-    else if (flag == "--bucket")
+    else if (flag == "--moment-bits") {
+      f.moment_bits = int(whole(8, 32));
+      zero::require(f.moment_bits == 8 || f.moment_bits == 32,
+                    "--moment-bits: expected 8 or 32, got " + value);
+    } else if (flag == "--bucket")
       f.bucket = std::size_t(whole(1, size_max));
     else if (flag == "--data-npy")
       f.data_npy = value;
@@ -237,6 +241,9 @@ inline void describe(CLI::App& app) {
   option("--lr", "X", "learning rate (default 1e-3)");
   option("--weight-decay", "X", "(default 0)");
   option("--momentum", "X", "sgd's (default 0.9)");
+  option("--moment-bits", "8|32",
+         "adam's and adamw's moments in fp32 or in 8-bit blocks of 2048\n"
+         "(default 32; also optimizer.params.moment_bits in --config)");
   option("--bucket", "N", "reduction bucket, elements (default 65536; DeepSpeed's is 5e8)");
   option("--config", "FILE",
          "DeepSpeed ds_config.json (flags given explicitly win); its\n"
@@ -375,6 +382,7 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
       f.lr = o.lr;
       f.weight_decay = o.weight_decay;
       f.momentum = o.momentum;
+      f.moment_bits = o.moment_bits;
     }
     using zero::config::OffloadDevice;
     const auto& z = c.zero_optimization;

@@ -64,6 +64,14 @@ inline std::vector<RankMemory> gather_memory(zero::MpiCommunicator& world, const
   return rows;
 }
 
+// K measured: the bytes of fp32 master weights and optimizer state a rank keeps per parameter of
+// its share, Psi / N at stages 1-3 (N: the shard group) and Psi at stage 0, as in the paper's
+// formula: 12 for Adam with fp32 moments, about 6 with 8-bit ones (padding included).
+inline double optimizer_bytes_per_parameter(const Flags& f, const History& h, const RankMemory& m) {
+  const double share = double(h.psi) / double(f.stage == 0 ? 1 : h.shard_ranks);
+  return double(m.master + m.optimizer) / share;
+}
+
 // The elements a rank moves in a step, in units of Psi, as DeepSpeed's ZeRO does it with
 // `grad_accum` micro-steps: stages 0 and 1 reduce the accumulated gradients once (2 Psi: a
 // reduce-scatter and an all-gather, or an all-reduce); stage 2 keeps only its shard of the
@@ -115,6 +123,13 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
               "state), N = %d\n",
               formula[f.stage], zero::size_of(f.dtype), f.optimizer == "sgd" ? 8 : 12,
               h.shard_ranks);
+  std::printf("  K measured (fp32 master + optim state per parameter of the rank's share, %s "
+              "moments):",
+              zero::to_string(moment_storage(f)));
+  for (std::size_t r = 0; r < memory.size(); ++r)
+    std::printf("%s rank %zu %.3f", r ? "," : "", r,
+                optimizer_bytes_per_parameter(f, h, memory[r]));
+  std::printf(" bytes\n");
   std::printf("\nwhere it is, per rank (MB): in memory = model states kept there + buffers\n");
   std::printf("  %-6s %11s %11s %15s\n", "rank", "in memory", "on NVMe", "peak RSS");
   for (std::size_t r = 0; r < memory.size(); ++r)
@@ -176,8 +191,9 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
     std::printf("step() once the gradients were reduced: %.3f ms (norm %.3f, update %.3f)",
                 after * 1e3, h.step_times.norm / n * 1e3, h.step_times.update / n * 1e3);
     if (h.fused_kernel_seconds > 0)
-      std::printf("; the fused optimizer pass alone on the same share: %.3f ms (%.2fx)\n",
-                  h.fused_kernel_seconds * 1e3, after / h.fused_kernel_seconds);
+      std::printf("; the fused optimizer pass alone on the same share%s: %.3f ms (%.2fx)\n",
+                  f.moment_bits == 8 ? " (with fp32 moments)" : "", h.fused_kernel_seconds * 1e3,
+                  after / h.fused_kernel_seconds);
     else
       std::printf("; the fused optimizer pass alone: not timed (%s)\n",
                   f.optimizer_on_nvme  ? "it would hold the states on NVMe in memory"
@@ -206,10 +222,10 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
   };
   out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"transport\": \""
       << transport << "\",\n  \"nodes\": " << nodes << ",\n  \"dtype\": \""
-      << zero::to_string(f.dtype) << "\",\n  \"psi\": " << h.psi
-      << ",\n  \"psi_padded\": " << h.padded << ",\n  \"shard_ranks\": " << h.shard_ranks
-      << ",\n  \"first_step\": " << h.first_step << ",\n  \"loss\": " << list(h.loss)
-      << ",\n  \"step_seconds\": " << list(h.step_seconds)
+      << zero::to_string(f.dtype) << "\",\n  \"moments\": \"" << zero::to_string(moment_storage(f))
+      << "\",\n  \"psi\": " << h.psi << ",\n  \"psi_padded\": " << h.padded
+      << ",\n  \"shard_ranks\": " << h.shard_ranks << ",\n  \"first_step\": " << h.first_step
+      << ",\n  \"loss\": " << list(h.loss) << ",\n  \"step_seconds\": " << list(h.step_seconds)
       << ",\n  \"applied\": " << list(h.applied) << ",\n  \"loss_scale\": " << list(h.loss_scale)
       << ",\n  \"grad_norm\": " << list(h.grad_norm)
       << ",\n  \"rank0_seconds\": {\"forward\": " << h.forward_seconds
@@ -223,9 +239,10 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
     const RankMemory& m = memory[r];
     out << (r ? ", " : "") << "{\"rank\": " << r << ", \"parameters\": " << m.parameters
         << ", \"gradients\": " << m.gradients << ", \"master_weights\": " << m.master
-        << ", \"optimizer_states\": " << m.optimizer << ", \"buffers\": " << m.buffers
-        << ", \"on_nvme\": " << m.on_nvme << ", \"in_memory\": " << m.in_memory
-        << ", \"peak_rss\": " << m.peak_rss << "}";
+        << ", \"optimizer_states\": " << m.optimizer
+        << ", \"optimizer_bytes_per_parameter\": " << optimizer_bytes_per_parameter(f, h, m)
+        << ", \"buffers\": " << m.buffers << ", \"on_nvme\": " << m.on_nvme
+        << ", \"in_memory\": " << m.in_memory << ", \"peak_rss\": " << m.peak_rss << "}";
   }
   out << "],\n  \"communication_per_step\": [";
   for (std::size_t s = 0; s < h.steps.size(); ++s) {

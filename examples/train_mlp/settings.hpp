@@ -6,6 +6,7 @@
 
 #include <zero/config/config.hpp>
 #include <zero/core/dtype.hpp>
+#include <zero/engine/options.hpp>
 
 #include <cstddef>
 #include <optional>
@@ -26,6 +27,9 @@ struct Flags {
   double lr = 1e-3;
   double weight_decay = 0;
   double momentum = 0.9;
+  // Adam's and AdamW's moments in fp32 (32) or in 8-bit blocks (8): --moment-bits, or the
+  // config's optimizer.params.moment_bits.
+  int moment_bits = 32;
   // Small enough that a model this size fills several buckets, so reduction overlaps backward.
   std::size_t bucket = 65536;
   std::string config, data_npy, init_npy, save_npy, json;
@@ -55,5 +59,9 @@ struct Flags {
   std::string device = "host";       // --device host|cuda: where the model states and the model are
   std::string communicator = "auto"; // --device cuda: auto|nccl|staged
 };
+
+inline zero::MomentStorage moment_storage(const Flags& f) {
+  return f.moment_bits == 8 ? zero::MomentStorage::blockwise_8bit : zero::MomentStorage::fp32;
+}
 
 } // namespace train

@@ -75,6 +75,8 @@ inline zero::EngineOptions engine_options(const Flags& f) {
   if (f.quantization_block) options.quantization_block = *f.quantization_block;
   options.nvme.remove_stale = f.remove_stale_swap;
   options.delayed_parameter_update_after = f.delayed_update_after;
+  // The engine refuses 8-bit moments where it cannot keep them (SGD, LAMB, the NVMe tier), by name.
+  options.moments = moment_storage(f);
   return options;
 }
 
