@@ -50,7 +50,7 @@ namespace detail {
 // which the flags override), with the functions above.
 struct Text {
   std::string layers, heads, embd, seq, batch, steps, stage, dtype, optimizer, lr, weight_decay,
-      checkpoints, seed, print_every, tp;
+      checkpoints, seed, print_every, tp, moment_bits;
 };
 
 // The command line, bound to `text` and `f` (the flags and the texts it keeps). parse reads it;
@@ -87,6 +87,10 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
   app.add_option("--optimizer", text.optimizer, "(default adam)")->type_name("adam|adamw");
   app.add_option("--lr", text.lr, "learning rate (default 1e-3)")->type_name("X");
   app.add_option("--weight-decay", text.weight_decay, "(default 0)")->type_name("X");
+  app.add_option("--moment-bits", text.moment_bits,
+                 "the moments in fp32 or in 8-bit blocks of 2048 (default 32;\n"
+                 "also optimizer.params.moment_bits in --config)")
+      ->type_name("8|32");
   app.add_option("--checkpoint-activations", text.checkpoints,
                  "keep K block inputs and recompute the rest in backward\n"
                  "(0: off, the default; the config's number_checkpoints)")
@@ -155,6 +159,7 @@ inline Flags parse(int argc, char** argv) {
       f.optimizer = o.decoupled_weight_decay() ? "adamw" : "adam";
       f.lr = o.lr;
       f.weight_decay = o.weight_decay;
+      f.moment_bits = o.moment_bits;
     }
     f.stage = f.ds->zero_optimization.stage;
     f.dtype = f.ds->fp16.enabled   ? zero::DType::float16
@@ -195,6 +200,11 @@ inline Flags parse(int argc, char** argv) {
   }
   if (given("--lr")) f.lr = number("--lr", text.lr);
   if (given("--weight-decay")) f.weight_decay = number("--weight-decay", text.weight_decay);
+  if (given("--moment-bits")) {
+    zero::require(text.moment_bits == "8" || text.moment_bits == "32",
+                  "--moment-bits: expected 8 or 32, got '" + text.moment_bits + "'");
+    f.moment_bits = text.moment_bits == "8" ? 8 : 32;
+  }
   if (given("--checkpoint-activations"))
     f.checkpoints = positive("--checkpoint-activations", text.checkpoints, true);
   if (contiguous_memory) f.contiguous_memory = true;

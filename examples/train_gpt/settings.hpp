@@ -6,6 +6,7 @@
 
 #include <zero/config/config.hpp>
 #include <zero/core/dtype.hpp>
+#include <zero/engine/options.hpp>
 #include <zero/residual/checkpoint_plan.hpp>
 
 #include <cstddef>
@@ -22,6 +23,9 @@ struct Flags {
   zero::DType dtype = zero::DType::float32;
   std::string optimizer = "adam";
   double lr = 1e-3, weight_decay = 0;
+  // Adam's and AdamW's moments in fp32 (32) or in 8-bit blocks (8): --moment-bits, or the
+  // config's optimizer.params.moment_bits.
+  int moment_bits = 32;
   std::optional<std::size_t> checkpoints; // --checkpoint-activations
   bool contiguous_memory = false, deterministic = false;
   bool partition_activations = false; // ZeRO-R's Pa over the tensor-parallel group
@@ -31,6 +35,10 @@ struct Flags {
   unsigned seed = 1;
   int print_every = 0;
 };
+
+inline zero::MomentStorage moment_storage(const Flags& f) {
+  return f.moment_bits == 8 ? zero::MomentStorage::blockwise_8bit : zero::MomentStorage::fp32;
+}
 
 // The checkpointing the run asks for: the flag, else the config's section, else none. With
 // partitioned activations the kept inputs are cut over `partition`, the tensor-parallel group

@@ -69,6 +69,9 @@ struct History {
   double activation_gathers_per_step = 0, activation_gathered_elements_per_step = 0;
   double activation_gather_bytes_per_step = 0, activation_gather_wait_per_step = 0;
   zero::MemoryReport memory;
+  // This rank's parameters (its slices under tensor parallelism) and its shard group's ranks.
+  std::size_t psi = 0;
+  int shard_ranks = 1;
   WholeTensors final_weights; // whole tensors, for --save-npy
   // Per step, after the first: the model's all-reduces over the tensor-parallel group, and the
   // engine's collectives over the data-parallel group.
@@ -78,6 +81,14 @@ struct History {
   // its group.
   bool replicated_identical = true;
 };
+
+// K measured: the bytes of fp32 master weights and moments rank 0 keeps per parameter of its
+// share, Psi / N at stages 1-3 (N: the shard group) and Psi at stage 0, as in the ZeRO paper's
+// formula: 12 for Adam with fp32 moments, about 6 with 8-bit ones (padding included).
+inline double optimizer_bytes_per_parameter(const Flags& f, const History& h) {
+  const double share = double(h.psi) / double(f.stage == 0 ? 1 : h.shard_ranks);
+  return double(h.memory.master_weights.total() + h.memory.optimizer_states.total()) / share;
+}
 
 // A layer's weights as the kernels read them: float. In fp32 the engine's own memory, otherwise
 // a converted copy.
@@ -337,6 +348,8 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     if (kept_inputs) h.nvme_bytes_written = kept_inputs->bytes_written();
     h.block_bytes = (blocks.activation_elements() + blocks.saved_elements(0)) * sizeof(float);
     h.memory = engine.memory();
+    h.psi = engine.layout().numel();
+    h.shard_ranks = engine.shard_ranks();
     if (!f.save_checkpoint.empty()) save(engine, f, f.steps);
     if (f.steps - h.first_step > 1) {
       const double counted = double(f.steps - h.first_step - 1);
