@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Training quality of 8-bit block-wise Adam moments against fp32 moments: train_gpt and train_mlp
+each trained twice from the same seed, once with --moment-bits 32 and once with --moment-bits 8,
+their per-step losses read from the demos' --json reports.
+
+    export OMP_NUM_THREADS=1 Q=/work/notes/quality
+    G=build/tp/examples/train_gpt/train_gpt M=build/dev/examples/train_mlp/train_mlp
+    GPT="--layers 4 --embd 128 --heads 4 --seq 64 --batch 16 --dtype bf16 --optimizer adamw \\
+         --weight-decay 0.1 --stage 1 --seed 1 --steps 2000 --print-every 100"
+    MLP="--stage 1 --seed 1 --steps 2000 --print-every 100"
+    nice -n 5 $G $GPT --moment-bits 32 --json $Q/gpt_fp32.json > $Q/gpt_fp32.log
+    nice -n 5 $G $GPT --moment-bits 8 --json $Q/gpt_8bit.json > $Q/gpt_8bit.log
+    nice -n 5 $M $MLP --moment-bits 32 --json $Q/mlp_fp32.json > $Q/mlp_fp32.log
+    nice -n 5 $M $MLP --moment-bits 8 --json $Q/mlp_8bit.json > $Q/mlp_8bit.log
+    /usr/bin/python3 bench/optim/moment_quality.py --dir $Q
+
+(train_gpt on its default data, the repository's docs; train_mlp on its default teacher task;
+one rank, one thread; the same seed and batches in both runs of each demo.)
+
+It prints, for each demo, the mean loss of the last 50 steps of both runs and their relative
+difference ((8-bit - fp32) / fp32), and writes an SVG (plain SVG written here: the project
+depends on Debian packages only) with one panel per demo: both loss curves, smoothed by a moving
+mean, on a logarithmic loss axis.
+
+    /usr/bin/python3 bench/optim/moment_quality.py [--dir /work/notes/quality] \\
+        [--out docs/moment-quality.svg] [--last 50] [--smooth 50]
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (panel title, fp32 report, 8-bit report), the file names the commands above write.
+DEMOS = [
+    ("train_gpt", "gpt_fp32.json", "gpt_8bit.json"),
+    ("train_mlp", "mlp_fp32.json", "mlp_8bit.json"),
+]
+COLOURS = {"fp32": "#1f5fa8", "8-bit": "#d9531e"}
+
+
+def losses(path):
+    with open(path) as f:
+        report = json.load(f)
+    values = report["loss"]
+    if any(v is None for v in values):
+        sys.exit(f"{path}: a step's loss is not finite")
+    return report.get("first_step", 0), [float(v) for v in values]
+
+
+def last_mean(values, n):
+    tail = values[-n:]
+    return sum(tail) / len(tail)
+
+
+def moving_mean(values, window):
+    """The mean of the `window` values up to each step (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def nice_ticks(lo, hi):
+    """Loss-axis ticks on a log scale: 1, 2 and 5 times powers of ten inside [lo, hi], or every
+    integer times them where that gives fewer than three."""
+    for mantissas in ((1, 2, 5), range(1, 10)):  # every integer mantissa on a narrow range
+        ticks = []
+        for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+            for m in mantissas:
+                t = m * 10.0 ** e
+                if lo <= t <= hi:
+                    ticks.append(t)
+        if len(ticks) >= 3:
+            break
+    return ticks
+
+
+def fmt(v):
+    return f"{v:g}"
+
+
+def panel(x0, y0, width, height, title, curves, first_step, summary):
+    """One panel's SVG elements: axes, ticks, the curves (name -> values) and a legend."""
+    left, right, top, bottom = 62, 12, 30, 62
+    pw, ph = width - left - right, height - top - bottom
+    steps = max(len(v) for v in curves.values())
+    lo = min(min(v) for v in curves.values())
+    hi = max(max(v) for v in curves.values())
+    lo, hi = math.log10(lo) - 0.02, math.log10(hi) + 0.02
+
+    def sx(i):
+        return x0 + left + pw * i / max(1, steps - 1)
+
+    def sy(v):
+        return y0 + top + ph * (hi - math.log10(v)) / (hi - lo)
+
+    out = [f'<text x="{x0 + left + pw / 2:.1f}" y="{y0 + 18}" text-anchor="middle" '
+           f'font-weight="bold">{title}</text>',
+           f'<rect x="{x0 + left}" y="{y0 + top}" width="{pw}" height="{ph}" fill="none" '
+           f'stroke="#444"/>']
+    for t in nice_ticks(10 ** lo, 10 ** hi):
+        y = sy(t)
+        out.append(f'<line x1="{x0 + left}" y1="{y:.1f}" x2="{x0 + left + pw}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/>')
+        out.append(f'<text x="{x0 + left - 5}" y="{y + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
+    step_tick = 10 ** math.floor(math.log10(max(1, steps)))
+    if steps / step_tick < 4:
+        step_tick //= 2 if step_tick >= 2 else 1
+    for s in range(0, steps + 1, max(1, step_tick)):
+        x = sx(min(s, steps - 1))
+        out.append(f'<line x1="{x:.1f}" y1="{y0 + top + ph}" x2="{x:.1f}" '
+                   f'y2="{y0 + top + ph + 4}" stroke="#444"/>')
+        out.append(f'<text x="{x:.1f}" y="{y0 + top + ph + 17}" text-anchor="middle">'
+                   f'{s + first_step}</text>')
+    out.append(f'<text x="{x0 + left + pw / 2:.1f}" y="{y0 + top + ph + 33}" '
+               f'text-anchor="middle">step</text>')
+    out.append(f'<text transform="translate({x0 + 15},{y0 + top + ph / 2:.1f}) rotate(-90)" '
+               f'text-anchor="middle">loss (log scale)</text>')
+    for k, (name, values) in enumerate(curves.items()):
+        points = " ".join(f"{sx(i):.1f},{sy(v):.2f}" for i, v in enumerate(values))
+        out.append(f'<polyline points="{points}" fill="none" stroke="{COLOURS[name]}" '
+                   f'stroke-width="1.4" opacity="0.85"/>')
+        lx, ly = x0 + left + pw - 150, y0 + top + 18 + 18 * k
+        out.append(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 22}" y2="{ly - 4}" '
+                   f'stroke="{COLOURS[name]}" stroke-width="2"/>')
+        out.append(f'<text x="{lx + 28}" y="{ly}">{name} moments</text>')
+    out.append(f'<text x="{x0 + left + pw / 2:.1f}" y="{y0 + top + ph + 52}" '
+               f'text-anchor="middle">{summary}</text>')
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default="/work/notes/quality",
+                        help="where the runs' --json reports are")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "moment-quality.svg"))
+    parser.add_argument("--last", type=int, default=50, help="steps in the final mean")
+    parser.add_argument("--smooth", type=int, default=50, help="moving-mean window of the plot")
+    args = parser.parse_args()
+
+    width, height = 520, 380
+    elements = []
+    for k, (demo, fp32_name, q_name) in enumerate(DEMOS):
+        first, fp32 = losses(os.path.join(args.dir, fp32_name))
+        first_q, q = losses(os.path.join(args.dir, q_name))
+        if (first, len(fp32)) != (first_q, len(q)):
+            sys.exit(f"{demo}: the runs differ in their steps ({first}+{len(fp32)} against "
+                     f"{first_q}+{len(q)})")
+        a, b = last_mean(fp32, args.last), last_mean(q, args.last)
+        rel = (b - a) / a
+        print(f"{demo}: {len(fp32)} steps; mean loss of the last {args.last}: "
+              f"fp32 {a:.6f}, 8-bit {b:.6f}, relative difference {rel:+.4%}")
+        summary = (f"last {args.last} steps: fp32 {a:.4f}, 8-bit {b:.4f} ({rel:+.2%}); "
+                   f"moving mean of {args.smooth}")
+        curves = {"fp32": moving_mean(fp32, args.smooth), "8-bit": moving_mean(q, args.smooth)}
+        elements += panel(k * width, 0, width, height, f"{demo}: fp32 against 8-bit Adam moments",
+                          curves, first, summary)
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(DEMOS)}" '
+           f'height="{height}" viewBox="0 0 {width * len(DEMOS)} {height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width * len(DEMOS)}" height="{height}" fill="white"/>',
+           *elements, "</svg>"]
+    with open(args.out, "w") as f:
+        f.write("\n".join(svg) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
