@@ -1,28 +1,30 @@
 #!/usr/bin/env python3
 """Training quality of 8-bit block-wise Adam moments against fp32 moments: train_gpt and train_mlp
-each trained twice from the same seed, once with --moment-bits 32 and once with --moment-bits 8,
-their per-step losses read from the demos' --json reports.
+each trained from seeds 1-3, once with --moment-bits 32 and once with --moment-bits 8 (the same
+seed and batches in both runs of a pair), their per-step losses read from the demos' --json
+reports. train_gpt marks its embedding layer to keep fp32 moments.
 
-    export OMP_NUM_THREADS=1 Q=/work/notes/quality
-    G=build/tp/examples/train_gpt/train_gpt M=build/dev/examples/train_mlp/train_mlp
+    export OMP_NUM_THREADS=1 Q=/tmp/moment-quality
+    G=build/dev/examples/train_gpt/train_gpt M=build/dev/examples/train_mlp/train_mlp
     GPT="--layers 4 --embd 128 --heads 4 --seq 64 --batch 16 --dtype bf16 --optimizer adamw \\
-         --weight-decay 0.1 --stage 1 --seed 1 --steps 2000 --print-every 100"
-    MLP="--stage 1 --seed 1 --steps 2000 --print-every 100"
-    nice -n 5 $G $GPT --moment-bits 32 --json $Q/gpt_fp32.json > $Q/gpt_fp32.log
-    nice -n 5 $G $GPT --moment-bits 8 --json $Q/gpt_8bit.json > $Q/gpt_8bit.log
-    nice -n 5 $M $MLP --moment-bits 32 --json $Q/mlp_fp32.json > $Q/mlp_fp32.log
-    nice -n 5 $M $MLP --moment-bits 8 --json $Q/mlp_8bit.json > $Q/mlp_8bit.log
+         --weight-decay 0.1 --stage 1 --steps 2000 --print-every 100"
+    MLP="--stage 1 --steps 2000 --print-every 100"
+    for s in 1 2 3; do for b in 32 8; do
+      $G $GPT --seed $s --moment-bits $b --json $Q/gpt_$b-bit_s$s.json > $Q/gpt_$b-bit_s$s.log
+      $M $MLP --seed $s --moment-bits $b --json $Q/mlp_$b-bit_s$s.json > $Q/mlp_$b-bit_s$s.log
+    done; done
     /usr/bin/python3 bench/optim/moment_quality.py --dir $Q
 
-(train_gpt on its default data, the repository's docs; train_mlp on its default teacher task;
-one rank, one thread; the same seed and batches in both runs of each demo.)
+(train_gpt on its default data, the repository's docs: its seed sets the initial weights only;
+train_mlp on its default teacher task, whose seed also draws the data; one rank, one thread.)
 
-It prints, for each demo, the mean loss of the last 50 steps of both runs and their relative
-difference ((8-bit - fp32) / fp32), and writes an SVG (plain SVG written here: the project
-depends on Debian packages only) with one panel per demo: both loss curves, smoothed by a moving
-mean, on a logarithmic loss axis.
+It prints, for each demo and seed, the mean loss of the last 50 steps of both runs and their
+relative difference ((8-bit - fp32) / fp32), the mean of those differences and the spread of the
+fp32 runs over the seeds, and writes an SVG (plain SVG written here: the project depends on Debian
+packages only) with one panel per demo: seed 1's two loss curves, smoothed by a moving mean, on a
+logarithmic loss axis.
 
-    /usr/bin/python3 bench/optim/moment_quality.py [--dir /work/notes/quality] \\
+    /usr/bin/python3 bench/optim/moment_quality.py --dir DIR [--seeds 1 2 3] \\
         [--out docs/moment-quality.svg] [--last 50] [--smooth 50]
 """
 
@@ -34,11 +36,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# (panel title, fp32 report, 8-bit report), the file names the commands above write.
-DEMOS = [
-    ("train_gpt", "gpt_fp32.json", "gpt_8bit.json"),
-    ("train_mlp", "mlp_fp32.json", "mlp_8bit.json"),
-]
+# (panel title, the prefix of its reports' names), as the commands above write them.
+DEMOS = [("train_gpt", "gpt"), ("train_mlp", "mlp")]
 COLOURS = {"fp32": "#1f5fa8", "8-bit": "#d9531e"}
 
 
@@ -138,8 +137,8 @@ def panel(x0, y0, width, height, title, curves, first_step, summary):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", default="/work/notes/quality",
-                        help="where the runs' --json reports are")
+    parser.add_argument("--dir", required=True, help="where the runs' --json reports are")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "moment-quality.svg"))
     parser.add_argument("--last", type=int, default=50, help="steps in the final mean")
     parser.add_argument("--smooth", type=int, default=50, help="moving-mean window of the plot")
@@ -147,20 +146,31 @@ def main():
 
     width, height = 520, 380
     elements = []
-    for k, (demo, fp32_name, q_name) in enumerate(DEMOS):
-        first, fp32 = losses(os.path.join(args.dir, fp32_name))
-        first_q, q = losses(os.path.join(args.dir, q_name))
-        if (first, len(fp32)) != (first_q, len(q)):
-            sys.exit(f"{demo}: the runs differ in their steps ({first}+{len(fp32)} against "
-                     f"{first_q}+{len(q)})")
-        a, b = last_mean(fp32, args.last), last_mean(q, args.last)
-        rel = (b - a) / a
-        print(f"{demo}: {len(fp32)} steps; mean loss of the last {args.last}: "
-              f"fp32 {a:.6f}, 8-bit {b:.6f}, relative difference {rel:+.4%}")
-        summary = (f"last {args.last} steps: fp32 {a:.4f}, 8-bit {b:.4f} ({rel:+.2%}); "
-                   f"moving mean of {args.smooth}")
+    for k, (demo, prefix) in enumerate(DEMOS):
+        differences, fp32_means, plotted = [], [], None
+        for seed in args.seeds:
+            first, fp32 = losses(os.path.join(args.dir, f"{prefix}_32-bit_s{seed}.json"))
+            first_q, q = losses(os.path.join(args.dir, f"{prefix}_8-bit_s{seed}.json"))
+            if (first, len(fp32)) != (first_q, len(q)):
+                sys.exit(f"{demo}, seed {seed}: the runs differ in their steps ({first}+{len(fp32)} "
+                         f"against {first_q}+{len(q)})")
+            a, b = last_mean(fp32, args.last), last_mean(q, args.last)
+            differences.append((b - a) / a)
+            fp32_means.append(a)
+            print(f"{demo}, seed {seed}: {len(fp32)} steps; mean loss of the last {args.last}: "
+                  f"fp32 {a:.6f}, 8-bit {b:.6f}, relative difference {differences[-1]:+.4%}")
+            if plotted is None:
+                plotted = (seed, first, fp32, q, a, b, differences[-1])
+        mean_difference = sum(differences) / len(differences)
+        spread = (max(fp32_means) - min(fp32_means)) / min(fp32_means)
+        print(f"{demo}: mean relative difference over seeds {args.seeds}: {mean_difference:+.4%}; "
+              f"the fp32 runs' last-{args.last} means spread by {spread:.2%} over the seeds")
+        seed, first, fp32, q, a, b, rel = plotted
+        summary = (f"seed {seed}, last {args.last} steps: fp32 {a:.4f}, 8-bit {b:.4f} ({rel:+.2%}); "
+                   f"{len(args.seeds)} seeds: {mean_difference:+.2%}")
         curves = {"fp32": moving_mean(fp32, args.smooth), "8-bit": moving_mean(q, args.smooth)}
-        elements += panel(k * width, 0, width, height, f"{demo}: fp32 against 8-bit Adam moments",
+        elements += panel(k * width, 0, width, height,
+                          f"{demo}: fp32 against 8-bit Adam moments (moving mean of {args.smooth})",
                           curves, first, summary)
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(DEMOS)}" '
            f'height="{height}" viewBox="0 0 {width * len(DEMOS)} {height}" '

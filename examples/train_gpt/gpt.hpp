@@ -189,6 +189,8 @@ inline std::vector<zero::ParameterSpec> specs(const Config& config) {
     const auto [rows, cols] = local_shape(config, t.cut, t.rows, t.cols ? t.cols : 1);
     std::vector<std::size_t> shape = t.cols ? std::vector{rows, cols} : std::vector{rows};
     zero::ParameterSpec p{t.name, rows * cols, zero::DType::float32, t.layer, std::move(shape)};
+    // The embeddings keep fp32 moments when the others are 8-bit (as bitsandbytes advises).
+    p.fp32_moments = t.layer == 0;
     if (config.tensor_parallel > 1) {
       p.replicated_over_tensor_parallel = t.cut == Cut::whole;
       p.tensor_parallel_split = split_of(t);

@@ -6,7 +6,6 @@
 #include "training_scenario.hpp"
 
 #include <zero/engine/engine.hpp>
-#include <zero/optim/lamb.hpp>
 #include <zero/optim/quantized_moments.hpp>
 #include <zero/optim/sgd.hpp>
 #include <zero/shard/per_parameter.hpp>
@@ -40,9 +39,9 @@ Outcome run(const Scenario& scenario, zero::EngineOptions options = eight_bit())
 }
 
 TEST(BlockwiseMoments, EveryStageGetsTheBitsOfStageZero) {
-  const Scenario runs[] = {{.wide_layer = wide},
-                           {.dtype = zero::DType::bfloat16, .bucket = 7, .steps = 3,
-                            .wide_layer = wide}};
+  const Scenario runs[] = {
+      {.wide_layer = wide},
+      {.dtype = zero::DType::bfloat16, .bucket = 7, .steps = 3, .wide_layer = wide}};
   for (const Scenario& scenario : runs) {
     const Outcome zero_stage = run<zero::Stage<0>>(scenario);
     expect_same_weights(zero_stage, run<zero::Stage<1>>(scenario), true, "stage 1");
@@ -99,19 +98,29 @@ TEST(BlockwiseMoments, TheReportCountsCodesAndScales) {
                           : 2 * sizeof(float) * n;
   }
   EXPECT_EQ(whole.memory.optimizer_states.memory, whole_expected);
+
+  // The wide layer marked fp32_moments (an embedding, say) keeps 8 bytes an element.
+  const Outcome marked =
+      run<zero::Stage<0>>({.steps = 1, .wide_layer = wide, .fp32_moment_layer = 5});
+  const std::size_t n = whole.flat_sizes[5];
+  EXPECT_EQ(marked.memory.optimizer_states.memory,
+            whole_expected - 2 * (n + sizeof(float) * zero::quantized_blocks(n)) +
+                2 * sizeof(float) * n);
 }
 
+// (Engines other tests of this binary compile too: SGD's at stage 3, per_parameter's stage 3.)
 TEST(BlockwiseMoments, WhatCannotKeepThemRefusesByName) {
   const Scenario scenario{.steps = 1};
   expect_error_contains(
-      [&] { train<zero::Stage<1>, zero::host, zero::SGD>(scenario, zero::StaticLossScaler{}, eight_bit()); },
+      [&] {
+        train<zero::Stage<3>, zero::host, zero::SGD>(scenario, zero::StaticLossScaler{},
+                                                     eight_bit());
+      },
       "8-bit moments (EngineOptions::moments) are built for Adam and AdamW");
-  expect_error_contains(
-      [&] { train<zero::Stage<1>, zero::host, zero::Lamb>(scenario, zero::StaticLossScaler{}, eight_bit()); },
-      "this engine runs Lamb");
-  using PerParameter2 = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
-                                           zero::partition_with<zero::PerParameter>>;
-  expect_error_contains([&] { run<PerParameter2>(scenario); },
+  using PerParameter3 =
+      zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                         zero::shard_parameters, zero::partition_with<zero::PerParameter>>;
+  expect_error_contains([&] { run<PerParameter3>(scenario); },
                         "8-bit moments (EngineOptions::moments) need the flat_contiguous");
 }
 

@@ -386,13 +386,14 @@ TEST(TensorParallelEngine, NormPiecesLeaveOutExactlyTheReplicatedElements) {
 // Specs that differ across the tensor group: refused on every rank, naming the parameter and
 // the tensor ranks, whichever ranks differ.
 template <class Change>
-std::string refusal(int tensor_size, Change&& change) {
+std::string refusal(int tensor_size, Change&& change, zero::EngineOptions options = {}) {
   Groups groups(world(), tensor_size);
   auto specs = my_specs(groups.tensor_rank(), tensor_size);
   change(groups, specs);
   try {
     zero::PrebuiltEngine<2, zero::AdamW> engine(groups, specs, zero::AdamW({.lr = 0.01}),
-                                                zero::AnyLossScaler(zero::StaticLossScaler(1.0)));
+                                                zero::AnyLossScaler(zero::StaticLossScaler(1.0)),
+                                                options);
   } catch (const zero::Error& e) {
     return e.what();
   }
@@ -439,6 +440,21 @@ TEST(TensorParallelEngine, TensorRanksThatRegisteredDifferentParametersAreRefuse
     if (world().rank() + 1 == world().size()) specs[7].layer = 1;
   });
   EXPECT_NE(message.find("h1.ln.bias"), std::string::npos) << message;
+}
+
+// A block of 8-bit moments could mix replicated parameters with slices: refused by name (groups
+// of one rank are the plain engine, which keeps them).
+TEST(TensorParallelEngine, EightBitMomentsAreRefused) {
+  if (world().size() < 2) GTEST_SKIP() << zero::testing::not_applicable << "needs two ranks";
+  zero::EngineOptions options;
+  options.moments = zero::MomentStorage::blockwise_8bit;
+  const int tensor_size = world().size() % 2 == 0 ? 2 : world().size();
+  const std::string message = refusal(
+      tensor_size, [](Groups&, auto&) {}, options);
+  EXPECT_NE(message.find("8-bit moments (EngineOptions::moments) are not built under tensor "
+                         "parallelism"),
+            std::string::npos)
+      << message;
 }
 
 TEST(TensorParallelEngine, GroupsRefuseASizeThatDoesNotDivideTheWorld) {

@@ -38,6 +38,13 @@ inline std::vector<zero::ParameterSpec> model(std::size_t wide_layer = 0) {
   return params;
 }
 
+inline std::vector<zero::ParameterSpec> marked(std::vector<zero::ParameterSpec> params,
+                                               int fp32_moment_layer) {
+  for (auto& p : params)
+    p.fp32_moments = p.layer == fp32_moment_layer;
+  return params;
+}
+
 inline float initial_value(std::size_t layer, std::size_t i) {
   return static_cast<float>(std::sin(0.37 * double(i) + double(layer))) * 0.5f;
 }
@@ -65,6 +72,7 @@ struct Scenario {
   int infinity_step = -1;      // rank ranks-1 sees an infinity in layer 2 at this step
   std::size_t persistence = 0; // stage 3
   std::size_t wide_layer = 0;  // see model()
+  int fp32_moment_layer = -1;  // its parameters are marked ParameterSpec::fp32_moments
 };
 
 struct Outcome {
@@ -105,7 +113,7 @@ Outcome train(const Scenario& run, Scaler scaler = Scaler{}, zero::EngineOptions
   options.persistence_threshold = run.persistence;
   Optimizer optimizer(typename Optimizer::options_type{.lr = 0.01, .weight_decay = 0.01});
   zero::Engine<Plan, zero::MpiCommunicator, Where, Optimizer, Scaler, Compute> engine(
-      world, model(run.wide_layer), optimizer, scaler, options);
+      world, marked(model(run.wide_layer), run.fp32_moment_layer), optimizer, scaler, options);
   for (std::size_t l = 0; l < engine.layers(); ++l) {
     std::vector<float> init(engine.layout().layer(l).numel);
     for (std::size_t i = 0; i < init.size(); ++i)

@@ -59,8 +59,8 @@ TEST(Offload, Bf16WithMicroStepsAndClippingGivesTheHostEnginesBits) {
 // engine whose states stay in device memory refuses them (its step runs on the stream space).
 TEST(Offload, EightBitMomentsGiveTheHostEnginesBits) {
   StagedSetup s;
-  every_stage<zero::bfloat16, Offloaded>(
-      s, {.dtype = DType::bfloat16, .eight_bit_moments = true}, "offloaded, 8-bit moments, ");
+  every_stage<zero::bfloat16, Offloaded>(s, {.dtype = DType::bfloat16, .eight_bit_moments = true},
+                                         "offloaded, 8-bit moments, ");
   try {
     expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16, OnTheDevice>(
         s, {.dtype = DType::bfloat16, .eight_bit_moments = true}, "8-bit moments on the device");

@@ -60,8 +60,14 @@ class StateSave {
   template <class Store>
   static void reserve(Store& store, std::shared_ptr<Snapshot>& snapshot) {
     std::size_t total = 0;
-    store.read_states(
-        [&](std::size_t, std::size_t, Range, View<const float> values) { total += values.size(); });
+    // A store that counts its elements is asked: reading its states may read the values (8-bit
+    // moments are dequantized), which a delayed update may be writing now.
+    if constexpr (requires { store.state_elements(); })
+      total = store.state_elements();
+    else
+      store.read_states([&](std::size_t, std::size_t, Range, View<const float> values) {
+        total += values.size();
+      });
     if (!snapshot || snapshot.use_count() > 1 || snapshot->capacity < total)
       snapshot = std::make_shared<Snapshot>(total);
   }

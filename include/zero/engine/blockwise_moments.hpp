@@ -10,7 +10,8 @@
 //
 // A layer of fewer than `min_elements` elements keeps fp32 moments (bitsandbytes keeps tensors
 // under 4096 elements in 32 bits): biases and norms, whose moments cost little, are spared the
-// quantization error. The choice is made per layer, from the layer's size, alike on every rank.
+// quantization error; so does a layer with a parameter marked ParameterSpec::fp32_moments (an
+// embedding). The choice is made per layer, from the layout, alike on every rank.
 //
 // The update is one pass per block (quantized_fused_step): the two moments are dequantized into
 // scratch, updated with the master weights, and quantized again with the block's new maximum.
@@ -30,6 +31,7 @@
 #include "zero/optim/quantized_step.hpp"
 #include "zero/shard/shard_layout.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -46,7 +48,11 @@ class BlockwiseMoments {
     layers_.reserve(model.layers());
     for (std::size_t l = 0; l < model.layers(); ++l) {
       const std::size_t n = kept.block(l, kept_rank).size();
-      const bool eight_bit = model.sharded->layer(l).numel >= min_elements;
+      const bool eight_bit =
+          model.sharded->layer(l).numel >= min_elements &&
+          std::ranges::none_of(model.sharded->layer_parameters(l), [&](std::size_t p) {
+            return model.sharded->parameter(p).fp32_moments;
+          });
       layers_.push_back(eight_bit ? Layer::quantized(n) : Layer::full(n));
     }
   }
@@ -55,8 +61,8 @@ class BlockwiseMoments {
 
   // One update of layer l's block: master, grad and copy (empty: none) cover the block.
   template <class G, class Out>
-  void step(const AdamUpdate& update, std::size_t l, View<float, Space> master,
-            View<G, Space> grad, float grad_multiplier, View<Out, Space> copy) {
+  void step(const AdamUpdate& update, std::size_t l, View<float, Space> master, View<G, Space> grad,
+            float grad_multiplier, View<Out, Space> copy) {
     Layer& layer = layers_[l];
     if (layer.eight_bit)
       quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad, grad_multiplier,

@@ -12,6 +12,7 @@
 #include "zero/engine/engine_class.hpp"
 #include "zero/engine/model_states.hpp"
 #include "zero/estimate/memory.hpp"
+#include "zero/optim/quantized_moments.hpp"
 #include "zero/precision/grad_norm.hpp"
 
 #include <cstddef>
@@ -41,6 +42,13 @@ Engine<Plan, Comm, Where, Opt, Scaler, Compute>::Engine(Control* control, Comm* 
   const auto build = [&] {
     detail::agree_on_options(groups_.control_world(), options_);
     detail::check_requested_places<Placement>(options_);
+    // A block of 2048 could hold replicated parameters beside slices that differ by tensor rank:
+    // its scale would differ, and the replicated parameters with it.
+    require_on_every_rank(groups_.control_tensor() == nullptr ||
+                              options_.moments == MomentStorage::fp32,
+                          "engine: 8-bit moments (EngineOptions::moments) are not built under "
+                          "tensor parallelism yet",
+                          ErrorKind::unsupported);
     groups_.build_agreed("building the model states", [&] {
       states_->emplace(options_.compute_dtype, groups_.shard(), groups_.control_shard(), model_,
                        options_, groups_.hpz(), exec);
@@ -77,10 +85,8 @@ auto Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_groups(Control* contr
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
-ModelLayout
-Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_model(Groups& groups,
-                                                            std::vector<ParameterSpec> parameters,
-                                                            const EngineOptions& options) {
+ModelLayout Engine<Plan, Comm, Where, Opt, Scaler, Compute>::make_model(
+    Groups& groups, std::vector<ParameterSpec> parameters, const EngineOptions& options) {
   auto* const tensor = groups.control_tensor();
   // Tensor rank 0 counts the replicated parameters in the gradient norm, the others leave them
   // out: each counts once.
@@ -238,9 +244,14 @@ MemoryReport Engine<Plan, Comm, Where, Opt, Scaler, Compute>::memory() const {
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
           class Compute>
 double Engine<Plan, Comm, Where, Opt, Scaler, Compute>::paper_model_state_bytes() const {
+  static_assert(estimate::eight_bit_adam_moment_bytes ==
+                2.0 * (1.0 + 4.0 / static_cast<double>(quantized_moment_block)));
+  const double moment_bytes = options_.moments == MomentStorage::blockwise_8bit
+                                  ? estimate::eight_bit_adam_moment_bytes
+                                  : 4.0 * static_cast<double>(Opt::state_tensors);
   return estimate::paper_model_state_bytes(static_cast<double>(layout().numel()),
                                            groups_.shard().size(), Plan::stage,
-                                           size_of(options_.compute_dtype), Opt::state_tensors);
+                                           size_of(options_.compute_dtype), moment_bytes);
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,

@@ -240,6 +240,14 @@ requires HostAccessibleSpace<typename K::space> ||
       }
   }
 
+  // How many values read_states() hands out: every tensor's block of every layer.
+  std::size_t state_elements() const noexcept {
+    std::size_t total = 0;
+    for (std::size_t l = 0; l < model_.layers(); ++l)
+      total += kept_layout().block(l, kept_rank()).size();
+    return (1 + states) * total;
+  }
+
   StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }
   StateBytes state_bytes() const noexcept {
     if constexpr (can_quantize)

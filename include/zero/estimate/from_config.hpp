@@ -4,7 +4,6 @@
 
 #include "zero/config/config.hpp"
 #include "zero/estimate/memory.hpp"
-#include "zero/optim/quantized_moments.hpp"
 
 #include <cstdint>
 
@@ -31,8 +30,7 @@ inline BytesPerParameter bytes_per_parameter(const config::Config& config) {
   const bool sixteen_bit = config.fp16.enabled || config.bf16.enabled;
   const bool sgd = config.optimizer && config.optimizer->type == config::OptimizerType::sgd;
   const bool eight_bit = config.optimizer && config.optimizer->moment_bits == 8;
-  const double adam_moments =
-      eight_bit ? 2.0 * (1.0 + 4.0 / static_cast<double>(quantized_moment_block)) : 8.0;
+  const double adam_moments = eight_bit ? eight_bit_adam_moment_bytes : 8.0;
   const double moments = sgd ? (config.optimizer->momentum > 0 ? 4.0 : 0.0) : adam_moments;
   const double model_bytes = sixteen_bit ? 2.0 : 4.0;
   return {model_bytes, model_bytes, (sixteen_bit ? 4.0 : 0.0) + moments};

@@ -23,6 +23,11 @@
 
 namespace zero::estimate {
 
+// Adam's two moments in 8 bits (EngineOptions::moments): a byte a value each and one fp32 scale
+// per block of 2048 values (optim/quantized_moments.hpp, whose block size the engine checks
+// against this).
+inline constexpr double eight_bit_adam_moment_bytes = 2.0 * (1.0 + 4.0 / 2048.0);
+
 struct BytesPerParameter {
   double parameters = 2;        // 16-bit working copy
   double gradients = 2;         // 16-bit gradients
@@ -118,15 +123,16 @@ inline double largest_model(double device_memory, ModelStateQuery query) {
 }
 
 // The paper's model-state bytes per rank of Ψ `parameters` at `stage` over `ranks`: parameters and
-// gradients of `compute_bytes` each, fp32 master weights and `state_tensors` fp32 optimizer states.
+// gradients of `compute_bytes` each, fp32 master weights and `moment_bytes` per parameter of
+// optimizer moments (4 per fp32 state tensor; 2 + 8 / 2048 for Adam's two moments in 8 bits).
 inline double paper_model_state_bytes(double parameters, std::int64_t ranks, int stage,
-                                      std::size_t compute_bytes, std::size_t state_tensors) {
+                                      std::size_t compute_bytes, double moment_bytes) {
   const double p = static_cast<double>(compute_bytes);
   ModelStateQuery query;
   query.parameters = parameters;
   query.data_parallel = ranks;
   query.stage = stage;
-  query.bytes = {p, p, 4.0 * (1 + static_cast<double>(state_tensors))};
+  query.bytes = {p, p, 4.0 + moment_bytes};
   return model_state_memory(query).total();
 }
 

@@ -48,6 +48,10 @@ struct ParameterSpec {
   // Under tensor parallelism, for a parameter that is a slice: how the slices join (above), which
   // checkpoints record so that they consolidate into whole tensors.
   std::optional<TensorParallelSplit> tensor_parallel_split = std::nullopt;
+  // With 8-bit moments (EngineOptions::moments), its layer keeps fp32 ones: an embedding, whose
+  // rare rows' second moments are too small beside the frequent rows' to keep in 8 bits
+  // (bitsandbytes keeps embeddings in 32 bits). Every rank must say the same.
+  bool fp32_moments = false;
 };
 
 // A half-open interval [begin, end) of positions.

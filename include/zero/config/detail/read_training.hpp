@@ -128,8 +128,7 @@ inline void read_moment_bits(ObjectReader& reader, OptimizerConfig& optimizer) {
     reader.context().fail_at(reader.path_of("moment_bits"),
                              "expected 8 (block-wise 8-bit moments) or 32, got " +
                                  std::to_string(bits));
-  if (bits == 8 && optimizer.type != OptimizerType::adam &&
-      optimizer.type != OptimizerType::adamw)
+  if (bits == 8 && optimizer.type != OptimizerType::adam && optimizer.type != OptimizerType::adamw)
     reader.context().fail_at(reader.path_of("moment_bits"),
                              std::string("8-bit moments are built for Adam and AdamW, not ") +
                                  to_string(optimizer.type));

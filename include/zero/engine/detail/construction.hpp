@@ -123,16 +123,18 @@ typename Plan::partitioner partitioner_for(const EngineOptions& options) {
     if constexpr (std::same_as<typename Plan::partitioner, FlatContiguous>)
       partitioner.alignment = std::lcm(partitioner.alignment, quantized_moment_block);
     else
-      fail_on_every_rank(ErrorKind::unsupported,
-                         "engine: 8-bit moments (EngineOptions::moments) need the flat_contiguous "
-                         "partitioner, whose shards can start on whole blocks of " +
-                             std::to_string(quantized_moment_block) + " elements; this plan's is " +
-                             partitioner.describe());
+      fail(ErrorKind::unsupported,
+           "engine: 8-bit moments (EngineOptions::moments) need the flat_contiguous partitioner, "
+           "whose shards can start on whole blocks of " +
+               std::to_string(quantized_moment_block) + " elements; this plan's is " +
+               partitioner.describe());
   }
   return partitioner;
 }
 
-// The model's sharded layout; parameters must come layer by layer.
+// The model's sharded layout; parameters must come layer by layer. Built inside the layout's
+// agreement: an error on one rank (a refused partitioner) reaches every rank there, and ranks
+// given different moment storage see their layouts' alignments differ.
 template <class Plan, class Counted>
 ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params,
                                 const EngineOptions& options) {
@@ -141,7 +143,10 @@ ShardLayout make_layout_checked(Counted& comm, std::vector<ParameterSpec> params
             "engine: parameters must be registered layer by layer (layer ids ascending)");
   for (auto& p : params)
     p.dtype = DType::float32; // the layout counts elements; the stores pick their types
-  return make_layout(comm, partitioner_for<Plan>(options), std::span<const ParameterSpec>(params));
+  return detail::agreed_layout(comm, [&] {
+    return partitioner_for<Plan>(options).partition(std::span<const ParameterSpec>(params),
+                                                    comm.size());
+  });
 }
 
 // Collective: throws on every rank, naming the setting, unless all ranks share the settings the
