@@ -96,31 +96,32 @@ inline float requantize_block(const DynamicMap& map, const float* values, std::s
   return quantize_block(map, values, n, codes);
 }
 
-// A whole moment from and to fp32 (checkpoints converting fp32 states, tests).
-inline void quantize(const DynamicMap& map, View<const float> values, QuantizedMoment into) {
-  into.check("quantize");
-  require(values.size() == into.size(), "quantize: " + std::to_string(values.size()) +
+namespace detail {
+// Every block of `values` through block(map, values, n, codes), which returns the block's scale.
+template <class Block>
+void quantize_blocks(Block&& block, const char* what, const DynamicMap& map,
+                     View<const float> values, QuantizedMoment into) {
+  into.check(what);
+  require(values.size() == into.size(), std::string(what) + ": " + std::to_string(values.size()) +
                                             " values into " + std::to_string(into.size()) +
                                             " codes");
   for (std::size_t b = 0; b < into.scales.size(); ++b) {
     const std::size_t begin = b * quantized_moment_block;
     const std::size_t n = std::min(quantized_moment_block, values.size() - begin);
-    into.scales[b] = quantize_block(map, values.data() + begin, n, into.codes.data() + begin);
+    into.scales[b] = block(map, values.data() + begin, n, into.codes.data() + begin);
   }
+}
+} // namespace detail
+
+// A whole moment from and to fp32 (checkpoints converting fp32 states, tests).
+inline void quantize(const DynamicMap& map, View<const float> values, QuantizedMoment into) {
+  detail::quantize_blocks(quantize_block, "quantize", map, values, into);
 }
 
 // quantize() that gives back the codes and scales of values that are a dequantized moment
 // (requantize_block): how a moment read out of the store for a checkpoint is put back.
 inline void requantize(const DynamicMap& map, View<const float> values, QuantizedMoment into) {
-  into.check("requantize");
-  require(values.size() == into.size(), "requantize: " + std::to_string(values.size()) +
-                                            " values into " + std::to_string(into.size()) +
-                                            " codes");
-  for (std::size_t b = 0; b < into.scales.size(); ++b) {
-    const std::size_t begin = b * quantized_moment_block;
-    const std::size_t n = std::min(quantized_moment_block, values.size() - begin);
-    into.scales[b] = requantize_block(map, values.data() + begin, n, into.codes.data() + begin);
-  }
+  detail::quantize_blocks(requantize_block, "requantize", map, values, into);
 }
 
 inline void dequantize(const DynamicMap& map, const QuantizedMoment& from, View<float> values) {
