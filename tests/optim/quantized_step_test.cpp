@@ -121,6 +121,28 @@ std::vector<float> moment(std::size_t n, bool positive, unsigned seed) {
   return v;
 }
 
+// A block's scale: the largest magnitude, NaNs ignored, on the lanes and in the tail alike.
+TEST(QuantizedMoments, TheScaleIsTheLargestMagnitudeIgnoringNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t n = 0; n <= 70; ++n) {
+    for (std::size_t at = 0; at < std::max<std::size_t>(n, 1); at += 5) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i)
+        v[i] = (i % 3 == 0 ? -1.0f : 1.0f) * float(i % 11) / 16;
+      float expected = 0.0f;
+      if (at < n) {
+        v[at] = -7.5f; // the largest, negative
+        expected = 7.5f;
+        v[n - 1 - at] = nan;
+        if (n - 1 - at == at) expected = 0.0f;
+      }
+      for (float x : v)
+        if (!std::isnan(x)) expected = std::max(expected, std::fabs(x));
+      EXPECT_EQ(zero::absolute_maximum(v.data(), n), expected) << n << " " << at;
+    }
+  }
+}
+
 TEST(QuantizedMoments, RoundTripIsExactOnceQuantizedAndCloseBefore) {
   for (bool positive : {false, true}) {
     const DynamicMap& map = positive ? DynamicMap::unsigned_map() : DynamicMap::signed_map();

@@ -21,7 +21,8 @@
 // it by one division estimate corrected against its two neighbouring boundaries; no table lookup,
 // so eight values at a time on AVX2 lanes (a table of 256 needs gathers, which cost more than the
 // arithmetic here). The lanes and the scalar path compute the same floats in the same order, so
-// they give the same codes.
+// they give the same codes: checked on every one of the 2^32 floats for both maps when the lanes
+// were last changed, and on the boundaries and their neighbours in the tests.
 
 #include "zero/core/simd.hpp"
 
@@ -114,9 +115,30 @@ class DynamicMap {
                 std::uint8_t* codes) const noexcept {
     std::size_t i = 0;
 #if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
+    const Lanes lanes(*this);
     const __m256 times = _mm256_set1_ps(scale);
-    for (; i + 8 <= n; i += 8)
-      nearest8(_mm256_mul_ps(_mm256_loadu_ps(values + i), times), codes + i);
+    const auto codes_of = [&](std::size_t at) {
+      return lanes.nearest(_mm256_mul_ps(_mm256_loadu_ps(values + at), times));
+    };
+    // 32 at a time: four registers of codes packed into one store. The packs saturate, which
+    // clamps the codes to [0, 255] as code_of() does; they interleave the 128-bit halves, which the
+    // permutation puts back in order.
+    for (; i + 32 <= n; i += 32) {
+      const __m256i low = _mm256_packus_epi32(codes_of(i), codes_of(i + 8));
+      const __m256i high = _mm256_packus_epi32(codes_of(i + 16), codes_of(i + 24));
+      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(low, high),
+                                                        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), bytes);
+    }
+    for (; i + 8 <= n; i += 8) {
+      const __m256i code = codes_of(i);
+      const __m256i words = _mm256_packus_epi32(code, code); // per 128-bit half: c0..c3 twice
+      const __m256i bytes = _mm256_packus_epi16(words, words);
+      const auto lo = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 0));
+      const auto hi = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 4));
+      const std::uint64_t eight = std::uint64_t{lo} | std::uint64_t{hi} << 32;
+      std::memcpy(codes + i, &eight, sizeof eight);
+    }
 #endif
     for (; i < n; ++i)
       codes[i] = nearest(values[i] * scale);
@@ -175,60 +197,68 @@ class DynamicMap {
   }
 
 #if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
-  // nearest() on eight lanes, written to codes[0..8).
-  void nearest8(__m256 x, std::uint8_t* codes) const noexcept {
-    const __m256i bits = _mm256_castps_si256(x);
-    const __m256 negative = _mm256_castsi256_ps(_mm256_srai_epi32(bits, 31)); // sign set: all ones
-    const __m256 a = _mm256_min_ps( // NaN and beyond: 2 (minps gives its second operand for NaN)
-        _mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff))),
-        _mm256_set1_ps(2.0f));
-    // As nearest(): boundaries below a for x >= 0, at or below it for x < 0 (below the next float
-    // above a). below(b) is all ones where b is counted.
-    const __m256 bound = _mm256_castsi256_ps(
-        _mm256_sub_epi32(_mm256_castps_si256(a), _mm256_castps_si256(negative)));
-    const auto below = [&](__m256 b) { return _mm256_cmp_ps(b, bound, _CMP_LT_OQ); };
-    __m256i decade = _mm256_setzero_si256();
-    for (float b : between_) // a true lane is -1
-      decade = _mm256_sub_epi32(decade, _mm256_castps_si256(below(_mm256_set1_ps(b))));
-    const auto pick = [&](const auto& table) { // table[decade] in every lane
-      return _mm256_permutevar8x32_ps(_mm256_loadu_ps(table.data()), decade);
-    };
-    const auto pick_int = [&](const std::array<int, 8>& table) {
-      return _mm256_permutevar8x32_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table.data())), decade);
-    };
-    const __m256 lo = pick(lo_), step_size = pick(step_), inverse = pick(inverse_step_);
-    const __m256i last = pick_int(last_step_);
-    __m256i step = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_sub_ps(a, lo), inverse));
-    step = _mm256_min_epi32(_mm256_max_epi32(step, _mm256_setzero_si256()), last);
-    const auto edge_at = [&](__m256i j) {
-      return _mm256_fmadd_ps(step_size, _mm256_cvtepi32_ps(j), lo);
-    };
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i next = _mm256_add_epi32(step, one);
-    const __m256i up =
-        _mm256_and_si256(_mm256_cmpgt_epi32(last, step), _mm256_castps_si256(below(edge_at(next))));
-    step = _mm256_sub_epi32(step, up);
-    const __m256i down = _mm256_andnot_si256(_mm256_castps_si256(below(edge_at(step))),
-                                             _mm256_cmpgt_epi32(step, _mm256_setzero_si256()));
-    step = _mm256_add_epi32(step, down);
-    const __m256i top = _mm256_andnot_si256(_mm256_castps_si256(negative),
-                                            _mm256_castps_si256(below(_mm256_set1_ps(top_))));
-    __m256i count =
-        _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(one, pick_int(before_)), step), top);
-    count = _mm256_and_si256(count, _mm256_castps_si256(below(_mm256_set1_ps(first_))));
-    const __m256i middle = _mm256_set1_epi32(negative_count_);
-    __m256i code =
-        _mm256_blendv_epi8(_mm256_add_epi32(middle, count), _mm256_sub_epi32(middle, count),
-                           _mm256_castps_si256(negative));
-    code = _mm256_max_epi32(code, _mm256_setzero_si256()); // packus clamps above 255
-    const __m256i words = _mm256_packus_epi32(code, code); // per 128-bit half: c0..c3 twice
-    const __m256i bytes = _mm256_packus_epi16(words, words);
-    const auto low = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 0));
-    const auto high = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 4));
-    const std::uint64_t eight = std::uint64_t{low} | std::uint64_t{high} << 32;
-    std::memcpy(codes, &eight, sizeof eight);
-  }
+  // nearest() on eight lanes, with the map's constants in registers: held in a local object, since
+  // the codes the caller stores (bytes, which may alias anything) would otherwise make the
+  // compiler reload each constant from the map after every store.
+  struct Lanes {
+    __m256 between[decades - 1];
+    __m256 lo, step, inverse_step, first, top;
+    __m256i last_step, before, middle;
+
+    explicit Lanes(const DynamicMap& map)
+        : lo(_mm256_loadu_ps(map.lo_.data())), step(_mm256_loadu_ps(map.step_.data())),
+          inverse_step(_mm256_loadu_ps(map.inverse_step_.data())),
+          first(_mm256_set1_ps(map.first_)), top(_mm256_set1_ps(map.top_)),
+          last_step(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(map.last_step_.data()))),
+          before(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(map.before_.data()))),
+          middle(_mm256_set1_epi32(map.negative_count_)) {
+      for (std::size_t d = 0; d < decades - 1; ++d)
+        between[d] = _mm256_set1_ps(map.between_[d]);
+    }
+
+    // The codes, one per 32-bit lane, not yet clamped below 0 (the caller's packs saturate).
+    __m256i nearest(__m256 x) const noexcept {
+      const __m256i bits = _mm256_castps_si256(x);
+      const __m256 negative = _mm256_castsi256_ps(_mm256_srai_epi32(bits, 31)); // sign: all ones
+      const __m256 a = _mm256_min_ps( // NaN and beyond: 2 (minps gives its second operand for NaN)
+          _mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff))),
+          _mm256_set1_ps(2.0f));
+      // As nearest(): boundaries below a for x >= 0, at or below it for x < 0 (below the next
+      // float above a). below(b) is all ones where b is counted.
+      const __m256 bound = _mm256_castsi256_ps(
+          _mm256_sub_epi32(_mm256_castps_si256(a), _mm256_castps_si256(negative)));
+      const auto below = [&](__m256 b) { return _mm256_cmp_ps(b, bound, _CMP_LT_OQ); };
+      __m256i decade = _mm256_setzero_si256();
+      for (const __m256 b : between) // a true lane is -1
+        decade = _mm256_sub_epi32(decade, _mm256_castps_si256(below(b)));
+      const auto pick = [&](__m256 table) { return _mm256_permutevar8x32_ps(table, decade); };
+      const auto pick_int = [&](__m256i table) {
+        return _mm256_permutevar8x32_epi32(table, decade);
+      };
+      const __m256 lo_d = pick(lo), step_d = pick(step);
+      const __m256i last = pick_int(last_step);
+      __m256i j = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_sub_ps(a, lo_d), pick(inverse_step)));
+      j = _mm256_min_epi32(_mm256_max_epi32(j, _mm256_setzero_si256()), last);
+      const auto edge_at = [&](__m256i k) {
+        return _mm256_fmadd_ps(step_d, _mm256_cvtepi32_ps(k), lo_d);
+      };
+      const __m256i one = _mm256_set1_epi32(1);
+      const __m256i up =
+          _mm256_and_si256(_mm256_cmpgt_epi32(last, j),
+                           _mm256_castps_si256(below(edge_at(_mm256_add_epi32(j, one)))));
+      j = _mm256_sub_epi32(j, up);
+      const __m256i down = _mm256_andnot_si256(_mm256_castps_si256(below(edge_at(j))),
+                                               _mm256_cmpgt_epi32(j, _mm256_setzero_si256()));
+      j = _mm256_add_epi32(j, down);
+      const __m256i is_top =
+          _mm256_andnot_si256(_mm256_castps_si256(negative), _mm256_castps_si256(below(top)));
+      __m256i count =
+          _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(one, pick_int(before)), j), is_top);
+      count = _mm256_and_si256(count, _mm256_castps_si256(below(first)));
+      return _mm256_blendv_epi8(_mm256_add_epi32(middle, count), _mm256_sub_epi32(middle, count),
+                                _mm256_castps_si256(negative));
+    }
+  };
 #endif
 
   bool signed_;

@@ -11,6 +11,7 @@
 // starts on a multiple of 2048 holds whole blocks and quantizes exactly what one rank would.
 
 #include "zero/core/error.hpp"
+#include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/dynamic_map.hpp"
 
@@ -46,12 +47,35 @@ struct QuantizedMoment {
   }
 };
 
+// The largest |values[i]|, NaNs ignored (0 for none). The maximum of floats is exact in any
+// order, so the lanes give the scalar loop's value.
+ZERO_SIMD_BEGIN
+inline float absolute_maximum(const float* values, std::size_t n) noexcept {
+  float absmax = 0.0f;
+  std::size_t i = 0;
+#if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
+  // maxps gives its second operand where either is NaN: the running maximum, as std::max does.
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    a = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(values + i), magnitude), a);
+    b = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(values + i + 8), magnitude), b);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(a, b));
+  for (const float lane : lanes)
+    absmax = std::max(absmax, lane);
+#endif
+  for (; i < n; ++i)
+    absmax = std::max(absmax, std::fabs(values[i]));
+  return absmax;
+}
+ZERO_SIMD_END
+
 // One block: the scale (its absolute maximum) and the codes of `values`.
 inline float quantize_block(const DynamicMap& map, const float* values, std::size_t n,
                             std::uint8_t* codes) noexcept {
-  float absmax = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    absmax = std::max(absmax, std::fabs(values[i]));
+  const float absmax = absolute_maximum(values, n);
   // A block whose largest magnitude is below the smallest normal float is kept as zeros: 1 / absmax
   // would overflow, and such moments are zero to Adam's step (its eps is 1e-8).
   if (!(absmax >= std::numeric_limits<float>::min())) {
@@ -76,9 +100,7 @@ inline void dequantize_block(const DynamicMap& map, const std::uint8_t* codes, f
 // floats), kept when it reproduces every value bit for bit.
 inline float requantize_block(const DynamicMap& map, const float* values, std::size_t n,
                               std::uint8_t* codes) noexcept {
-  float absmax = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    absmax = std::max(absmax, std::fabs(values[i]));
+  const float absmax = absolute_maximum(values, n);
   if (absmax >= std::numeric_limits<float>::min() && n <= quantized_moment_block) {
     alignas(64) float again[quantized_moment_block];
     const float top[] = {map.values().back(), -map.values().front()};
