@@ -25,6 +25,9 @@ using namespace zero::testing;
 // and 3 (96, 6 and 12 elements) fp32 ones.
 constexpr std::size_t min_elements = 1000;
 constexpr std::size_t wide = 3 * zero::quantized_moment_block + 500;
+// Buckets of about a thousand elements: several per wide layer, not hundreds (each is a collective,
+// and the two-node run pays a network round trip for each).
+constexpr std::size_t bucket = 1000;
 
 zero::EngineOptions eight_bit() {
   zero::EngineOptions options;
@@ -40,8 +43,8 @@ Outcome run(const Scenario& scenario, zero::EngineOptions options = eight_bit())
 
 TEST(BlockwiseMoments, EveryStageGetsTheBitsOfStageZero) {
   const Scenario runs[] = {
-      {.wide_layer = wide},
-      {.dtype = zero::DType::bfloat16, .bucket = 7, .steps = 3, .wide_layer = wide}};
+      {.bucket = bucket, .wide_layer = wide},
+      {.dtype = zero::DType::bfloat16, .bucket = bucket - 7, .steps = 3, .wide_layer = wide}};
   for (const Scenario& scenario : runs) {
     const Outcome zero_stage = run<zero::Stage<0>>(scenario);
     expect_same_weights(zero_stage, run<zero::Stage<1>>(scenario), true, "stage 1");
@@ -53,7 +56,7 @@ TEST(BlockwiseMoments, EveryStageGetsTheBitsOfStageZero) {
 // Adam's step is about lr * m / sqrt(v) per element whatever the moments' scale: quantized
 // moments move each weight by at most a few lr over the run, and by something.
 TEST(BlockwiseMoments, StaysNearTheFp32MomentRunWithoutBeingIt) {
-  const Scenario scenario{.steps = 6, .wide_layer = wide};
+  const Scenario scenario{.bucket = bucket, .steps = 6, .wide_layer = wide};
   const Outcome fp32 = run<zero::Stage<2>>(scenario, {});
   const Outcome q = run<zero::Stage<2>>(scenario);
   float largest = 0;
@@ -74,7 +77,7 @@ TEST(BlockwiseMoments, StaysNearTheFp32MomentRunWithoutBeingIt) {
 // this rank's blocks (every rank's block a multiple of 2048 elements).
 TEST(BlockwiseMoments, TheReportCountsCodesAndScales) {
   const std::size_t ranks = std::size_t(world().size());
-  const Scenario scenario{.steps = 1, .wide_layer = wide};
+  const Scenario scenario{.bucket = bucket, .steps = 1, .wide_layer = wide};
   const Outcome sharded = run<zero::Stage<1>>(scenario);
   std::size_t expected = 0;
   for (std::size_t l = 0; l < sharded.flat_sizes.size(); ++l) {
