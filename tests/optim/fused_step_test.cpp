@@ -89,10 +89,14 @@ void expect_streaming_equals_reference(Optimizer optimizer) {
   }
 }
 
+// Only the AVX-512 lanes store the copy with non-temporal stores: elsewhere the test would repeat
+// a smaller one on 2M elements (13 s under AddressSanitizer).
+#if defined(ZERO_SIMD_AVX512)
 TEST(FusedStep, LargeStepsWithStreamingStores) {
   expect_streaming_equals_reference<zero::Adam, half, half>(zero::Adam());
   expect_streaming_equals_reference<zero::AdamW, bfloat16, bfloat16>(zero::AdamW());
 }
+#endif
 
 TEST(FusedStep, EmptyBuffersAreANoOp) {
   zero::Adam adam;
