@@ -1,6 +1,7 @@
 // Checkpoints of states on the NVMe tier: read and written through the stores' bounce buffers in
 // pieces, they hold the same bytes as the same run's states in memory, and load into either
-// placement at another world size.
+// placement at another world size; with 8-bit moments too (swapped as codes, saved as their
+// values).
 
 #include "checkpoint_scenario.hpp"
 
@@ -32,7 +33,17 @@ zero::EngineOptions on_nvme(const fs::path& swap) {
   return o;
 }
 
-TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
+// Layers 2 and 4 of the scenario's model (1360 and 2064 elements) keep 8-bit moments.
+zero::EngineOptions with_eight_bit_moments(zero::EngineOptions o) {
+  o.moments = zero::MomentStorage::blockwise_8bit;
+  o.eight_bit_min_elements = 1000;
+  return o;
+}
+
+void expect_same_bytes_as_memory_and_loads_either_way(bool eight_bit) {
+  const auto moments = [&](zero::EngineOptions o) {
+    return eight_bit ? with_eight_bit_moments(o) : o;
+  };
   auto& world = zero::testing::world();
   SharedDir dir(world);
   const int rank = world.rank(), ranks = world.size();
@@ -42,14 +53,15 @@ TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
   world.barrier();
   {
     auto nvme = make<OnNvme>(world, zero::DType::float32, zero::StaticLossScaler(),
-                             on_nvme(dir.path / "swap"));
+                             moments(on_nvme(dir.path / "swap")));
     initialise(nvme);
     train(nvme, 0, 3, rank, ranks);
     nvme.save_checkpoint(dir.path / "nvme", "s");
     EXPECT_THROW(nvme.save_checkpoint(dir.path / "nvme", "t", {.async = true}), zero::Error);
   }
   {
-    auto memory = make<InMemory>(world, zero::DType::float32);
+    auto memory =
+        make<InMemory>(world, zero::DType::float32, zero::StaticLossScaler(), moments({}));
     initialise(memory);
     train(memory, 0, 3, rank, ranks);
     memory.save_checkpoint(dir.path / "memory", "s");
@@ -63,14 +75,15 @@ TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
   std::vector<std::vector<float>> from_memory, from_nvme;
   {
     auto nvme = make<OnNvme>(group, zero::DType::float32, zero::StaticLossScaler(),
-                             on_nvme(dir.path / ("swap" + side)));
+                             moments(on_nvme(dir.path / ("swap" + side))));
     (void)nvme.load_checkpoint(dir.path / "memory");
     nvme.save_checkpoint(dir.path / ("again-" + side), "s");
     train(nvme, 3, 4, group.rank(), group.size());
     from_memory = weights(nvme);
   }
   {
-    auto memory = make<InMemory>(group, zero::DType::float32);
+    auto memory =
+        make<InMemory>(group, zero::DType::float32, zero::StaticLossScaler(), moments({}));
     (void)memory.load_checkpoint(dir.path / "nvme");
     train(memory, 3, 4, group.rank(), group.size());
     from_nvme = weights(memory);
@@ -79,6 +92,14 @@ TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
   expect_bitwise(contents(dir.path / "memory" / "s"), contents(dir.path / ("again-" + side) / "s"),
                  "loaded onto NVMe and saved again");
   expect_bitwise(from_memory, from_nvme, "a step after loading into either placement");
+}
+
+TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
+  expect_same_bytes_as_memory_and_loads_either_way(false);
+}
+
+TEST(NvmeCheckpoint, EightBitMomentsToo) {
+  expect_same_bytes_as_memory_and_loads_either_way(true);
 }
 
 } // namespace

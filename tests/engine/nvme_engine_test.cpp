@@ -6,6 +6,7 @@
 // - stage 3's parameters on NVMe too (all of them, or the first layers kept in memory by
 //   max_in_cpu; small layers kept gathered);
 // - the memory report puts those states on NVMe and only bounce buffers in memory;
+// - 8-bit moments swapped as codes give the weights of 8-bit moments in memory;
 // - the swap files are gone when the engine is;
 // - a config asking for NVMe while the engine's placement keeps states in memory is refused.
 
@@ -14,6 +15,7 @@
 #include <zero/engine/optimizer_choice.hpp>
 #include <zero/offload/nvme_stores.hpp>
 #include <zero/optim/lamb.hpp>
+#include <zero/optim/quantized_moments.hpp>
 
 #include <gtest/gtest.h>
 
@@ -168,6 +170,58 @@ TEST(NvmeEngine, TheReportPutsTheStatesOnNvme) {
   EXPECT_GT(p.memory, 0u);
   EXPECT_LT(p.nvme, m.parameters.nvme);
   EXPECT_LE(p.memory + p.nvme, m.parameters.nvme) << "a block kept in memory is not on NVMe too";
+}
+
+// 8-bit moments swapped as their codes (offload/nvme_blockwise_moments.hpp): the weights of 8-bit
+// moments in memory, bit for bit, at stages 1-3, with sub-groups that cut the wide layer (4096
+// elements: two blocks of 2048 at a time) and one sub-group for everything; the small layers keep
+// fp32 moments on NVMe, the 8-bit layers 1 byte an element and moment.
+TEST(NvmeEngine, EightBitMomentsGiveTheWeightsOfEightBitMomentsInMemory) {
+  const SwapRoot root;
+  zero::EngineOptions eight_bit;
+  eight_bit.moments = zero::MomentStorage::blockwise_8bit;
+  eight_bit.eight_bit_min_elements = 1000;
+  const Scenario runs[] = {
+      {.accumulation = 2, .bucket = 1000, .steps = 3, .wide_layer = 5 * 2048 + 300},
+      {.dtype = DType::bfloat16, .bucket = 700, .steps = 3, .wide_layer = 5 * 2048 + 300}};
+  for (const Scenario& run : runs)
+    for (const Tier tier :
+         {Tier{.sub_group = 4096}, Tier{.sub_group = 1 << 20, .buffers = 1, .pipeline = false}}) {
+      zero::EngineOptions swapped = on_nvme(root, tier);
+      swapped.moments = eight_bit.moments;
+      swapped.eight_bit_min_elements = eight_bit.eight_bit_min_elements;
+      const std::string what = std::string(zero::to_string(run.dtype)) + ", sub-groups of " +
+                               std::to_string(tier.sub_group);
+      const auto expect_alike = [&](const Outcome& memory, const Outcome& nvme, const char* stage) {
+        EXPECT_NE(memory.weights[5][0], initial_value(5, 0)) << stage << ", " << what;
+        expect_same_weights(memory, nvme, true, std::string(stage) + ", " + what);
+        EXPECT_GT(nvme.memory.optimizer_states.memory, 0u) << "the block scales stay in memory";
+      };
+      const Outcome swapped_8bit =
+          train<zero::Stage<1>, NvmeOptimizer>(run, zero::StaticLossScaler{}, swapped);
+      expect_alike(train<zero::Stage<1>>(run, zero::StaticLossScaler{}, eight_bit), swapped_8bit,
+                   "stage 1");
+      // On disk, per moment: each layer's block (a multiple of 2048 elements on every rank) as
+      // codes where 8-bit, fp32 values elsewhere, rounded up to 4096 bytes; in memory its scales.
+      const std::size_t ranks = std::size_t(zero::testing::world().size());
+      std::size_t on_disk = 0, in_memory = 0;
+      for (std::size_t l = 0; l < swapped_8bit.flat_sizes.size(); ++l) {
+        const std::size_t block = swapped_8bit.flat_sizes[l] / ranks;
+        const bool quantized = swapped_8bit.weights[l].size() >= eight_bit.eight_bit_min_elements;
+        const std::size_t bytes = quantized ? block : sizeof(float) * block;
+        on_disk += 2 * ((bytes + 4095) / 4096 * 4096);
+        in_memory += quantized ? 2 * sizeof(float) * zero::quantized_blocks(block) : 0;
+      }
+      EXPECT_EQ(swapped_8bit.memory.optimizer_states.nvme, on_disk) << what;
+      EXPECT_EQ(swapped_8bit.memory.optimizer_states.memory, in_memory) << what;
+      expect_alike(train<zero::Stage<2>>(run, zero::StaticLossScaler{}, eight_bit),
+                   train<zero::Stage<2>, NvmeOptimizer>(run, zero::StaticLossScaler{}, swapped),
+                   "stage 2");
+      expect_alike(train<zero::Stage<3>>(run, zero::StaticLossScaler{}, eight_bit),
+                   train<zero::Stage<3>, NvmeEverything>(run, zero::StaticLossScaler{}, swapped),
+                   "stage 3");
+      EXPECT_TRUE(root.holds_no_files()) << what << ": swap files left behind";
+    }
 }
 
 // A directory only one rank lacks: every rank's engine throws, naming that rank, and none is left

@@ -116,7 +116,7 @@ using OffloadedToNvme =
     zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>;
 
 // GPU -> pinned host -> NVMe: the NVMe tier's store behind the device, sub-groups cutting layers;
-// the host engine's bits (the tier's update is the in-memory one).
+// the host engine's bits (the tier's update is the in-memory one), with 8-bit moments too.
 TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
   StagedSetup s;
   SharedDir swap("zero-offload-nvme-");
@@ -139,6 +139,10 @@ TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
       s, run, "offloaded to NVMe, stage 1");
   expect_device_engine_equals_host<zero::Stage<3>, zero::bfloat16, OffloadedToNvme>(
       s, run, "offloaded to NVMe, stage 3");
+  // 8-bit moments swapped as codes: the host engine's bits (with its moments in memory) too.
+  run.eight_bit_moments = true;
+  expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16, OffloadedToNvme>(
+      s, run, "offloaded to NVMe, 8-bit moments, stage 2");
 }
 #endif
 

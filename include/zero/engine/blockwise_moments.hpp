@@ -39,6 +39,15 @@
 
 namespace zero {
 
+// Whether layer l keeps 8-bit moments (the rule above): alike on every rank and in every store.
+inline bool keeps_eight_bit_moments(const ModelLayout& model, std::size_t l,
+                                    std::size_t min_elements) {
+  return model.sharded->layer(l).numel >= min_elements &&
+         std::ranges::none_of(model.sharded->layer_parameters(l), [&](std::size_t p) {
+           return model.sharded->parameter(p).fp32_moments;
+         });
+}
+
 template <HostAccessibleSpace Space>
 class BlockwiseMoments {
  public:
@@ -48,12 +57,8 @@ class BlockwiseMoments {
     layers_.reserve(model.layers());
     for (std::size_t l = 0; l < model.layers(); ++l) {
       const std::size_t n = kept.block(l, kept_rank).size();
-      const bool eight_bit =
-          model.sharded->layer(l).numel >= min_elements &&
-          std::ranges::none_of(model.sharded->layer_parameters(l), [&](std::size_t p) {
-            return model.sharded->parameter(p).fp32_moments;
-          });
-      layers_.push_back(eight_bit ? Layer::quantized(n) : Layer::full(n));
+      layers_.push_back(keeps_eight_bit_moments(model, l, min_elements) ? Layer::quantized(n)
+                                                                        : Layer::full(n));
     }
   }
 

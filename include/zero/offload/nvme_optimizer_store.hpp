@@ -8,6 +8,11 @@
 // being read and k-1 written (pipeline_read / pipeline_write; without them each transfer is
 // waited for). The update of a sub-group is the same fused pass as in memory, piece by piece, so
 // the weights are bitwise those of the in-memory store.
+//
+// With 8-bit moments (EngineOptions::moments) Adam's moments are swapped as their codes
+// (offload/nvme_blockwise_moments.hpp): 6 bytes per parameter each way instead of 12, and the
+// sub-groups are cut on multiples of 4096 elements so that each part of the codes is whole units.
+// The pass is BlockwiseMoments', so the weights are bitwise those of 8-bit moments in memory.
 
 #include "zero/comm/agreed.hpp"
 #include "zero/core/execution_space.hpp"
@@ -21,6 +26,7 @@
 #include "zero/nvme/nvme_slice.hpp"
 #include "zero/nvme/nvme_tier.hpp"
 #include "zero/offload/detail/tier_options.hpp"
+#include "zero/offload/nvme_blockwise_moments.hpp"
 #include "zero/offload/subgroup_plan.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
@@ -34,6 +40,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,12 +55,15 @@ class NvmeOptimizerStore {
   using Tensor = ShardedTensor<float, typename K::policy>;
   static constexpr std::size_t states = Opt::state_tensors;
   static constexpr std::size_t tensors = 1 + states; // the master weights, then the moments
-  static constexpr std::size_t unit = NvmeSlice<float>::unit_elements;
+  // Where 8-bit moments can be swapped: Adam's, updated by the host's threads.
+  static constexpr bool can_quantize =
+      std::same_as<typename Opt::update_type, AdamUpdate> && !StreamSpace<Exec>;
 
  public:
   template <class Comm>
   NvmeOptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
-      : model_(model), exec_(exec), options_(fp32_moments(options).nvme.optimizer),
+      : model_(model), exec_(exec), options_(quantizable(options).nvme.optimizer),
+        eight_bit_(options.moments == MomentStorage::blockwise_8bit),
         // Opening the directory and locking buffers in RAM can fail on one rank only: agreed, so
         // that the others do not go on to wait in the tensors' collectives.
         tier_(agreed(shard, "opening the optimizer states' swap directory",
@@ -62,14 +73,20 @@ class NvmeOptimizerStore {
                                                             "nvme.optimizer.nvme_path"),
                                        model.world_rank);
                      })),
-        plan_(*model.sharded, model.rank, options_.sub_group_size, unit),
-        slot_elements_(std::max(plan_.largest_elements(), unit)),
+        plan_(*model.sharded, model.rank, options_.sub_group_size, unit()),
+        slot_elements_(std::max(plan_.largest_elements(), unit())),
         bounce_(agreed(shard, "allocating the optimizer states' bounce buffers",
                        [&] {
                          return tier_.make_bounce_buffers(options_.buffer_count,
                                                           tensors * slot_elements_ * sizeof(float));
                        })),
-        tensors_(make_tensors(shard, tier_, std::make_index_sequence<tensors>{})) {
+        tensors_(make_tensors(shard, tier_, eight_bit_ ? 1 : tensors)) {
+    if constexpr (can_quantize)
+      if (eight_bit_)
+        moments_.emplace(agreed(shard, "creating the 8-bit moments' swap files", [&] {
+          return NvmeBlockwiseMoments(tier_, model, *model.sharded, model.rank,
+                                      options.eight_bit_min_elements, Opt::state_names);
+        }));
     // Everything starts at zero, as in memory: the moments for good, the master weights until
     // set_layer.
     agreed(shard, "writing the optimizer states' initial values", [&] {
@@ -77,6 +94,8 @@ class NvmeOptimizerStore {
       for (Tensor& t : tensors_)
         for (std::size_t l = 0; l < model.layers(); ++l)
           for_each_chunk(l, [&](Range part) { t.write(l, part, slot_tensor(0, 0)).wait(); });
+      if constexpr (can_quantize)
+        if (moments_) moments_->write_zeros(slot_bytes(0, 1));
     });
   }
 
@@ -112,11 +131,23 @@ class NvmeOptimizerStore {
   // --- checkpoints (as OptimizerStore), through one bounce slot ---------------------------------
   const ShardLayout& kept_layout() const noexcept { return *model_.sharded; }
   int kept_rank() const noexcept { return model_.rank; }
+  // With 8-bit moments each chunk's codes are read into slot 0's region of the moment and given
+  // out dequantized (in slot 0's master region, which the master weights have left by then);
+  // values written are requantized into the codes (requantize: a dequantized moment's codes and
+  // scales come back as they were).
   template <class F>
   void read_states(F&& f) {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
+          if constexpr (can_quantize)
+            if (moments_ && t > 0) {
+              moments_->read(t - 1, l, part, slot_bytes(0, t)).wait();
+              const View<float> values = slot_tensor(0, 0).subview(0, part.size());
+              moments_->to_fp32(t - 1, l, part, slot_bytes(0, t), values);
+              f(t, l, part, View<const float>(values));
+              continue;
+            }
           tensors_[t].read(l, part, slot_tensor(0, t)).wait();
           f(t, l, part, View<const float>(slot_tensor(0, t).subview(0, part.size())));
         }
@@ -127,6 +158,14 @@ class NvmeOptimizerStore {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
+          if constexpr (can_quantize)
+            if (moments_ && t > 0) {
+              const View<float> values = slot_tensor(0, 0).subview(0, part.size());
+              f(t, l, part, values);
+              moments_->from_fp32(t - 1, l, part, View<const float>(values), slot_bytes(0, t));
+              moments_->write(t - 1, l, part, slot_bytes(0, t)).wait();
+              continue;
+            }
           f(t, l, part, slot_tensor(0, t).subview(0, part.size()));
           tensors_[t].write(l, part, slot_tensor(0, t)).wait();
         }
@@ -152,6 +191,17 @@ class NvmeOptimizerStore {
       wait_all(mine.reads);
       mine.reads.clear();
       for (const SubGroupPiece& piece : plan_[k].pieces) {
+        if constexpr (can_quantize)
+          if (moments_) {
+            moments_->step(update, piece.layer, piece.part,
+                           {piece_bytes(k % slots, 1, piece), piece_bytes(k % slots, 2, piece)},
+                           piece_view(k % slots, 0, piece),
+                           grads(piece.layer).subview(piece.part.begin, piece.part.size()),
+                           grad_multiplier,
+                           out(piece.layer).subview(piece.part.begin, piece.part.size()));
+            if (plan_.completes(k, piece.layer)) finish_layers_through(piece.layer);
+            continue;
+          }
         std::array<View<float>, states> moments;
         for (std::size_t s = 0; s < states; ++s)
           moments[s] = piece_view(k % slots, 1 + s, piece);
@@ -176,9 +226,12 @@ class NvmeOptimizerStore {
   }
 
   StateBytes master_bytes() const noexcept { return {0, tensors_[0].bytes_stored()}; }
+  // With 8-bit moments: the codes (and the fp32 layers' values) on NVMe, the scales in memory.
   StateBytes state_bytes() const noexcept {
+    if constexpr (can_quantize)
+      if (moments_) return {moments_->scale_bytes(), moments_->file_bytes()};
     std::size_t bytes = 0;
-    for (std::size_t t = 1; t < tensors; ++t)
+    for (std::size_t t = 1; t < tensors_.size(); ++t)
       bytes += tensors_[t].bytes_stored();
     return {0, bytes};
   }
@@ -186,27 +239,38 @@ class NvmeOptimizerStore {
   std::size_t buffer_bytes() const noexcept { return bounce_.count() * bounce_.bytes(); }
 
  private:
-  // The tier swaps fp32 moments only, so far: 8-bit ones are refused by name.
-  static const EngineOptions& fp32_moments(const EngineOptions& options) {
-    require_on_every_rank(options.moments == MomentStorage::fp32,
-                          "engine: 8-bit moments (EngineOptions::moments) are not built on the "
-                          "NVMe tier yet; keep the optimizer states in memory",
-                          ErrorKind::unsupported);
+  // 8-bit moments are Adam's, updated by the host's threads (as in memory): others refuse them.
+  static const EngineOptions& quantizable(const EngineOptions& options) {
+    if (options.moments == MomentStorage::blockwise_8bit && !can_quantize)
+      fail_on_every_rank(ErrorKind::unsupported,
+                         std::string("engine: 8-bit moments (EngineOptions::moments) are built for "
+                                     "Adam and AdamW updated by the host's threads; this engine's "
+                                     "NVMe optimizer store runs ") +
+                             std::string(Opt::name) +
+                             (StreamSpace<Exec> ? " on a stream space" : ""));
     return options;
+  }
+  // Sub-groups are cut on whole units of the states swapped: 1024 fp32 values, or 4096 codes.
+  std::size_t unit() const noexcept {
+    return eight_bit_ ? NvmeBlockwiseMoments::unit_elements : NvmeSlice<float>::unit_elements;
   }
 
   struct Transfers {
     std::vector<Work> reads, writes;
   };
 
-  template <class Comm, std::size_t... T>
-  std::array<Tensor, tensors> make_tensors(Comm& shard, NvmeTier& tier,
-                                           std::index_sequence<T...>) const {
+  // The master weights, and the fp32 moments unless NvmeBlockwiseMoments keeps them.
+  template <class Comm>
+  std::vector<Tensor> make_tensors(Comm& shard, NvmeTier& tier, std::size_t count) const {
     auto name = [](std::size_t t) {
       return t == 0 ? std::string("optimizer.master")
                     : "optimizer." + std::string(Opt::state_names[t - 1]);
     };
-    return {Tensor(shard, model_.sharded, typename K::policy{.space = {&tier, name(T)}})...};
+    std::vector<Tensor> made;
+    made.reserve(count);
+    for (std::size_t t = 0; t < count; ++t)
+      made.emplace_back(shard, model_.sharded, typename K::policy{.space = {&tier, name(t)}});
+    return made;
   }
   Tensor& master() noexcept { return tensors_[0]; }
 
@@ -220,6 +284,15 @@ class NvmeOptimizerStore {
   }
   View<float> piece_transfer(std::size_t slot, std::size_t t, const SubGroupPiece& piece) {
     return slot_tensor(slot, t).subview(piece.at, NvmeSlice<float>::transfer_elements(piece.part));
+  }
+  // Tensor t's region of a slot as bytes, and a piece's part of it (its 4 bytes an element).
+  std::span<std::byte> slot_bytes(std::size_t slot, std::size_t t) {
+    const View<float> region = slot_tensor(slot, t);
+    return std::as_writable_bytes(std::span<float>(region.data(), region.size()));
+  }
+  std::span<std::byte> piece_bytes(std::size_t slot, std::size_t t, const SubGroupPiece& piece) {
+    return slot_bytes(slot, t).subspan(
+        piece.at * sizeof(float), NvmeSlice<float>::transfer_elements(piece.part) * sizeof(float));
   }
 
   // f(part) for layer l's block on this rank, in slot-sized aligned parts.
@@ -236,26 +309,53 @@ class NvmeOptimizerStore {
     wait_all(slot.writes);
     slot.writes.clear();
     for (std::size_t t = 0; t < tensors; ++t)
-      for (const SubGroupPiece& piece : plan_[k].pieces)
+      for (const SubGroupPiece& piece : plan_[k].pieces) {
+        if constexpr (can_quantize)
+          if (moments_ && t > 0) {
+            slot.reads.push_back(moments_->read(t - 1, piece.layer, piece.part,
+                                                piece_bytes(k % bounce_.count(), t, piece)));
+            continue;
+          }
         slot.reads.push_back(tensors_[t].read(piece.layer, piece.part,
                                               piece_transfer(k % bounce_.count(), t, piece)));
+      }
   }
   void write(std::size_t k, Transfers& slot) {
     for (std::size_t t = 0; t < tensors; ++t)
-      for (const SubGroupPiece& piece : plan_[k].pieces)
+      for (const SubGroupPiece& piece : plan_[k].pieces) {
+        if constexpr (can_quantize)
+          if (moments_ && t > 0) {
+            slot.writes.push_back(moments_->write(t - 1, piece.layer, piece.part,
+                                                  piece_bytes(k % bounce_.count(), t, piece)));
+            continue;
+          }
         slot.writes.push_back(
             tensors_[t].write(piece.layer, piece.part,
                               View<const float>(piece_transfer(k % bounce_.count(), t, piece))));
+      }
   }
 
   const ModelLayout& model_;
   Exec exec_;
   OptimizerOffload options_;
+  bool eight_bit_;
   NvmeTier tier_;
   SubGroupPlan plan_;
   std::size_t slot_elements_;
   BounceBuffers bounce_;
-  std::array<Tensor, tensors> tensors_;
+  std::vector<Tensor> tensors_; // the master weights, then the fp32 moments (none when 8-bit)
+  // 8-bit moments' files, named only where they can exist.
+  template <bool Can, class = void>
+  struct moments_member {
+    struct type {
+      explicit operator bool() const noexcept { return false; }
+    };
+  };
+  template <class Unused>
+  struct moments_member<true, Unused> {
+    using type = std::optional<NvmeBlockwiseMoments>;
+  };
+  [[no_unique_address]] typename moments_member<can_quantize>::type moments_;
 };
 
 } // namespace zero
