@@ -132,7 +132,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   if (rank == 0)
     std::printf(
         "train_gpt: ZeRO stage %d, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
-        "%zu, seq %zu, %s, %s, batch %zu (%d micro-step%s), %zu tokens of data, %s moments\n"
+        "%zu, seq %zu, %s, %s%s, batch %zu (%d micro-step%s), %zu tokens of data, %s moments\n"
         "activation checkpointing: %s\n\n",
         f.stage, ranks, threads, threads > 1 ? "s" : "",
         tp > 1 ? (" (tensor parallel " + std::to_string(tp) + " x data parallel " +
@@ -140,7 +140,12 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                      .c_str()
                : "",
         f.model.layers, f.model.heads, f.model.embd, f.model.seq, zero::to_string(f.dtype),
-        f.optimizer.c_str(), f.batch, micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
+        f.optimizer.c_str(),
+        f.ds && f.ds->scheduler
+            ? (std::string(" (lr schedule ") + zero::schedule_name(f.ds->scheduler->schedule) + ")")
+                  .c_str()
+            : "",
+        f.batch, micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
         zero::to_string(train_gpt::moment_storage(f)),
         checkpointing.number_checkpoints == 0
             ? "off"
@@ -161,14 +166,21 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       h.step_seconds.size() > 1
           ? double(f.batch * f.model.seq) * double(h.step_seconds.size() - 1) / seconds
           : 0.0;
+  const bool scheduled = f.ds && f.ds->scheduler; // the config's learning-rate schedule
+  const auto lr_text = [](double lr) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3e", lr);
+    return std::string(text);
+  };
   if (rank == 0) {
     for (int s = h.first_step; s < f.steps; ++s) {
       const std::size_t i = std::size_t(s - h.first_step); // after a resume, from its step
       if (s % every == 0 || s + 1 == f.steps || !h.applied[i])
-        std::printf("step %4d  loss %.6f%s%s\n", s, h.loss[i],
+        std::printf("step %4d  loss %.6f%s%s%s\n", s, h.loss[i],
                     f.dtype == zero::DType::float16
                         ? ("  scale " + std::to_string(int(h.loss_scale[i]))).c_str()
                         : "",
+                    scheduled ? ("  lr " + lr_text(h.lr[i])).c_str() : "",
                     h.applied[i] ? "" : "  (skipped: overflow)");
     }
     if (!h.loss.empty()) {

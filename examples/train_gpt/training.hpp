@@ -18,6 +18,7 @@
 #include <zero/core/convert.hpp>
 #include <zero/engines.hpp> // the engine: its code is zero::engines' where that is linked
 #include <zero/residual/checkpointed_layers.hpp>
+#include <zero/schedule/lr_scheduler.hpp>
 #include <zero/tensor_parallel/groups.hpp>
 #if ZERO_TRAIN_GPT_NVME
 #include <zero/residual/kept_inputs_on_nvme.hpp>
@@ -30,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -59,6 +61,7 @@ struct History {
   std::vector<double> step_seconds; // rank 0
   std::vector<bool> applied;
   std::vector<double> loss_scale;
+  std::vector<double> lr;             // the learning rate each step used (a config's schedule)
   zero::CheckpointStats activations;  // the last step's (peak bytes: the largest of any step)
   std::size_t arena_bytes = 0;        // the contiguous arena, when asked for
   std::size_t nvme_bytes_written = 0; // kept inputs written to the NVMe tier
@@ -229,22 +232,26 @@ inline bool replicated_identical(Ranks& ranks, const gpt::Config& model, const W
   return everywhere == 1;
 }
 
-// Checkpoints of train_gpt carry the number of steps done as their user state; under tensor
-// parallelism each tensor rank's slices go to a directory of their own under the tag.
+// Checkpoints of train_gpt carry the number of steps done as their user state, and the learning
+// rate schedule's position when the config has one; under tensor parallelism each tensor rank's
+// slices go to a directory of their own under the tag.
 template <class Engine>
-void save(Engine& engine, const Flags& f, int steps_done) {
+void save(Engine& engine, const Flags& f, int steps_done,
+          const std::optional<zero::LrScheduler>& scheduler) {
   const std::string done = "train_gpt steps " + std::to_string(steps_done);
   zero::CheckpointOptions options;
   options.user_state.assign(reinterpret_cast<const std::byte*>(done.data()),
                             reinterpret_cast<const std::byte*>(done.data() + done.size()));
+  options.lr_scheduler = scheduler ? &*scheduler : nullptr;
   engine.save_checkpoint(f.save_checkpoint, "step" + std::to_string(steps_done), options);
 }
 
 // Loads --load-checkpoint (at any rank count and stage; the tensor-parallel size must be the
 // same, or the engine refuses naming both); returns the number of steps it had done.
 template <class Engine>
-int resume(Engine& engine, const Flags& f, int rank) {
-  const zero::LoadedCheckpoint c = engine.load_checkpoint(f.load_checkpoint);
+int resume(Engine& engine, const Flags& f, std::optional<zero::LrScheduler>& scheduler, int rank) {
+  const zero::LoadedCheckpoint c =
+      engine.load_checkpoint(f.load_checkpoint, std::nullopt, scheduler ? &*scheduler : nullptr);
   const std::string text(reinterpret_cast<const char*>(c.user_state.data()), c.user_state.size());
   const std::string prefix = "train_gpt steps ";
   int done = -1;
@@ -291,8 +298,13 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     FloatWeights<T> embedding_weights, final_norm_weights;
     History h;
     zero::CommStats data_traffic;
-    if (!f.load_checkpoint.empty()) h.first_step = resume(engine, f, ranks.world.rank());
+    // The config's learning-rate schedule (DeepSpeed's "scheduler"), stepped as DeepSpeed's
+    // engine steps it: only after an applied update.
+    std::optional<zero::LrScheduler> scheduler;
+    if (f.ds && f.ds->scheduler) scheduler.emplace(f.ds->scheduler->schedule, f.lr);
+    if (!f.load_checkpoint.empty()) h.first_step = resume(engine, f, scheduler, ranks.world.rank());
     for (int step = h.first_step; step < f.steps; ++step) {
+      if (scheduler) engine.optimizer().set_lr(scheduler->lr());
       if (step == h.first_step + 1) { // the first step is not counted
         tensor.reset_stats();
         ranks.activations.reset_stats();
@@ -330,6 +342,10 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
           h.activation_gather_wait_per_step += loop.stats().gather_wait_seconds;
       }
       const zero::StepResult r = engine.step();
+      if (scheduler)
+        scheduler->step(r.applied ? zero::StepOutcome::applied
+                                  : zero::StepOutcome::skipped_for_overflow);
+      h.lr.push_back(engine.optimizer().lr());
       h.loss.push_back(mean_over_ranks(replicas, loss / double(micro_steps)));
       if (step > h.first_step) data_traffic += r.communication;
       h.step_seconds.push_back(
@@ -350,7 +366,7 @@ History train(Ranks& ranks, const Flags& f, Engine& engine, const Tokens& data) 
     h.memory = engine.memory();
     h.psi = engine.layout().numel();
     h.shard_ranks = engine.shard_ranks();
-    if (!f.save_checkpoint.empty()) save(engine, f, f.steps);
+    if (!f.save_checkpoint.empty()) save(engine, f, f.steps, scheduler);
     if (f.steps - h.first_step > 1) {
       const double counted = double(f.steps - h.first_step - 1);
       const zero::CommStats& t = tensor.stats();
