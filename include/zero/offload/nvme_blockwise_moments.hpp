@@ -48,8 +48,8 @@ class NvmeBlockwiseMoments {
 
   // The moments of rank `rank`'s blocks of `layout`, every layer of `model`, named after `names`
   // (the optimizer's state names). Every moment starts at zero.
-  NvmeBlockwiseMoments(NvmeTier& tier, const ModelLayout& model, const ShardLayout& layout, int rank,
-                       std::size_t min_elements, std::array<std::string_view, 2> names) {
+  NvmeBlockwiseMoments(NvmeTier& tier, const ModelLayout& model, const ShardLayout& layout,
+                       int rank, std::size_t min_elements, std::array<std::string_view, 2> names) {
     std::size_t at = 0;
     layers_.reserve(model.layers());
     for (std::size_t l = 0; l < model.layers(); ++l) {
@@ -163,8 +163,7 @@ class NvmeBlockwiseMoments {
   }
   std::size_t offset(std::size_t l, Range part) const {
     const Layer& layer = layers_.at(l);
-    require(part.end <= layer.elements &&
-                (part.begin * layer.element_bytes()) % unit_bytes == 0,
+    require(part.end <= layer.elements && (part.begin * layer.element_bytes()) % unit_bytes == 0,
             "NvmeBlockwiseMoments: positions [" + std::to_string(part.begin) + ", " +
                 std::to_string(part.end) + ") of layer " + std::to_string(l) +
                 " do not start on a unit or lie outside the block of " +
