@@ -347,9 +347,7 @@ class NvmeOptimizerStore {
   // 8-bit moments' files, named only where they can exist.
   template <bool Can, class = void>
   struct moments_member {
-    struct type {
-      explicit operator bool() const noexcept { return false; }
-    };
+    struct type {};
   };
   template <class Unused>
   struct moments_member<true, Unused> {
