@@ -23,9 +23,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -132,7 +135,8 @@ TEST(Checkpoint, LoadsAtAnotherWorldSizeStageAndPartitioner) {
 }
 
 // 8-bit moments (layers 2 and 4 of the scenario's model; the others keep fp32 ones) are saved as
-// their fp32 values and quantized again when loaded, into the same codes and scales.
+// their codes and scales, read back as fp32 values and quantized again when loaded, into the same
+// codes and scales.
 zero::EngineOptions eight_bit_moments() {
   zero::EngineOptions options;
   options.moments = zero::MomentStorage::blockwise_8bit;
@@ -200,6 +204,80 @@ TEST(Checkpoint, EightBitMomentsLoadAtAnotherWorldSizeAndStage) {
     EXPECT_TRUE(changed) << "moment " << moment << " was not quantized";
     EXPECT_LE(error, 0.01f * largest) << "moment " << moment;
   }
+}
+
+// The bytes of each state file of a checkpoint.
+std::vector<std::vector<char>> state_file_bytes(const fs::path& checkpoint) {
+  std::vector<std::vector<char>> all;
+  for (const auto& f : zero::checkpoint::read_manifest(checkpoint).files) {
+    std::ifstream in(checkpoint / f.name, std::ios::binary);
+    all.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return all;
+}
+
+// The moments of the 8-bit layers (2 and 4) are saved as their codes and block scales (the signed
+// map's for exp_avg, the unsigned one's for exp_avg_sq), those of the other layers and the master
+// weights as fp32 values; the manifest says so and is of version 2 (an fp32-moment checkpoint is
+// of version 1, which zero before 8-bit records reads). A background save writes the same bytes
+// as one made while training waits.
+TEST(Checkpoint, EightBitMomentsAreSavedInEightBits) {
+  namespace ck = zero::checkpoint;
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  const auto scaler = default_scaler<zero::AnyLossScaler>();
+  auto e = make<Engine<zero::Stage<2>>>(world, DType::float32, scaler, eight_bit_moments());
+  initialise(e);
+  train(e, 0, 2, world.rank(), world.size());
+  e.save_checkpoint(dir.path, "sync");
+  e.save_checkpoint(dir.path, "async", {.async = true});
+  e.wait_for_checkpoint();
+  auto f = make<Engine<zero::Stage<2>>>(world, DType::float32, scaler);
+  initialise(f);
+  f.save_checkpoint(dir.path, "fp32");
+  world.barrier();
+
+  EXPECT_EQ(ck::read_manifest(dir.path / "fp32").version, 1);
+  const ck::Manifest m = ck::read_manifest(dir.path / "sync");
+  EXPECT_EQ(m.version, 2);
+  std::size_t eight_bit_records = 0, eight_bit_values = 0;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    const ck::StateFile& file = m.files.at(std::size_t(rank));
+    ASSERT_EQ(file.name, ck::state_file_name(rank));
+    for (const ck::Record& r : file.records) {
+      // A record is one layer's block of the saving rank (in the saving engine's layout).
+      int layer = -1;
+      for (std::size_t l = 0; l < e.layers(); ++l) {
+        const zero::Range block = e.layout().block(l, rank);
+        if (block.begin <= r.shard_begin && r.shard_begin < block.end) layer = int(l);
+      }
+      const bool quantized_layer = layer == 2 || layer == 4;
+      const auto expected = r.tensor == 0 || !quantized_layer ? ck::RecordEncoding::fp32
+                            : r.tensor == 1                   ? ck::RecordEncoding::signed_8bit
+                                                              : ck::RecordEncoding::unsigned_8bit;
+      EXPECT_EQ(r.encoding, expected) << file.name << ": tensor " << r.tensor << " at "
+                                      << r.shard_begin << " (layer " << layer << ")";
+      if (r.encoding != ck::RecordEncoding::fp32) {
+        ++eight_bit_records;
+        eight_bit_values += r.count;
+      }
+    }
+  }
+  EXPECT_GT(eight_bit_records, 0u);
+  // The files hold 4 bytes a value, less 3 for every 8-bit one, plus a 4-byte scale per block.
+  std::size_t bytes = 0, values = 0, scale_bytes = 0;
+  for (const auto& file : m.files) {
+    bytes += file.bytes;
+    for (const auto& r : file.records) {
+      values += r.count;
+      if (r.encoding != ck::RecordEncoding::fp32)
+        scale_bytes += zero::quantized_blocks(r.count) * sizeof(float);
+    }
+  }
+  EXPECT_EQ(bytes, 4 * values - 3 * eight_bit_values + scale_bytes);
+
+  EXPECT_EQ(state_file_bytes(dir.path / "sync"), state_file_bytes(dir.path / "async"));
+  expect_bitwise(contents(dir.path / "sync"), contents(dir.path / "async"), "async 8-bit save");
 }
 
 TEST(Checkpoint, AsynchronousSaveEqualsASynchronousOne) {
@@ -329,6 +407,50 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   // A failed load leaves the engine usable: a good checkpoint loads.
   const auto good = fresh("good");
   EXPECT_NO_THROW((void)e.load_checkpoint(good));
+}
+
+// A manifest that lists an encoding this library does not know, or 8-bit records under version 1,
+// is refused by name.
+TEST(Checkpoint, BadEncodingsAreNamed) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  auto e = make<Engine<zero::Stage<1>>>(world, DType::float32,
+                                        default_scaler<zero::AnyLossScaler>(), eight_bit_moments());
+  initialise(e);
+  train(e, 0, 1, world.rank(), world.size());
+  const auto edit = [&](const std::string& tag, auto&& change) {
+    e.save_checkpoint(dir.path / tag, "t");
+    const fs::path c = dir.path / tag / "t";
+    return std::pair{c, [c, change] {
+                       std::ifstream in(c / "manifest.json");
+                       nlohmann::json j;
+                       in >> j;
+                       change(j);
+                       std::ofstream(c / "manifest.json") << j.dump();
+                     }};
+  };
+  const auto eight_bit_record = [](nlohmann::json& j) -> nlohmann::json& {
+    for (auto& file : j["files"])
+      for (auto& r : file["records"])
+        if (r.size() == 5) return r;
+    throw std::runtime_error("no 8-bit record");
+  };
+  {
+    auto [c, damage] = edit("unknown", [&](nlohmann::json& j) { eight_bit_record(j)[4] = 7; });
+    expect_load_error(c, damage, "a record's encoding 7 is none this library knows", e);
+  }
+  {
+    auto [c, damage] = edit("old", [](nlohmann::json& j) { j["version"] = 1; });
+    expect_load_error(c, damage, "version 1 holds no 8-bit records, but a file lists some", e);
+  }
+  {
+    // As an fp32 record, the 8-bit one would run past the file's end (or over the next record).
+    auto [c, damage] = edit("long", [&](nlohmann::json& j) {
+      auto& r = eight_bit_record(j);
+      r[2] = r[2].get<std::size_t>() * 1000;
+    });
+    expect_load_error(c, damage, "a record lies beyond the file's end", e);
+  }
 }
 
 TEST(Checkpoint, TagsAreSavedOverSafely) {

@@ -205,10 +205,36 @@ def checkpoints(train_mlp):
         files[tag + "/manifest.json"] = json.dumps(manifest, separators=(",", ":")).encode()
         write(manifests, "adam_np1_chunks64.json", files[tag + "/manifest.json"])
         write(loads, "adam_np1_chunks64.ckpt", bundle(sorted(files.items())))
+        # 8-bit records (version 2): adam_np1's moments rewritten as codes and a block scale per
+        # record, as a checkpoint of 8-bit moments holds them (a real one needs a layer of 4096
+        # elements, a seed larger than the fuzzer's inputs).
+        files8 = dict(checkpoint_files(os.path.join(scratch, "adam_np1")))
+        manifest = json.loads(files8[tag + "/manifest.json"])
+        manifest["version"] = 2
+        for f in manifest["files"]:
+            data, out, records = files8[tag + "/" + f["name"]], bytearray(), []
+            for tensor, shard_begin, count, offset in f["records"]:
+                values = np.frombuffer(data[offset:offset + 4 * count], dtype="<f4")
+                if tensor == 0:
+                    records.append([tensor, shard_begin, count, len(out)])
+                    out += values.tobytes()
+                    continue
+                records.append([tensor, shard_begin, count, len(out), tensor])
+                out += bytes((37 * i + 11 * tensor) % 256 for i in range(count))
+                blocks = (count + 2047) // 2048
+                out += np.full(blocks, max(float(np.abs(values).max()), 1e-3), "<f4").tobytes()
+            f["records"], f["bytes"] = records, len(out)
+            f["xxh3"] = xxh3(bytes(out))
+            f["chunks"] = [xxh3(bytes(out[i:i + f["chunk_bytes"]]))
+                           for i in range(0, len(out), f["chunk_bytes"])]
+            files8[tag + "/" + f["name"]] = bytes(out)
+        files8[tag + "/manifest.json"] = json.dumps(manifest, separators=(",", ":")).encode()
+        write(manifests, "adam_np1_8bit_records.json", files8[tag + "/manifest.json"])
+        write(loads, "adam_np1_8bit_records.ckpt", bundle(sorted(files8.items())))
         # Near-valid: a manifest of a newer format, one whose state file is missing, and a latest
         # naming a tag that is not there.
         newer = json.loads(files[tag + "/manifest.json"])
-        newer["version"] = 2
+        newer["version"] = 3
         write(manifests, "newer_version.json", json.dumps(newer))
         missing = {n: d for n, d in files.items() if not n.endswith(".bin")}
         write(loads, "missing_states.ckpt", bundle(sorted(missing.items())))

@@ -67,6 +67,19 @@ void inspect(const Arguments& a) {
     states += ", " + s;
   std::printf("  optimizer  %s, step %lld, lr %g; states: %s\n", m.optimizer.c_str(),
               static_cast<long long>(m.optimizer_step), m.lr, states.c_str());
+  // 8-bit moments: how many of each moment's values are saved as codes (the rest as fp32).
+  std::vector<std::size_t> eight_bit(m.tensors()), values(m.tensors());
+  for (const auto& f : m.files)
+    for (const auto& r : f.records) {
+      values[r.tensor] += r.count;
+      if (r.encoding != ck::RecordEncoding::fp32) eight_bit[r.tensor] += r.count;
+    }
+  std::string coded;
+  for (std::size_t t = 1; t < m.tensors(); ++t)
+    if (eight_bit[t] > 0)
+      coded += (coded.empty() ? "" : ", ") + m.optimizer_states[t - 1] + " " +
+               std::to_string(eight_bit[t]) + " of " + std::to_string(values[t]) + " values";
+  if (!coded.empty()) std::printf("  8-bit      %s (codes, a scale per 2048)\n", coded.c_str());
   std::printf("  loss scale %s %g (iteration %lld, hysteresis left %d)\n",
               m.scaler.dynamic ? "dynamic" : "static", m.scaler.scale,
               static_cast<long long>(m.scaler.iteration), m.scaler.hysteresis_left);

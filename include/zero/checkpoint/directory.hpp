@@ -259,6 +259,7 @@ inline void write_manifest(const DirectoryHandle& partial, Manifest manifest, in
     in >> j;
     manifest.files.push_back(state_file_from_json(j, described.string()));
   }
+  manifest.version = version_for(manifest.files);
   const std::string text = to_json(manifest).dump(1);
   write_small_file(partial, manifest_file, std::as_bytes(std::span<const char>(text)));
   for (int r = 0; r < saving_ranks; ++r)

@@ -3,13 +3,17 @@
 // at any world size, stage or partitioner. One per checkpoint, written last by rank 0.
 //
 // A state file holds one saving rank's share of the fp32 master weights and optimizer moments as
-// a sequence of records, each `count` floats of one tensor (0: master weights, then the moments in
+// a sequence of records, each `count` values of one tensor (0: master weights, then the moments in
 // the optimizer's order) at positions [shard_begin, shard_begin + count) of the saving rank's
-// shard. Its pieces say which parameter elements sit at which shard positions (the saved layout),
+// shard: `count` floats, or (8-bit moments) `count` codes of a DynamicMap followed by one fp32
+// scale per block of quantized_moment_block values, the blocks counted from the record's first
+// value. Its pieces say which parameter elements sit at which shard positions (the saved layout),
 // so a reader finds any element of any tensor without knowing how the saver was laid out. Every
 // file carries the XXH3 checksum of each `chunk_bytes` chunk and of the whole file.
 
 #include "zero/core/error.hpp"
+#include "zero/optim/dynamic_map.hpp"
+#include "zero/optim/quantized_moments.hpp"
 #include "zero/precision/loss_scaler.hpp"
 #include "zero/shard/parameter.hpp"
 
@@ -36,7 +40,9 @@
 namespace zero::checkpoint {
 
 inline constexpr const char* format_name = "zero-checkpoint";
-inline constexpr int format_version = 1;
+// Version 2 added 8-bit records; a checkpoint without them is written as version 1, which zero
+// before them reads.
+inline constexpr int format_version = 2;
 inline constexpr const char* manifest_file = "manifest.json";
 inline constexpr const char* latest_file = "latest";
 inline constexpr const char* user_state_file = "user_state.bin";
@@ -56,13 +62,34 @@ struct SavedParameter {
   friend bool operator==(const SavedParameter&, const SavedParameter&) = default;
 };
 
-// `count` floats of tensor `tensor` at shard positions [shard_begin, shard_begin + count), stored
-// at byte `file_offset`.
+// How a record keeps its values: fp32, or the codes of DynamicMap::signed_map() (the first moment)
+// or of DynamicMap::unsigned_map() (the second) and a scale per block. The numbers are the
+// format's.
+enum class RecordEncoding : std::size_t { fp32 = 0, signed_8bit = 1, unsigned_8bit = 2 };
+
+inline RecordEncoding encoding_of(const DynamicMap& map) noexcept {
+  return map.is_signed() ? RecordEncoding::signed_8bit : RecordEncoding::unsigned_8bit;
+}
+inline const DynamicMap& map_of(RecordEncoding encoding) {
+  return encoding == RecordEncoding::signed_8bit ? DynamicMap::signed_map()
+                                                 : DynamicMap::unsigned_map();
+}
+
+// `count` values of tensor `tensor` at shard positions [shard_begin, shard_begin + count), stored
+// at byte `file_offset` as `encoding` says.
 struct Record {
   std::size_t tensor = 0;
   std::size_t shard_begin = 0;
   std::size_t count = 0;
   std::size_t file_offset = 0;
+  RecordEncoding encoding = RecordEncoding::fp32;
+
+  // The bytes a record of `count` values takes.
+  static std::size_t bytes_of(RecordEncoding encoding, std::size_t count) noexcept {
+    return encoding == RecordEncoding::fp32 ? count * sizeof(float)
+                                            : count + quantized_blocks(count) * sizeof(float);
+  }
+  std::size_t bytes() const noexcept { return bytes_of(encoding, count); }
 };
 
 // `length` elements of parameter `parameter` from `parameter_offset`, at shard position
@@ -123,6 +150,14 @@ struct Manifest {
   }
 };
 
+// The version a checkpoint of these files is written as: the first that reads all of them.
+inline int version_for(const std::vector<StateFile>& files) noexcept {
+  for (const StateFile& f : files)
+    for (const Record& r : f.records)
+      if (r.encoding != RecordEncoding::fp32) return 2;
+  return 1;
+}
+
 inline std::string hex64(std::uint64_t v) {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
@@ -140,8 +175,11 @@ inline nlohmann::json to_json(const StateFile& f) {
   for (auto c : f.chunks)
     chunks.push_back(hex64(c));
   nlohmann::json records = nlohmann::json::array();
-  for (const Record& r : f.records)
+  for (const Record& r : f.records) {
     records.push_back({r.tensor, r.shard_begin, r.count, r.file_offset});
+    if (r.encoding != RecordEncoding::fp32)
+      records.back().push_back(static_cast<std::size_t>(r.encoding));
+  }
   nlohmann::json pieces = nlohmann::json::array();
   for (const Piece& p : f.pieces)
     pieces.push_back({p.parameter, p.parameter_offset, p.length, p.shard_offset});
@@ -244,7 +282,8 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
   }
 }
 
-// An array of sizes (a shape), or of `Width` sizes each (records, pieces).
+// An array of sizes (a shape), or of `Width` sizes each (pieces), or from `Width` to `Most`
+// (records: 4, or 5 with an encoding).
 inline std::vector<std::size_t> sizes(const nlohmann::json& list, const char* key,
                                       const std::string& where) {
   if (!list.is_array()) fail(ErrorKind::io, where + ": \"" + key + "\" is not an array");
@@ -253,18 +292,19 @@ inline std::vector<std::size_t> sizes(const nlohmann::json& list, const char* ke
     values.push_back(whole_number<std::size_t>(value, key, where));
   return values;
 }
-template <std::size_t Width>
-std::vector<std::array<std::size_t, Width>> size_tuples(const nlohmann::json& j, const char* key,
-                                                        const std::string& where) {
+template <std::size_t Width, std::size_t Most = Width>
+std::vector<std::array<std::size_t, Most>> size_tuples(const nlohmann::json& j, const char* key,
+                                                       const std::string& where) {
   const nlohmann::json& list = member(j, key, where);
   if (!list.is_array()) fail(ErrorKind::io, where + ": \"" + key + "\" is not an array");
-  std::vector<std::array<std::size_t, Width>> tuples;
+  std::vector<std::array<std::size_t, Most>> tuples;
   for (const nlohmann::json& item : list) {
     const std::vector<std::size_t> values = sizes(item, key, where);
-    if (values.size() != Width)
-      fail(ErrorKind::io, where + ": an entry of \"" + key + "\" does not hold " +
-                              std::to_string(Width) + " numbers");
-    std::array<std::size_t, Width> tuple{};
+    if (values.size() < Width || values.size() > Most)
+      fail(ErrorKind::io,
+           where + ": an entry of \"" + key + "\" does not hold " + std::to_string(Width) +
+               (Most > Width ? " or " + std::to_string(Most) : std::string()) + " numbers");
+    std::array<std::size_t, Most> tuple{};
     std::copy(values.begin(), values.end(), tuple.begin());
     tuples.push_back(tuple);
   }
@@ -297,10 +337,16 @@ inline StateFile state_file_from_json(const nlohmann::json& j, const std::string
     f.chunks.push_back(parse_hex64(c, at));
   require(f.chunks.size() == f.bytes / f.chunk_bytes + (f.bytes % f.chunk_bytes != 0 ? 1 : 0),
           at + ": the number of chunk checksums does not match the file size", ErrorKind::io);
-  for (const auto& r : detail::size_tuples<4>(j, "records", at)) {
-    const Record record{r[0], r[1], r[2], r[3]};
-    require(record.file_offset <= f.bytes &&
-                record.count <= (f.bytes - record.file_offset) / sizeof(float),
+  for (const auto& r : detail::size_tuples<4, 5>(j, "records", at)) {
+    require(r[4] <= static_cast<std::size_t>(RecordEncoding::unsigned_8bit),
+            at + ": a record's encoding " + std::to_string(r[4]) +
+                " is none this library knows (0: fp32, 1 and 2: 8-bit codes)",
+            ErrorKind::io);
+    const Record record{r[0], r[1], r[2], r[3], static_cast<RecordEncoding>(r[4])};
+    // Whole values of the record fit between its offset and the file's end (no overflow: a count
+    // that cannot fit as single bytes is refused before its bytes are counted).
+    require(record.file_offset <= f.bytes && record.count <= f.bytes - record.file_offset &&
+                record.bytes() <= f.bytes - record.file_offset,
             at + ": a record lies beyond the file's end", ErrorKind::io);
     require(record.count <= most - record.shard_begin,
             at + ": a record's shard positions run past the largest size", ErrorKind::io);
@@ -400,6 +446,10 @@ inline Manifest manifest_from_json(const nlohmann::json& j, const std::string& w
   }
   for (const auto& f : field<nlohmann::json>(j, "files", where))
     m.files.push_back(state_file_from_json(f, where));
+  require(version_for(m.files) <= m.version,
+          where + ": version " + std::to_string(m.version) +
+              " holds no 8-bit records, but a file lists some (a corrupt manifest)",
+          ErrorKind::io);
   for (const StateFile& f : m.files)
     for (const Piece& p : f.pieces)
       require(p.parameter < m.parameters.size() &&

@@ -4,14 +4,22 @@
 // parameter element it holds, finds where the saving rank kept that element and which file record
 // holds it, and reads only those bytes (whole checksummed chunks around them, through a window of
 // bounded size). Memory: the caller's buffer plus one window per open file.
+//
+// 8-bit records (a moment saved as its codes and block scales) are read the same way, the codes
+// and the scales of the blocks they fall in, and handed out dequantized (map[code] x scale, as the
+// store computes them): an 8-bit store that loads them requantizes them into the same codes and
+// scales (requantize), any other store takes the fp32 values.
 
 #include "zero/checkpoint/files.hpp"
 #include "zero/checkpoint/manifest.hpp"
 #include "zero/checkpoint/state_file.hpp"
+#include "zero/optim/dynamic_map.hpp"
+#include "zero/optim/quantized_moments.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -86,7 +94,7 @@ class StateReader {
             float* into) {
     const Range block = layout.block(layer, rank);
     const std::size_t low = block.begin + part.begin, high = block.begin + part.end;
-    std::vector<Read> reads;
+    Batch reads;
     const auto segments = layout.rank_segments(rank);
     auto it = std::upper_bound(segments.begin(), segments.end(), low,
                                [](std::size_t o, const Segment& s) { return o < s.shard_offset; });
@@ -113,7 +121,7 @@ class StateReader {
     require(p < pieces_.size() && elements.end <= manifest_.parameters[p].numel &&
                 elements.begin <= elements.end,
             "checkpoint: no such parameter range");
-    std::vector<Read> reads;
+    Batch reads;
     add_reads(tensor, p, elements.begin, elements.end, into, reads);
     perform(reads);
   }
@@ -124,12 +132,25 @@ class StateReader {
   };
   struct Read {
     std::size_t file, offset, bytes;
+    std::byte* into;
+  };
+  // `count` values of an 8-bit record into `into`: their codes, and the scales of the blocks
+  // they fall in, the first value `first_in_block` values into the first of those blocks.
+  struct Decode {
+    const DynamicMap* map;
+    std::size_t first_in_block, count;
+    std::vector<std::uint8_t> codes;
+    std::vector<float> scales;
     float* into;
+  };
+  struct Batch {
+    std::vector<Read> reads;
+    std::vector<Decode> decodes; // their buffers are the reads' targets: kept until performed
   };
 
   // Reads of parameter p's elements [first, last) of tensor t, to `into`.
   void add_reads(std::size_t t, std::size_t p, std::size_t first, std::size_t last, float* into,
-                 std::vector<Read>& reads) const {
+                 Batch& batch) const {
     if (first >= last) return; // nothing to read (a parameter of no elements has no pieces)
     const auto& list = pieces_[p];
     auto it = std::upper_bound(list.begin(), list.end(), first,
@@ -151,8 +172,23 @@ class StateReader {
                                   manifest_.parameters[p].name + ")");
         --r;
         const std::size_t n = std::min(left, r->shard_begin + r->count - shard);
-        reads.push_back({it->file, r->file_offset + (shard - r->shard_begin) * sizeof(float),
-                         n * sizeof(float), out});
+        const std::size_t at = shard - r->shard_begin; // the first value's place in the record
+        if (r->encoding == RecordEncoding::fp32) {
+          batch.reads.push_back({it->file, r->file_offset + at * sizeof(float), n * sizeof(float),
+                                 reinterpret_cast<std::byte*>(out)});
+        } else {
+          const std::size_t first_block = at / quantized_moment_block;
+          const std::size_t blocks = (at + n - 1) / quantized_moment_block - first_block + 1;
+          Decode& d = batch.decodes.emplace_back(
+              Decode{&map_of(r->encoding), at % quantized_moment_block, n,
+                     std::vector<std::uint8_t>(n), std::vector<float>(blocks), out});
+          // The vectors' storage stays where it is when `decodes` grows (a move keeps it).
+          batch.reads.push_back(
+              {it->file, r->file_offset + at, n, reinterpret_cast<std::byte*>(d.codes.data())});
+          batch.reads.push_back({it->file, r->file_offset + r->count + first_block * sizeof(float),
+                                 blocks * sizeof(float),
+                                 reinterpret_cast<std::byte*>(d.scales.data())});
+        }
         shard += n;
         out += n;
         left -= n;
@@ -162,7 +198,8 @@ class StateReader {
 
   // The reads in file order, each served from its file's window; where the window ends first, the
   // next one starts exactly there (whole chunks), so front-to-back reading finds it read ahead.
-  void perform(std::vector<Read>& reads) {
+  void perform(Batch& batch) {
+    std::vector<Read>& reads = batch.reads;
     std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) {
       return a.file != b.file ? a.file < b.file : a.offset < b.offset;
     });
@@ -171,7 +208,7 @@ class StateReader {
       VerifiedReader& reader = open(reads[i].file);
       const std::size_t chunk = manifest_.files[reads[i].file].chunk_bytes;
       std::size_t offset = reads[i].offset, left = reads[i].bytes;
-      auto* out = reinterpret_cast<std::byte*>(reads[i].into);
+      std::byte* out = reads[i].into;
       while (left > 0) {
         if (!reader.holds(offset, offset + 1)) {
           // A new window: this read's rest and the reads close behind it, at most `most` bytes.
@@ -190,6 +227,13 @@ class StateReader {
         left -= n;
       }
     }
+    for (const Decode& d : batch.decodes)
+      for (std::size_t done = 0, b = 0; done < d.count; ++b) {
+        const std::size_t in_block = b == 0 ? d.first_in_block : 0;
+        const std::size_t n = std::min(d.count - done, quantized_moment_block - in_block);
+        dequantize_block(*d.map, d.codes.data() + done, d.scales[b], n, d.into + done);
+        done += n;
+      }
   }
 
   // The reader of file f; at most `windows_kept` files keep their window, so memory stays bounded

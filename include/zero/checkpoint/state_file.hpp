@@ -12,6 +12,7 @@
 #include "zero/checkpoint/files.hpp"
 #include "zero/checkpoint/manifest.hpp"
 #include "zero/core/error.hpp"
+#include "zero/optim/quantized_moments.hpp"
 
 #include <xxhash.h>
 
@@ -83,24 +84,29 @@ class StateFileWriter {
   // Appends `values` as tensor `tensor` at shard positions [shard_begin, +values.size()).
   void append(std::size_t tensor, std::size_t shard_begin, std::span<const float> values) {
     if (values.empty()) return;
-    entry_.records.push_back({tensor, shard_begin, values.size(), entry_.bytes});
-    const auto* bytes = reinterpret_cast<const std::byte*>(values.data());
-    std::size_t left = values.size_bytes();
-    while (left > 0) {
-      // Up to the end of the current chunk (so every chunk's checksum covers exactly its bytes)
-      // and of the staging buffer.
-      const std::size_t n = std::min({left, chunk_bytes_ - in_chunk_, staging_bytes - filled_});
-      XXH3_64bits_update(chunk_.get(), bytes, n);
-      XXH3_64bits_update(whole_.get(), bytes, n);
-      std::memcpy(staging_[current_].data() + filled_, bytes, n);
-      filled_ += n;
-      entry_.bytes += n;
-      in_chunk_ += n;
-      bytes += n;
-      left -= n;
-      if (in_chunk_ == chunk_bytes_) close_chunk();
-      if (filled_ == staging_bytes) hand_over(staging_bytes);
-    }
+    begin_record(tensor, shard_begin, values.size(), RecordEncoding::fp32);
+    append_bytes(std::as_bytes(values));
+  }
+  // Appends an 8-bit moment as it is kept: its codes, then its block scales.
+  void append(std::size_t tensor, std::size_t shard_begin, const QuantizedMomentView& moment) {
+    if (moment.size() == 0) return;
+    require(moment.scales.size() == quantized_blocks(moment.size()),
+            "checkpoint: an 8-bit moment of " + std::to_string(moment.size()) + " codes has " +
+                std::to_string(moment.scales.size()) + " block scales");
+    begin_record(tensor, shard_begin, moment.size(), encoding_of(*moment.map));
+    append_bytes(std::as_bytes(std::span(moment.codes.data(), moment.codes.size())));
+    append_bytes(std::as_bytes(std::span(moment.scales.data(), moment.scales.size())));
+  }
+  // Appends a record's bytes as another writer would have (a background save's snapshot of
+  // them): `bytes` holds Record::bytes_of(encoding, count).
+  void append(std::size_t tensor, std::size_t shard_begin, std::size_t count,
+              RecordEncoding encoding, std::span<const std::byte> bytes) {
+    if (count == 0) return;
+    require(bytes.size() == Record::bytes_of(encoding, count),
+            "checkpoint: a record of " + std::to_string(count) + " values has " +
+                std::to_string(bytes.size()) + " bytes");
+    begin_record(tensor, shard_begin, count, encoding);
+    append_bytes(bytes);
   }
 
   // Durable, and described: the entry a manifest lists (the caller adds the pieces).
@@ -121,6 +127,29 @@ class StateFileWriter {
   struct FreeState {
     void operator()(XXH3_state_t* s) const noexcept { XXH3_freeState(s); }
   };
+  void begin_record(std::size_t tensor, std::size_t shard_begin, std::size_t count,
+                    RecordEncoding encoding) {
+    entry_.records.push_back({tensor, shard_begin, count, entry_.bytes, encoding});
+  }
+  void append_bytes(std::span<const std::byte> data) {
+    const std::byte* bytes = data.data();
+    std::size_t left = data.size();
+    while (left > 0) {
+      // Up to the end of the current chunk (so every chunk's checksum covers exactly its bytes)
+      // and of the staging buffer.
+      const std::size_t n = std::min({left, chunk_bytes_ - in_chunk_, staging_bytes - filled_});
+      XXH3_64bits_update(chunk_.get(), bytes, n);
+      XXH3_64bits_update(whole_.get(), bytes, n);
+      std::memcpy(staging_[current_].data() + filled_, bytes, n);
+      filled_ += n;
+      entry_.bytes += n;
+      in_chunk_ += n;
+      bytes += n;
+      left -= n;
+      if (in_chunk_ == chunk_bytes_) close_chunk();
+      if (filled_ == staging_bytes) hand_over(staging_bytes);
+    }
+  }
   void close_chunk() {
     entry_.chunks.push_back(XXH3_64bits_digest(chunk_.get()));
     XXH3_64bits_reset(chunk_.get());

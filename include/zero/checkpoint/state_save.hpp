@@ -9,6 +9,7 @@
 #include "zero/checkpoint/manifest.hpp"
 #include "zero/checkpoint/state_file.hpp"
 #include "zero/core/view.hpp"
+#include "zero/optim/quantized_moments.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <sys/mman.h>
@@ -32,16 +33,17 @@ class StateSave {
   // A rank that saves nothing (a replica of another rank's shard).
   StateSave() = default;
 
-  // Writes `store`'s states (read_states) to DIR/.TAG.partial now.
+  // Writes `store`'s states (read_states) to DIR/.TAG.partial now. 8-bit moments are written as
+  // the store keeps them (codes and scales), where it hands them out so.
   template <class Store>
   static StateSave now(const std::shared_ptr<const DirectoryHandle>& partial, Store& store) {
     StateSave save;
     try {
       StateFileWriter writer(*partial, state_file_name(store.kept_rank()));
       failure_point("writer", store.kept_rank());
-      store.read_states([&](std::size_t t, std::size_t l, Range part, View<const float> values) {
+      store.read_states([&](std::size_t t, std::size_t l, Range part, const auto& values) {
         const std::size_t begin = store.kept_layout().block(l, store.kept_rank()).begin;
-        writer.append(t, begin + part.begin, std::span<const float>(values.data(), values.size()));
+        writer.append(t, begin + part.begin, as_record(values));
       });
       StateFile file = writer.finish();
       file.pieces = pieces_of(store.kept_layout(), store.kept_rank());
@@ -60,13 +62,13 @@ class StateSave {
   template <class Store>
   static void reserve(Store& store, std::shared_ptr<Snapshot>& snapshot) {
     std::size_t total = 0;
-    // A store that counts its elements is asked: reading its states may read the values (8-bit
-    // moments are dequantized), which a delayed update may be writing now.
-    if constexpr (requires { store.state_elements(); })
-      total = store.state_elements();
+    // A store that counts its bytes is asked: reading its states may read the values, which a
+    // delayed update may be writing now.
+    if constexpr (requires { store.state_record_bytes(); })
+      total = store.state_record_bytes();
     else
-      store.read_states([&](std::size_t, std::size_t, Range, View<const float> values) {
-        total += values.size();
+      store.read_states([&](std::size_t, std::size_t, Range, const auto& values) {
+        total += record_bytes(values);
       });
     if (!snapshot || snapshot.use_count() > 1 || snapshot->capacity < total)
       snapshot = std::make_shared<Snapshot>(total);
@@ -82,29 +84,33 @@ class StateSave {
       reserve(store, snapshot);
       snapshot->items.clear();
       std::size_t at = 0;
-      store.read_states([&](std::size_t t, std::size_t l, Range part, View<const float> values) {
+      store.read_states([&](std::size_t t, std::size_t l, Range part, const auto& values) {
         const std::size_t begin = store.kept_layout().block(l, store.kept_rank()).begin;
-        snapshot->items.push_back({t, begin + part.begin, at, values.size()});
-        std::memcpy(snapshot->values() + at, values.data(), values.size() * sizeof(float));
-        at += values.size();
+        const std::size_t bytes = record_bytes(values);
+        require(at + bytes <= snapshot->capacity,
+                "checkpoint: internal error: the states outgrew their snapshot");
+        snapshot->items.push_back({t, begin + part.begin, at, values.size(), encoding(values)});
+        copy_record(values, snapshot->bytes() + at);
+        at += bytes;
       });
       const int rank = store.kept_rank();
       std::vector<Piece> pieces = pieces_of(store.kept_layout(), rank);
-      save.thread_ = std::thread(
-          [error = save.error_, partial, rank, snapshot, pieces = std::move(pieces)]() mutable {
-            try {
-              StateFileWriter writer(*partial, state_file_name(rank));
-              failure_point("writer", rank);
-              for (const Item& item : snapshot->items)
-                writer.append(item.tensor, item.shard_begin,
-                              std::span<const float>(snapshot->values() + item.at, item.count));
-              StateFile file = writer.finish();
-              file.pieces = std::move(pieces);
-              write_description(*partial, file);
-            } catch (...) {
-              *error = std::current_exception();
-            }
-          });
+      save.thread_ = std::thread([error = save.error_, partial, rank, snapshot,
+                                  pieces = std::move(pieces)]() mutable {
+        try {
+          StateFileWriter writer(*partial, state_file_name(rank));
+          failure_point("writer", rank);
+          for (const Item& item : snapshot->items)
+            writer.append(item.tensor, item.shard_begin, item.count, item.encoding,
+                          std::span<const std::byte>(snapshot->bytes() + item.at,
+                                                     Record::bytes_of(item.encoding, item.count)));
+          StateFile file = writer.finish();
+          file.pieces = std::move(pieces);
+          write_description(*partial, file);
+        } catch (...) {
+          *error = std::current_exception();
+        }
+      });
     } catch (...) {
       *save.error_ = std::current_exception();
     }
@@ -125,8 +131,33 @@ class StateSave {
 
  private:
   struct Item {
-    std::size_t tensor, shard_begin, at, count;
+    std::size_t tensor, shard_begin, at, count; // at: the first byte in the snapshot
+    RecordEncoding encoding;
   };
+
+  // A store hands out fp32 values or an 8-bit moment's codes and scales (QuantizedMomentView).
+  static std::span<const float> as_record(View<const float> values) noexcept {
+    return {values.data(), values.size()};
+  }
+  static const QuantizedMomentView& as_record(const QuantizedMomentView& moment) noexcept {
+    return moment;
+  }
+  static RecordEncoding encoding(View<const float>) noexcept { return RecordEncoding::fp32; }
+  static RecordEncoding encoding(const QuantizedMomentView& moment) noexcept {
+    return encoding_of(*moment.map);
+  }
+  template <class Values>
+  static std::size_t record_bytes(const Values& values) noexcept {
+    return Record::bytes_of(encoding(values), values.size());
+  }
+  static void copy_record(View<const float> values, std::byte* into) noexcept {
+    std::memcpy(into, values.data(), values.size() * sizeof(float));
+  }
+  static void copy_record(const QuantizedMomentView& moment, std::byte* into) noexcept {
+    std::memcpy(into, moment.codes.data(), moment.codes.size());
+    std::memcpy(into + moment.codes.size(), moment.scales.data(),
+                moment.scales.size() * sizeof(float));
+  }
 
  public:
   class Snapshot {
@@ -134,26 +165,26 @@ class StateSave {
     // Anonymous memory populated at once (MAP_POPULATE): the first save touches every page of it
     // while training waits, and one populating call costs less than a fault per page. (Huge-page
     // advice made it slower here: the kernel compacts memory to find them.)
-    explicit Snapshot(std::size_t floats)
-        : capacity(floats), bytes_(std::max<std::size_t>(floats, 1) * sizeof(float)) {
+    explicit Snapshot(std::size_t bytes)
+        : capacity(bytes), bytes_(std::max<std::size_t>(bytes, 1)) {
       void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
       if (p == MAP_FAILED)
         fail(ErrorKind::io, "checkpoint: cannot allocate a snapshot of " + std::to_string(bytes_) +
                                 " bytes for an asynchronous save");
-      values_ = static_cast<float*>(p);
+      data_ = static_cast<std::byte*>(p);
     }
     Snapshot(const Snapshot&) = delete;
     Snapshot& operator=(const Snapshot&) = delete;
-    ~Snapshot() { ::munmap(values_, bytes_); }
-    float* values() const noexcept { return values_; }
+    ~Snapshot() { ::munmap(data_, bytes_); }
+    std::byte* bytes() const noexcept { return data_; }
 
-    std::size_t capacity;
+    std::size_t capacity; // bytes
     std::vector<Item> items;
 
    private:
     std::size_t bytes_;
-    float* values_ = nullptr;
+    std::byte* data_ = nullptr;
   };
 
  private:

@@ -15,9 +15,10 @@
 //
 // The update is one pass per block (quantized_fused_step): the two moments are dequantized into
 // scratch, updated with the master weights, and quantized again with the block's new maximum.
-// Checkpoints read and write fp32 values: the codes are dequantized to be read and requantized
-// when written (requantize: the same codes and scales come back; values that are not a dequantized
-// moment, an fp32-moment checkpoint's, are quantized afresh).
+// Checkpoints save the codes and scales as they are (checkpoint/manifest.hpp's 8-bit records) and
+// load fp32 values, requantized when written (requantize: a dequantized moment's codes and scales
+// come back as they were; values that are not a dequantized moment, an fp32-moment checkpoint's,
+// are quantized afresh).
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/memory_space.hpp"
@@ -33,6 +34,7 @@
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -77,11 +79,16 @@ class BlockwiseMoments {
                  grad_multiplier, copy);
   }
 
-  // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32.
+  // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32; an 8-bit layer's
+  // as its codes and scales where f takes them (f(QuantizedMomentView): a checkpoint's save).
   template <class F>
   void read(std::size_t l, std::size_t k, F&& f) const {
     const Layer& layer = layers_[l];
     if (!layer.eight_bit) return f(View<const float>(layer.fp32[k].view()));
+    if constexpr (std::invocable<F&, const QuantizedMomentView&>)
+      return f(QuantizedMomentView{
+          &map(k), View<const std::uint8_t>(layer.codes[k].data(), layer.codes[k].size()),
+          View<const float>(layer.scales[k].data(), layer.scales[k].size())});
     std::vector<float> values(layer.codes[k].size());
     dequantize(map(k), layer.moment(k), View<float>(values));
     f(View<const float>(values));

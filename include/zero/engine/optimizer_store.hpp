@@ -211,12 +211,15 @@ requires HostAccessibleSpace<typename K::space> ||
   const ShardLayout& kept_layout() const noexcept { return *K::layout(model_); }
   int kept_rank() const noexcept { return K::rank(model_); }
   // f(tensor, layer, part, values) over every tensor (0: master weights, then the moments) of
-  // every layer: positions `part` of this rank's block.
+  // every layer: positions `part` of this rank's block. Where f takes a QuantizedMomentView, the
+  // 8-bit moments come as their codes and scales; otherwise as fp32 values.
   template <class F>
   void read_states(F&& f) const {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for (std::size_t t = 0; t < 1 + states; ++t) {
-        const auto give = [&](View<const float> block) { f(t, l, Range{0, block.size()}, block); };
+        const auto give = [&](const auto& block) -> decltype(f(t, l, Range{}, block)) {
+          return f(t, l, Range{0, block.size()}, block);
+        };
         if constexpr (can_quantize)
           if (blockwise_ && t > 0) {
             blockwise_->read(l, t - 1, give);
@@ -240,12 +243,19 @@ requires HostAccessibleSpace<typename K::space> ||
       }
   }
 
-  // How many values read_states() hands out: every tensor's block of every layer.
-  std::size_t state_elements() const noexcept {
+  // The bytes of the records read_states() hands a checkpoint: every tensor's block of every
+  // layer, the 8-bit moments as codes and scales.
+  std::size_t state_record_bytes() const noexcept {
     std::size_t total = 0;
-    for (std::size_t l = 0; l < model_.layers(); ++l)
-      total += kept_layout().block(l, kept_rank()).size();
-    return (1 + states) * total;
+    for (std::size_t l = 0; l < model_.layers(); ++l) {
+      const std::size_t n = kept_layout().block(l, kept_rank()).size();
+      std::size_t moment = n * sizeof(float);
+      if constexpr (can_quantize)
+        if (blockwise_ && blockwise_->eight_bit(l))
+          moment = n + quantized_blocks(n) * sizeof(float);
+      total += n * sizeof(float) + states * moment;
+    }
+    return total;
   }
 
   StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }

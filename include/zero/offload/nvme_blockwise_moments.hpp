@@ -126,6 +126,14 @@ class NvmeBlockwiseMoments {
     }
     dequantize(map(k), quantized(k, l, part, bytes), values);
   }
+  // Moment k of `part` of an 8-bit layer l's block as its codes (in `bytes`) and scales, as a
+  // checkpoint saves them.
+  QuantizedMomentView codes_and_scales(std::size_t k, std::size_t l, Range part,
+                                       std::span<std::byte> bytes) {
+    const QuantizedMoment moment = quantized(k, l, part, bytes);
+    return {&map(k), View<const std::uint8_t>(moment.codes.data(), moment.codes.size()),
+            View<const float>(moment.scales.data(), moment.scales.size())};
+  }
   // Fp32 values of moment k of `part` of layer l's block into its bytes (a checkpoint's write):
   // the codes and scales of a dequantized moment come back as they were (requantize).
   void from_fp32(std::size_t k, std::size_t l, Range part, View<const float> values,

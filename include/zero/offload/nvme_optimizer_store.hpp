@@ -132,17 +132,25 @@ class NvmeOptimizerStore {
   const ShardLayout& kept_layout() const noexcept { return *model_.sharded; }
   int kept_rank() const noexcept { return model_.rank; }
   // With 8-bit moments each chunk's codes are read into slot 0's region of the moment and given
-  // out dequantized (in slot 0's master region, which the master weights have left by then);
-  // values written are requantized into the codes (requantize: a dequantized moment's codes and
-  // scales come back as they were).
+  // out as codes and scales where f takes them (f(t, l, part, QuantizedMomentView): a checkpoint's
+  // save), or dequantized (in slot 0's master region, which the master weights have left by
+  // then); values written are requantized into the codes (requantize: a dequantized moment's codes
+  // and scales come back as they were).
   template <class F>
   void read_states(F&& f) {
+    constexpr bool takes_codes =
+        std::invocable<F&, std::size_t, std::size_t, Range, const QuantizedMomentView&>;
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
           if constexpr (can_quantize)
             if (moments_ && t > 0) {
               moments_->read(t - 1, l, part, slot_bytes(0, t)).wait();
+              if constexpr (takes_codes)
+                if (moments_->eight_bit(l)) {
+                  f(t, l, part, moments_->codes_and_scales(t - 1, l, part, slot_bytes(0, t)));
+                  continue;
+                }
               const View<float> values = slot_tensor(0, 0).subview(0, part.size());
               moments_->to_fp32(t - 1, l, part, slot_bytes(0, t), values);
               f(t, l, part, View<const float>(values));

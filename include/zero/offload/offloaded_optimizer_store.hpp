@@ -134,10 +134,10 @@ class OffloadedOptimizerStore {
   void write_states(F&& f) {
     inner_.write_states(std::forward<F>(f));
   }
-  std::size_t state_elements() const noexcept requires requires(const Inner& inner) {
-    inner.state_elements();
+  std::size_t state_record_bytes() const noexcept requires requires(const Inner& inner) {
+    inner.state_record_bytes();
   }
-  { return inner_.state_elements(); }
+  { return inner_.state_record_bytes(); }
 
   StateBytes master_bytes() const noexcept { return inner_.master_bytes(); }
   StateBytes state_bytes() const noexcept { return inner_.state_bytes(); }

@@ -47,6 +47,16 @@ struct QuantizedMoment {
   }
 };
 
+// A moment's codes and scales as they are kept, with the map they index: what a checkpoint that
+// saves 8-bit moments in 8 bits reads out of the store. The codes start on a block boundary.
+struct QuantizedMomentView {
+  const DynamicMap* map = nullptr;
+  View<const std::uint8_t> codes;
+  View<const float> scales;
+
+  std::size_t size() const noexcept { return codes.size(); }
+};
+
 // The largest |values[i]|, NaNs ignored (0 for none). The maximum of floats is exact in any
 // order, so the lanes give the scalar loop's value.
 ZERO_SIMD_BEGIN
