@@ -26,6 +26,16 @@ bool fits(std::size_t a, std::size_t b, std::size_t limit) {
   return a <= limit && b <= limit - a;
 }
 
+// Whether record r's bytes lie inside a file of `file_bytes`, from the format's definition:
+// `count` floats, or `count` codes and then a 4-byte scale per 2048 codes begun.
+bool inside(const ck::Record& r, std::size_t file_bytes) {
+  if (r.file_offset > file_bytes) return false;
+  const std::size_t room = file_bytes - r.file_offset;
+  if (r.encoding == ck::RecordEncoding::fp32) return r.count <= room / sizeof(float);
+  const std::size_t scales = (r.count / 2048 + (r.count % 2048 != 0 ? 1 : 0)) * sizeof(float);
+  return r.count <= room && scales <= room - r.count;
+}
+
 void check(const ck::Manifest& m) {
   constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
   if (m.user_state) zero_fuzz::promise(plain_name(m.user_state->name), "plain user state name");
@@ -35,9 +45,13 @@ void check(const ck::Manifest& m) {
                                                                    (f.bytes % f.chunk_bytes != 0),
                        "a checksum per chunk");
     for (const ck::Record& r : f.records) {
-      zero_fuzz::promise(r.count <= most / sizeof(float) &&
-                             fits(r.file_offset, r.count * sizeof(float), f.bytes),
-                         "records inside their file");
+      zero_fuzz::promise(r.encoding == ck::RecordEncoding::fp32 ||
+                             r.encoding == ck::RecordEncoding::signed_8bit ||
+                             r.encoding == ck::RecordEncoding::unsigned_8bit,
+                         "known record encodings");
+      zero_fuzz::promise(r.encoding == ck::RecordEncoding::fp32 || m.version >= 2,
+                         "8-bit records only from version 2");
+      zero_fuzz::promise(inside(r, f.bytes), "records inside their file");
       zero_fuzz::promise(fits(r.shard_begin, r.count, most), "record shard positions");
     }
     for (const ck::Piece& p : f.pieces) {

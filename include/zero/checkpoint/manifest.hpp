@@ -343,11 +343,15 @@ inline StateFile state_file_from_json(const nlohmann::json& j, const std::string
                 " is none this library knows (0: fp32, 1 and 2: 8-bit codes)",
             ErrorKind::io);
     const Record record{r[0], r[1], r[2], r[3], static_cast<RecordEncoding>(r[4])};
-    // Whole values of the record fit between its offset and the file's end (no overflow: a count
-    // that cannot fit as single bytes is refused before its bytes are counted).
-    require(record.file_offset <= f.bytes && record.count <= f.bytes - record.file_offset &&
-                record.bytes() <= f.bytes - record.file_offset,
-            at + ": a record lies beyond the file's end", ErrorKind::io);
+    // The record's bytes fit between its offset and the file's end, counted without overflow.
+    const bool inside = [&] {
+      if (record.file_offset > f.bytes) return false;
+      const std::size_t room = f.bytes - record.file_offset;
+      if (record.encoding == RecordEncoding::fp32) return record.count <= room / sizeof(float);
+      return record.count <= room &&
+             quantized_blocks(record.count) * sizeof(float) <= room - record.count;
+    }();
+    require(inside, at + ": a record lies beyond the file's end", ErrorKind::io);
     require(record.count <= most - record.shard_begin,
             at + ": a record's shard positions run past the largest size", ErrorKind::io);
     f.records.push_back(record);
