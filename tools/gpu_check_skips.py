@@ -33,11 +33,20 @@ ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 RUN = re.compile(r"^\[ RUN      \] (\S+)")
 SKIPPED_HERE = re.compile(r": Skipped$")
 SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+) \(\d+ ms\)$")
+# The zero test main's summary of a skip: "zero tests: skipped Suite.Name (reason)".
+SUMMARY = re.compile(r"^zero tests: skipped (\S+) \((.*)\)$")
 PROGRAM_SKIP = re.compile(r"^(?:result (?P<what>.+?): )?(?P<reason>skipped\b.*)$")
 
 
 def skips_in(lines, status):
     """The distinct skips of a log as (what, reason), in the order they appear."""
+    # The ranks of one mpirun write into one log, so a rank's "[  SKIPPED ]" line may follow
+    # another rank's lines rather than its own reason. Such a skip takes the reason its test gave
+    # elsewhere in the log: another rank's, or the test main's closing summary line.
+    said = {}
+    for line in lines:
+        if (match := SUMMARY.match(line)):
+            said.setdefault(match.group(1), match.group(2))
     found = []
     reason, collecting = [], False
     for line in lines:
@@ -46,7 +55,10 @@ def skips_in(lines, status):
         elif SKIPPED_HERE.search(line):
             reason, collecting = [], True
         elif (match := SKIPPED.match(line)):
-            found.append((match.group(1), " ".join(reason) or "no reason given"))
+            name = match.group(1)
+            if reason:
+                said.setdefault(name, " ".join(reason))
+            found.append((name, " ".join(reason) or said.get(name, "no reason given")))
             reason, collecting = [], False
         elif collecting:
             if line.strip() and not line.startswith("["):
