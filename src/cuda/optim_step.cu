@@ -9,6 +9,7 @@
 // element-wise math is the optimizer's functor, as on the host.
 
 #include "dtype_dispatch.cuh"
+#include "vector_lanes.cuh"
 
 #include "zero/core/cuda_check.hpp"
 #include "zero/optim/cuda_step.hpp"
@@ -24,7 +25,7 @@ namespace {
 
 constexpr int max_tensors_per_launch = 24;
 constexpr int threads_per_block = 256;
-constexpr std::size_t lanes_per_thread = 4;
+constexpr std::size_t lanes_per_thread = vector_lanes;
 // Chunks of one launch: chunk indices are 32-bit.
 constexpr std::size_t max_chunks_per_launch = std::size_t{1} << 31;
 
@@ -36,38 +37,6 @@ struct LaunchBatch {
   int tensor_count;
 };
 static_assert(sizeof(LaunchBatch) <= 4000, "a launch batch must fit in a kernel argument");
-
-template <class T>
-__device__ bool aligned_for_lanes(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % (lanes_per_thread * sizeof(T)) == 0;
-}
-
-template <class T>
-__device__ void load_lanes(const T* p, float (&out)[lanes_per_thread]) {
-  if constexpr (std::is_same_v<T, float>) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    out[0] = v.x;
-    out[1] = v.y;
-    out[2] = v.z;
-    out[3] = v.w;
-  } else {
-    const uint2 v = *reinterpret_cast<const uint2*>(p); // element 0 in the low half
-    out[0] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.x & 0xffffu)));
-    out[1] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.x >> 16)));
-    out[2] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.y & 0xffffu)));
-    out[3] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(v.y >> 16)));
-  }
-}
-
-template <class T>
-__device__ void store_lanes(T* p, const float (&in)[lanes_per_thread]) {
-  if constexpr (std::is_same_v<T, float>) {
-    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
-  } else {
-    const auto bits = [&in](int k) { return static_cast<unsigned>(T(in[k]).bits); };
-    *reinterpret_cast<uint2*>(p) = make_uint2(bits(0) | (bits(1) << 16), bits(2) | (bits(3) << 16));
-  }
-}
 
 // f(0), ..., f(N - 1): loops over the optimizer's state tensors, of which there may be none.
 template <std::size_t N, class F>

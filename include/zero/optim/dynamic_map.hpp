@@ -23,27 +23,80 @@
 // arithmetic here). The lanes and the scalar path compute the same floats in the same order, so
 // they give the same codes: checked on every one of the 2^32 floats for both maps when the lanes
 // were last changed, and on the boundaries and their neighbours in the tests.
+//
+// The scalar path is DynamicMapTables::nearest, plain data and one function that CUDA compiles
+// too: the device's 8-bit step (src/cuda/quantized_step.cu) runs the host's code on the host's
+// constants, so its codes are the host's.
 
+#include "zero/core/bit_cast.hpp"
+#include "zero/core/platform.hpp"
 #include "zero/core/simd.hpp"
 
 #include <algorithm>
-#include <array>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <limits>
+#include <iterator>
+#include <span>
 
 namespace zero {
+
+// A map's values and decision boundaries as plain data (what a CUDA kernel takes as its argument),
+// and the map's scalar quantizer over them.
+struct DynamicMapTables {
+  static constexpr int decades = 7;
+
+  float values[256];
+  // Per decade (8 entries for one AVX2 register; the last unused): where its steps start, their
+  // size and its inverse, the last step's index, and the boundaries above 0 before the decade's
+  // first (those of the decades below).
+  float lo[8], step[8], inverse_step[8];
+  int last_step[8], before[8];
+  float between[decades - 1]; // between decade d and d + 1
+  float first, top;           // next to 0, next to 1
+  int negative_count;         // the code of 0: values below it
+
+  // The edge between steps j - 1 and j of a decade (j = 1 .. last_step): one rounding, on every
+  // path.
+  ZERO_HOST_DEVICE float edge(int decade, int j) const noexcept {
+    return fmaf(step[decade], static_cast<float>(j), lo[decade]);
+  }
+
+  // The code of the map value nearest to x, a fraction of the block's absolute maximum ([-1, 1],
+  // or [0, 1] unsigned: what lies outside maps to the ends).
+  ZERO_HOST_DEVICE unsigned char nearest(float x) const noexcept {
+    const unsigned bits = detail::bit_cast<unsigned>(x);
+    const bool negative = (bits >> 31) != 0;
+    const float magnitude = detail::bit_cast<float>(bits & 0x7fffffffu);
+    const float a = magnitude < 2.0f ? magnitude : 2.0f; // NaN and beyond: 2, as on the lanes
+    // x >= 0 counts the boundaries below a; x < 0 those at or below a (so that ties go down): below
+    // the next float above a, which no boundary lies between.
+    const float bound = negative ? detail::bit_cast<float>(detail::bit_cast<unsigned>(a) + 1u)
+                                 : a; // a is in [0, 2]
+    int decade = 0;
+    for (int d = 0; d < decades - 1; ++d)
+      decade += between[d] < bound ? 1 : 0;
+    int j = static_cast<int>((a - lo[decade]) * inverse_step[decade]); // an estimate
+    const int last = last_step[decade];
+    j = j < 0 ? 0 : (j > last ? last : j);
+    if (j < last && edge(decade, j + 1) < bound) ++j;
+    if (j > 0 && !(edge(decade, j) < bound)) --j;
+    const int is_top = !negative && top < bound ? 1 : 0; // the negative side has no -1
+    const int count = first < bound ? 1 + before[decade] + j + is_top : 0;
+    const int code = negative ? negative_count - count : negative_count + count;
+    return static_cast<unsigned char>(code < 0 ? 0 : (code > 255 ? 255 : code));
+  }
+};
 
 ZERO_SIMD_BEGIN
 class DynamicMap {
  public:
   static constexpr std::size_t size = 256;
-  static constexpr int decades = 7;
+  static constexpr int decades = DynamicMapTables::decades;
 
   explicit DynamicMap(bool is_signed) : signed_(is_signed) {
+    DynamicMapTables& t = tables_;
     std::size_t at = 0;
     for (int d = 0; d < decades; ++d) {
       const double scale = std::pow(10.0, d - 6);
@@ -51,71 +104,54 @@ class DynamicMap {
       const double step = 0.9 / fractions; // [0.1, 1] in `fractions` equal steps
       for (int j = 0; j < fractions; ++j) {
         const double mean = 0.1 + step * (j + 0.5);
-        values_[at++] = static_cast<float>(scale * mean);
-        if (is_signed) values_[at++] = static_cast<float>(-scale * mean);
+        t.values[at++] = static_cast<float>(scale * mean);
+        if (is_signed) t.values[at++] = static_cast<float>(-scale * mean);
       }
-      lo_[d] = static_cast<float>(scale * 0.1);
-      step_[d] = static_cast<float>(scale * step);
-      inverse_step_[d] = 1.0f / step_[d];
-      last_step_[d] = fractions - 1;
-      before_[d] = d == 0 ? 0 : before_[d - 1] + last_step_[d - 1] + 1;
+      t.lo[d] = static_cast<float>(scale * 0.1);
+      t.step[d] = static_cast<float>(scale * step);
+      t.inverse_step[d] = 1.0f / t.step[d];
+      t.last_step[d] = fractions - 1;
+      t.before[d] = d == 0 ? 0 : t.before[d - 1] + t.last_step[d - 1] + 1;
     }
-    values_[at++] = 0.0f;
-    values_[at++] = 1.0f;
-    std::sort(values_.begin(), values_.end());
-    negative_count_ = is_signed ? 127 : 0;
+    t.values[at++] = 0.0f;
+    t.values[at++] = 1.0f;
+    std::sort(std::begin(t.values), std::end(t.values));
+    t.negative_count = is_signed ? 127 : 0;
     // The boundaries that are midpoints of two values: next to 0, between decades, next to 1.
     const auto midpoint = [&](std::size_t code) {
-      return values_[code] + (values_[code + 1] - values_[code]) / 2.0f;
+      return t.values[code] + (t.values[code + 1] - t.values[code]) / 2.0f;
     };
-    const std::size_t zero_code = negative_count_;
-    first_ = midpoint(zero_code);
+    const auto zero_code = static_cast<std::size_t>(t.negative_count);
+    t.first = midpoint(zero_code);
     for (int d = 1; d < decades; ++d)
-      between_[d - 1] = midpoint(zero_code + static_cast<std::size_t>(before_[d]));
-    top_ = midpoint(size - 2);
+      t.between[d - 1] = midpoint(zero_code + static_cast<std::size_t>(t.before[d]));
+    t.top = midpoint(size - 2);
   }
 
   bool is_signed() const noexcept { return signed_; }
-  float operator[](std::uint8_t code) const noexcept { return values_[code]; }
-  const std::array<float, size>& values() const noexcept { return values_; }
+  float operator[](std::uint8_t code) const noexcept { return tables_.values[code]; }
+  std::span<const float, size> values() const noexcept { return tables_.values; }
+  // The values and boundaries as plain data: what the CUDA step takes.
+  const DynamicMapTables& tables() const noexcept { return tables_; }
 
   // The decision boundary between code c and c + 1: x above it is nearer to c + 1's value.
   float boundary(std::uint8_t code) const noexcept {
     const int c = code;
-    const int z = negative_count_;
+    const int z = tables_.negative_count;
     if (c >= z) return boundary_above(c - z);
     return -boundary_above(z - 1 - c);
   }
 
   // The code of the map value nearest to x, a fraction of the block's absolute maximum ([-1, 1],
   // or [0, 1] unsigned: what lies outside maps to the ends).
-  std::uint8_t nearest(float x) const noexcept {
-    const bool negative = std::signbit(x);
-    const float magnitude = std::fabs(x);
-    const float a = magnitude < 2.0f ? magnitude : 2.0f; // NaN and beyond: 2, as on the lanes
-    // x >= 0 counts the boundaries below a; x < 0 those at or below a (so that ties go down): below
-    // the next float above a, which no boundary lies between.
-    const float bound =
-        negative ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(a) + 1u) : a; // a is in [0, 2]
-    const auto below = [bound](float b) { return b < bound; };
-    int decade = 0;
-    for (float b : between_)
-      decade += below(b) ? 1 : 0;
-    int step = static_cast<int>((a - lo_[decade]) * inverse_step_[decade]); // an estimate
-    step = std::clamp(step, 0, last_step_[decade]);
-    if (step < last_step_[decade] && below(edge(decade, step + 1))) ++step;
-    if (step > 0 && !below(edge(decade, step))) --step;
-    const int top = !negative && below(top_) ? 1 : 0; // the negative side has no -1
-    const int count = below(first_) ? 1 + before_[decade] + step + top : 0;
-    return code_of(negative ? negative_count_ - count : negative_count_ + count);
-  }
+  std::uint8_t nearest(float x) const noexcept { return tables_.nearest(x); }
 
   // codes[i] = nearest(values[i] x scale) for i < n.
   void quantize(const float* values, std::size_t n, float scale,
                 std::uint8_t* codes) const noexcept {
     std::size_t i = 0;
 #if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
-    const Lanes lanes(*this);
+    const Lanes lanes(tables_);
     const __m256 times = _mm256_set1_ps(scale);
     const auto codes_of = [&](std::size_t at) {
       return lanes.nearest(_mm256_mul_ps(_mm256_loadu_ps(values + at), times));
@@ -155,11 +191,11 @@ class DynamicMap {
       std::memcpy(&eight, codes + i, sizeof eight);
       const __m256i index = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(eight));
       _mm256_storeu_ps(values + i,
-                       _mm256_mul_ps(_mm256_i32gather_ps(values_.data(), index, 4), times));
+                       _mm256_mul_ps(_mm256_i32gather_ps(tables_.values, index, 4), times));
     }
 #endif
     for (; i < n; ++i)
-      values[i] = values_[codes[i]] * scale;
+      values[i] = tables_.values[codes[i]] * scale;
   }
 
   // The two maps, built once.
@@ -173,27 +209,20 @@ class DynamicMap {
   }
 
  private:
-  // The edge between steps j - 1 and j of a decade (j = 1 .. last_step): one rounding, on every
-  // path.
-  float edge(int decade, int j) const noexcept {
-    return std::fma(step_[decade], static_cast<float>(j), lo_[decade]);
-  }
   // Boundary k above 0 (k = 0: next to 0), in ascending order.
   float boundary_above(int k) const noexcept {
-    if (k == 0) return first_;
+    const DynamicMapTables& t = tables_;
+    if (k == 0) return t.first;
     --k;
     for (int d = 0; d < decades; ++d) {
-      if (k < last_step_[d]) return edge(d, k + 1);
-      k -= last_step_[d];
+      if (k < t.last_step[d]) return t.edge(d, k + 1);
+      k -= t.last_step[d];
       if (d + 1 < decades) {
-        if (k == 0) return between_[static_cast<std::size_t>(d)];
+        if (k == 0) return t.between[d];
         --k;
       }
     }
-    return top_;
-  }
-  std::uint8_t code_of(int code) const noexcept {
-    return static_cast<std::uint8_t>(std::clamp(code, 0, static_cast<int>(size) - 1));
+    return t.top;
   }
 
 #if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
@@ -205,15 +234,15 @@ class DynamicMap {
     __m256 lo, step, inverse_step, first, top;
     __m256i last_step, before, middle;
 
-    explicit Lanes(const DynamicMap& map)
-        : lo(_mm256_loadu_ps(map.lo_.data())), step(_mm256_loadu_ps(map.step_.data())),
-          inverse_step(_mm256_loadu_ps(map.inverse_step_.data())),
-          first(_mm256_set1_ps(map.first_)), top(_mm256_set1_ps(map.top_)),
-          last_step(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(map.last_step_.data()))),
-          before(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(map.before_.data()))),
-          middle(_mm256_set1_epi32(map.negative_count_)) {
+    explicit Lanes(const DynamicMapTables& t)
+        : lo(_mm256_loadu_ps(t.lo)), step(_mm256_loadu_ps(t.step)),
+          inverse_step(_mm256_loadu_ps(t.inverse_step)), first(_mm256_set1_ps(t.first)),
+          top(_mm256_set1_ps(t.top)),
+          last_step(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.last_step))),
+          before(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.before))),
+          middle(_mm256_set1_epi32(t.negative_count)) {
       for (std::size_t d = 0; d < decades - 1; ++d)
-        between[d] = _mm256_set1_ps(map.between_[d]);
+        between[d] = _mm256_set1_ps(t.between[d]);
     }
 
     // The codes, one per 32-bit lane, not yet clamped below 0 (the caller's packs saturate).
@@ -262,15 +291,7 @@ class DynamicMap {
 #endif
 
   bool signed_;
-  std::array<float, size> values_{};
-  int negative_count_ = 0; // the code of 0: values below it
-  // Per decade (8 entries for one AVX2 register; the last unused): where its steps start, their
-  // size and its inverse, the last step's index, and the boundaries above 0 before the decade's
-  // first (those of the decades below).
-  std::array<float, 8> lo_{}, step_{}, inverse_step_{};
-  std::array<int, 8> last_step_{}, before_{};
-  std::array<float, decades - 1> between_{}; // between decade d and d + 1
-  float first_ = 0, top_ = 0;                // next to 0, next to 1
+  DynamicMapTables tables_{};
 };
 ZERO_SIMD_END
 

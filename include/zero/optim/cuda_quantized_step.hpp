@@ -1,0 +1,96 @@
+#pragma once
+// The fused Adam/AdamW step over 8-bit moments on CUDA devices (src/cuda/quantized_step.cu): the
+// device counterpart of quantized_fused_step (optim/quantized_step.hpp). One thread block per
+// block of quantized_moment_block elements dequantizes the block's two moments, runs the
+// AdamUpdate functor on each element (the host's math), takes the block's new absolute maximum
+// (a maximum is exact in any order) and quantizes the moments back with the host's scalar
+// quantizer (DynamicMapTables::nearest) on the host's map constants, so that the codes, scales,
+// master weights and compute copy are the host's bits. Available when zero::cuda is linked.
+// tests/optim/gpu_quantized_step_test.cpp checks it against the host on a GPU.
+
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/view.hpp"
+#include "zero/optim/adam.hpp"
+#include "zero/optim/cuda_step.hpp"
+#include "zero/optim/quantized_moments.hpp"
+#include "zero/precision/gradient_element.hpp"
+
+#if ZERO_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+namespace zero {
+
+// A moment's codes and block scales in device memory (QuantizedMoment's device twin).
+struct DeviceQuantizedMoment {
+  View<std::uint8_t, cuda> codes;
+  View<float, cuda> scales;
+
+  std::size_t size() const noexcept { return codes.size(); }
+  void check(const char* what) const {
+    require(scales.size() == quantized_blocks(codes.size()),
+            std::string(what) + ": " + std::to_string(codes.size()) + " codes need " +
+                std::to_string(quantized_blocks(codes.size())) + " block scales, got " +
+                std::to_string(scales.size()));
+  }
+};
+
+namespace cuda_kernels {
+
+// One tensor of a multi-tensor 8-bit step, every pointer in device memory; its blocks start at
+// its element 0.
+struct QuantizedStepTensor {
+  float* master = nullptr;
+  std::uint8_t* codes[2] = {nullptr, nullptr}; // exp_avg's, exp_avg_sq's
+  float* scales[2] = {nullptr, nullptr};       // one per block
+  const void* grad = nullptr;                  // StepTypes::grad elements
+  void* low_precision = nullptr;               // StepTypes::low_precision elements; null: none
+  std::size_t size = 0;
+};
+
+// Every tensor is updated as quantized_fused_step does on the host.
+void quantized_fused_step(const AdamUpdate& update, std::span<const QuantizedStepTensor> tensors,
+                          StepTypes types, float grad_multiplier, cudaStream_t stream);
+
+} // namespace cuda_kernels
+
+// The device counterpart of the host quantized_fused_step for one tensor, ordered on `stream`.
+template <class G, class Out = half>
+requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+void quantized_fused_step(const AdamUpdate& update, View<float, cuda> master,
+                          DeviceQuantizedMoment exp_avg, DeviceQuantizedMoment exp_avg_sq,
+                          View<G, cuda> grad, float grad_multiplier, View<Out, cuda> low_precision,
+                          cudaStream_t stream) {
+  const std::size_t n = master.size();
+  exp_avg.check("quantized_fused_step: exp_avg");
+  exp_avg_sq.check("quantized_fused_step: exp_avg_sq");
+  require(exp_avg.size() == n && exp_avg_sq.size() == n,
+          "quantized_fused_step: a moment and the master weights differ in size");
+  require(grad.size() == n,
+          "quantized_fused_step: the gradient and the master weights differ in size");
+  require(low_precision.empty() || low_precision.size() == n,
+          "quantized_fused_step: the compute copy and the master weights differ in size");
+  cuda_kernels::QuantizedStepTensor tensor;
+  tensor.master = master.data();
+  tensor.codes[0] = exp_avg.codes.data();
+  tensor.codes[1] = exp_avg_sq.codes.data();
+  tensor.scales[0] = exp_avg.scales.data();
+  tensor.scales[1] = exp_avg_sq.scales.data();
+  tensor.grad = grad.data();
+  tensor.low_precision = low_precision.empty() ? nullptr : low_precision.data();
+  tensor.size = n;
+  cuda_kernels::quantized_fused_step(
+      update, std::span<const cuda_kernels::QuantizedStepTensor>(&tensor, 1),
+      {dtype_of<std::remove_const_t<G>>, dtype_of<Out>}, grad_multiplier, stream);
+}
+
+} // namespace zero
+#endif
