@@ -245,8 +245,9 @@ void quantized_fused_step(const AdamUpdate& update, std::span<const QuantizedSte
     any_copy = any_copy || t.low_precision != nullptr;
     all_copy = all_copy && t.low_precision != nullptr;
   }
-  require(any_copy == all_copy || !any_copy,
-          "cuda quantized_fused_step: either every tensor of a call has a compute copy or none has");
+  require(
+      any_copy == all_copy || !any_copy,
+      "cuda quantized_fused_step: either every tensor of a call has a compute copy or none has");
   require(std::isfinite(grad_multiplier),
           "cuda quantized_fused_step: the gradient multiplier must be finite");
   with_gradient_type(types.grad, "cuda quantized_fused_step", [&](auto grad_tag) {

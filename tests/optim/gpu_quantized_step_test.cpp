@@ -47,8 +47,8 @@ template <class T>
 std::vector<T> to_host(const zero::Buffer<T, zero::cuda>& device) {
   std::vector<T> host(device.size());
   if (!host.empty())
-    ZERO_CHECK_CUDA(cudaMemcpy(host.data(), device.data(), host.size() * sizeof(T),
-                               cudaMemcpyDeviceToHost));
+    ZERO_CHECK_CUDA(
+        cudaMemcpy(host.data(), device.data(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
   return host;
 }
 
@@ -110,11 +110,11 @@ struct Problem {
     const zero::View<const Grad> g(grad.data() + offset, n);
     const zero::View<float> weights(master.data() + offset, n);
     if constexpr (has_copy)
-      zero::quantized_fused_step(update, weights, moment_from(0, offset), moment_from(1, offset),
-                                 g, multiplier, zero::View<Copy>(copy.data() + offset, n));
+      zero::quantized_fused_step(update, weights, moment_from(0, offset), moment_from(1, offset), g,
+                                 multiplier, zero::View<Copy>(copy.data() + offset, n));
     else
-      zero::quantized_fused_step(update, weights, moment_from(0, offset), moment_from(1, offset),
-                                 g, multiplier);
+      zero::quantized_fused_step(update, weights, moment_from(0, offset), moment_from(1, offset), g,
+                                 multiplier);
   }
 };
 
@@ -244,10 +244,11 @@ TEST(CudaQuantizedStep, RefusesMismatchedViews) {
   zero::Buffer<half, zero::cuda> grad(4096, zero::uninitialized);
   const zero::DeviceQuantizedMoment moment{codes.view(), scales.view()};
   zero::Adam adam;
-  EXPECT_THROW(zero::quantized_fused_step(adam.begin_step(), master.view(), moment, moment,
-                                          zero::View<const half, zero::cuda>(grad.data(), grad.size()), 1.0f,
-                                          zero::View<half, zero::cuda>{}, nullptr),
-               zero::Error);
+  EXPECT_THROW(
+      zero::quantized_fused_step(adam.begin_step(), master.view(), moment, moment,
+                                 zero::View<const half, zero::cuda>(grad.data(), grad.size()), 1.0f,
+                                 zero::View<half, zero::cuda>{}, nullptr),
+      zero::Error);
 }
 
 } // namespace quantized_step_test
