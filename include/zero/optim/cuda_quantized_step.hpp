@@ -6,7 +6,8 @@
 // (a maximum is exact in any order) and quantizes the moments back with the host's scalar
 // quantizer (DynamicMapTables::nearest) on the host's map constants, so that the codes, scales,
 // master weights and compute copy are the host's bits. Available when zero::cuda is linked.
-// tests/optim/gpu_quantized_step_test.cpp checks it against the host on a GPU.
+// tests/optim/gpu_quantized_step_test.cpp checks it against the host on a GPU. Its form over
+// CudaStreamSpace has the shape of the HostStreamSpace one (optim/stream_quantized_step.hpp).
 
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
@@ -18,30 +19,20 @@
 #include "zero/precision/gradient_element.hpp"
 
 #if ZERO_HAS_CUDA
+#include "zero/core/cuda_stream_space.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <type_traits>
 
 namespace zero {
 
-// A moment's codes and block scales in device memory (QuantizedMoment's device twin).
-struct DeviceQuantizedMoment {
-  View<std::uint8_t, cuda> codes;
-  View<float, cuda> scales;
-
-  std::size_t size() const noexcept { return codes.size(); }
-  void check(const char* what) const {
-    require(scales.size() == quantized_blocks(codes.size()),
-            std::string(what) + ": " + std::to_string(codes.size()) + " codes need " +
-                std::to_string(quantized_blocks(codes.size())) + " block scales, got " +
-                std::to_string(scales.size()));
-  }
-};
+// A moment's codes and block scales in device memory.
+using DeviceQuantizedMoment = BasicQuantizedMoment<cuda>;
 
 namespace cuda_kernels {
 
@@ -90,6 +81,18 @@ void quantized_fused_step(const AdamUpdate& update, View<float, cuda> master,
   cuda_kernels::quantized_fused_step(
       update, std::span<const cuda_kernels::QuantizedStepTensor>(&tensor, 1),
       {dtype_of<std::remove_const_t<G>>, dtype_of<Out>}, grad_multiplier, stream);
+}
+
+// The form over CudaStreamSpace, with the shape of the HostStreamSpace one
+// (optim/stream_quantized_step.hpp), so that code written over StreamSpace calls either.
+template <class G, class Out = half>
+requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+void quantized_fused_step(const CudaStreamSpace& space, const AdamUpdate& update,
+                          View<float, cuda> master, DeviceQuantizedMoment exp_avg,
+                          DeviceQuantizedMoment exp_avg_sq, View<G, cuda> grad,
+                          float grad_multiplier = 1.0f, View<Out, cuda> low_precision = {}) {
+  quantized_fused_step(update, master, exp_avg, exp_avg_sq, grad, grad_multiplier, low_precision,
+                       space.stream());
 }
 
 } // namespace zero

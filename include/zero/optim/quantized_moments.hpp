@@ -11,6 +11,7 @@
 // starts on a multiple of 2048 holds whole blocks and quantizes exactly what one rank would.
 
 #include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
 #include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/dynamic_map.hpp"
@@ -33,10 +34,11 @@ constexpr std::size_t quantized_blocks(std::size_t n) noexcept {
 }
 
 // A moment's storage: n codes and quantized_blocks(n) scales. Views: the memory is the caller's
-// (the optimizer store's).
-struct QuantizedMoment {
-  View<std::uint8_t> codes;
-  View<float> scales;
+// (the optimizer store's), in `Space` (host memory; device memory for the device step).
+template <MemorySpace Space = host>
+struct BasicQuantizedMoment {
+  View<std::uint8_t, Space> codes;
+  View<float, Space> scales;
 
   std::size_t size() const noexcept { return codes.size(); }
   void check(const char* what) const {
@@ -46,6 +48,7 @@ struct QuantizedMoment {
                 std::to_string(scales.size()));
   }
 };
+using QuantizedMoment = BasicQuantizedMoment<host>;
 
 // A moment's codes and scales as they are kept, with the map they index: what a checkpoint that
 // saves 8-bit moments in 8 bits reads out of the store. The codes start on a block boundary.
