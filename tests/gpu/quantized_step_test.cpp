@@ -85,17 +85,15 @@ TEST(DeviceQuantizedStep, GivesTheHostStepsBytes) {
   zero::AdamW optimizer({.lr = 0.01});
   for (int step = 0; step < 2; ++step) { // the second step reads the first's codes and scales
     const zero::AdamUpdate update = optimizer.begin_step();
-    zero::quantized_fused_step(update, zero::View<float>(host.master),
-                               {zero::View<std::uint8_t>(host.codes[0]),
-                                zero::View<float>(host.scales[0])},
-                               {zero::View<std::uint8_t>(host.codes[1]),
-                                zero::View<float>(host.scales[1])},
-                               zero::View<const bfloat16>(host.grad), 0.5f,
-                               zero::View<bfloat16>(host.copy));
     zero::quantized_fused_step(
-        compute, update, master.view(), {codes[0].view(), scales[0].view()},
-        {codes[1].view(), scales[1].view()},
-        zero::View<const bfloat16, DeviceMemory>(grad.data(), grad.size()), 0.5f, copy.view());
+        update, zero::View<float>(host.master),
+        {zero::View<std::uint8_t>(host.codes[0]), zero::View<float>(host.scales[0])},
+        {zero::View<std::uint8_t>(host.codes[1]), zero::View<float>(host.scales[1])},
+        zero::View<const bfloat16>(host.grad), 0.5f, zero::View<bfloat16>(host.copy));
+    zero::quantized_fused_step(compute, update, master.view(), {codes[0].view(), scales[0].view()},
+                               {codes[1].view(), scales[1].view()},
+                               zero::View<const bfloat16, DeviceMemory>(grad.data(), grad.size()),
+                               0.5f, copy.view());
   }
   compute.fence();
   EXPECT_TRUE(same_bytes(s.read(master), host.master)) << "master weights";
@@ -116,12 +114,12 @@ TEST(DeviceQuantizedStep, AMismatchedMomentFailsTheCall) {
   zero::Buffer<bfloat16, DeviceMemory> grad = s.upload(host.grad);
   const DeviceSpace compute = s.compute();
   zero::Adam adam;
-  EXPECT_THROW(zero::quantized_fused_step(
-                   compute, adam.begin_step(), master.view(), {codes.view(), scales.view()},
-                   {codes.view(), scales.view()},
-                   zero::View<const bfloat16, DeviceMemory>(grad.data(), grad.size()), 1.0f,
-                   zero::View<bfloat16, DeviceMemory>{}),
-               zero::Error);
+  EXPECT_THROW(
+      zero::quantized_fused_step(compute, adam.begin_step(), master.view(),
+                                 {codes.view(), scales.view()}, {codes.view(), scales.view()},
+                                 zero::View<const bfloat16, DeviceMemory>(grad.data(), grad.size()),
+                                 1.0f, zero::View<bfloat16, DeviceMemory>{}),
+      zero::Error);
   compute.fence();
   EXPECT_TRUE(same_bytes(s.read(master), host.master)) << "nothing was queued";
 }
