@@ -54,9 +54,9 @@ struct DynamicMapTables {
   static constexpr int decades = 7;
 
   float values[256];
-  // Per decade (8 entries for one AVX2 register; the last unused): where its steps start, their
-  // size and its inverse, the last step's index, and the boundaries above 0 before the decade's
-  // first (those of the decades below).
+  // Per decade (8 entries, the last unused): where its steps start, their size and its inverse,
+  // the last step's index, and the boundaries above 0 before the decade's first (those of the
+  // decades below).
   float lo[8], step[8], inverse_step[8];
   int last_step[8], before[8];
   float between[decades - 1]; // between decade d and d + 1
