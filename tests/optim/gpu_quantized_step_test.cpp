@@ -4,6 +4,8 @@
 // than one launch carries, blocks that quantize to zero (a largest magnitude below the smallest
 // normal float), a NaN gradient, and three steps in a row. Label `gpu`: skipped without a device.
 
+#include "device_copies.hpp"
+
 #include <zero/core/bfloat16.hpp>
 #include <zero/core/buffer.hpp>
 #include <zero/core/cuda_check.hpp>
@@ -34,23 +36,8 @@ namespace quantized_step_test {
 using zero::bfloat16;
 using zero::half;
 
-template <class T>
-zero::Buffer<T, zero::cuda> to_device(const std::vector<T>& host) {
-  zero::Buffer<T, zero::cuda> device(host.size(), zero::uninitialized);
-  if (!host.empty())
-    ZERO_CHECK_CUDA(
-        cudaMemcpy(device.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
-template <class T>
-std::vector<T> to_host(const zero::Buffer<T, zero::cuda>& device) {
-  std::vector<T> host(device.size());
-  if (!host.empty())
-    ZERO_CHECK_CUDA(
-        cudaMemcpy(host.data(), device.data(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
+using zero::testing::to_device;
+using zero::testing::to_host;
 
 // One tensor's master weights, 8-bit moments (quantized from reproducible fp32 moments), gradient
 // and compute copy (Copy = float: none), on the host.

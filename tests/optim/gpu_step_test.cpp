@@ -4,6 +4,7 @@
 // unscale and (to fp64 rounding) the sum of squares; LAMB's two passes must give the host's
 // moments, sums of squares and weights bit for bit. Label `gpu`: skipped without a device.
 
+#include "device_copies.hpp"
 #include "step_reference.hpp"
 
 #include <zero/core/buffer.hpp>
@@ -33,21 +34,8 @@ using zero::bfloat16;
 using zero::half;
 using zero::testing::Problem;
 
-template <class T>
-zero::Buffer<T, zero::cuda> to_device(const std::vector<T>& host) {
-  zero::Buffer<T, zero::cuda> device(host.size(), zero::uninitialized);
-  if (!host.empty())
-    ZERO_CHECK_CUDA(
-        cudaMemcpy(device.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
-template <class T>
-void to_host(const T* device, std::vector<T>& host) {
-  if (!host.empty())
-    ZERO_CHECK_CUDA(
-        cudaMemcpy(host.data(), device, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
-}
+using zero::testing::to_device;
+using zero::testing::to_host;
 
 // A Problem's buffers on the device; the views start `offset` elements in, to misalign them.
 template <class Grad, class Copy>

@@ -61,14 +61,8 @@ void quantized_fused_step(const AdamUpdate& update, View<float, cuda> master,
                           View<G, cuda> grad, float grad_multiplier, View<Out, cuda> low_precision,
                           cudaStream_t stream) {
   const std::size_t n = master.size();
-  exp_avg.check("quantized_fused_step: exp_avg");
-  exp_avg_sq.check("quantized_fused_step: exp_avg_sq");
-  require(exp_avg.size() == n && exp_avg_sq.size() == n,
-          "quantized_fused_step: a moment and the master weights differ in size");
-  require(grad.size() == n,
-          "quantized_fused_step: the gradient and the master weights differ in size");
-  require(low_precision.empty() || low_precision.size() == n,
-          "quantized_fused_step: the compute copy and the master weights differ in size");
+  detail::require_quantized_step_arguments(n, exp_avg, exp_avg_sq, grad.size(),
+                                           low_precision.size(), grad_multiplier);
   cuda_kernels::QuantizedStepTensor tensor;
   tensor.master = master.data();
   tensor.codes[0] = exp_avg.codes.data();

@@ -50,6 +50,31 @@ struct BasicQuantizedMoment {
 };
 using QuantizedMoment = BasicQuantizedMoment<host>;
 
+namespace detail {
+// The 8-bit step's argument checks, made by each of its forms (host, stream space, CUDA) before it
+// runs or is queued: n is the master weights' size, copy_size 0 for no compute copy.
+template <class Space>
+void require_quantized_step_arguments(std::size_t n, const BasicQuantizedMoment<Space>& exp_avg,
+                                      const BasicQuantizedMoment<Space>& exp_avg_sq,
+                                      std::size_t grad_size, std::size_t copy_size,
+                                      float grad_multiplier) {
+  exp_avg.check("quantized_fused_step: exp_avg");
+  exp_avg_sq.check("quantized_fused_step: exp_avg_sq");
+  const auto same_size = [n](std::size_t size, const char* what) {
+    if (size != n)
+      fail(ErrorKind::invalid_argument, std::string("quantized_fused_step: ") + what + " has " +
+                                            std::to_string(size) +
+                                            " elements, the master weights " + std::to_string(n));
+  };
+  same_size(exp_avg.size(), "exp_avg");
+  same_size(exp_avg_sq.size(), "exp_avg_sq");
+  same_size(grad_size, "the gradient");
+  if (copy_size != 0) same_size(copy_size, "the compute copy");
+  require(std::isfinite(grad_multiplier),
+          "quantized_fused_step: the gradient multiplier must be finite");
+}
+} // namespace detail
+
 // A moment's codes and scales as they are kept, with the map they index: what a checkpoint that
 // saves 8-bit moments in 8 bits reads out of the store. The codes start on a block boundary.
 struct QuantizedMomentView {

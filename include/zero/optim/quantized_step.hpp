@@ -51,22 +51,6 @@ void quantized_step_block(const AdamUpdate& update, float* master, QuantizedMome
   v.scales[block] = quantize_block(unsigned_map, exp_avg_sq, n, v.codes.data() + begin);
 }
 
-// The step's argument checks, made by every form of the step before it runs or is queued.
-template <class Space>
-void require_quantized_step_arguments(std::size_t n, const BasicQuantizedMoment<Space>& exp_avg,
-                                      const BasicQuantizedMoment<Space>& exp_avg_sq,
-                                      std::size_t grad_size, std::size_t copy_size,
-                                      float grad_multiplier) {
-  exp_avg.check("quantized_fused_step: exp_avg");
-  exp_avg_sq.check("quantized_fused_step: exp_avg_sq");
-  require_same_size(exp_avg.size(), n, "exp_avg");
-  require_same_size(exp_avg_sq.size(), n, "exp_avg_sq");
-  require_same_size(grad_size, n, "the gradient");
-  if (copy_size != 0) require_same_size(copy_size, n, "the compute copy");
-  require(std::isfinite(grad_multiplier),
-          "quantized_fused_step: the gradient multiplier must be finite");
-}
-
 } // namespace detail
 
 // master, the two moments (exp_avg, exp_avg_sq), grad and low_precision (empty: no compute copy)
