@@ -25,6 +25,10 @@ CPU; docs/zero-offload.md):
   correctness  offloaded to NVMe (--nvme, GPU -> pinned host -> NVMe) against offloaded to host
                memory, ZeRO-3: the same losses, bit for bit (the NVMe tier's update is the
                in-memory one)
+  correctness  8-bit moments (--moment-bits 8) in device memory, stepped by the CUDA 8-bit step,
+               against the same moments offloaded (stepped by the CPU's): ZeRO-3, the same losses
+               bit for bit (the CUDA step computes the host's bits); device memory flat
+  result       the optimizer states' bytes with 8-bit moments against fp32 ones
   result       the offloaded step on the speed model: forward, backward, update (the gradients'
                trip to the host, the CPU's Adam and the weights' trip back), against the step
                that keeps everything on the GPU, and the step against forward + backward + update
@@ -203,6 +207,25 @@ def main():
             verdict("offload-nvme-vs-cpu", same,
                     "the same losses bit for bit" if same
                     else f"largest relative gap {relative_gap(nvme3['loss'], off3['loss']):.2e}")
+
+        # 8-bit moments in device memory against the same moments offloaded to the CPU.
+        eight = ["--moment-bits", "8"]
+        dev8 = train(tmp, "8bit-stage3", ["--stage", "3", "--steps", "100", *small, *cuda, *eight])
+        off8 = train(tmp, "8bit-offload-stage3", ["--stage", "3", "--steps", "100", *small, *cuda,
+                                                  *offload, *eight])
+        if dev8 and off8:
+            same = dev8["loss"] == off8["loss"] and None not in dev8["loss"]
+            verdict("8bit-device-vs-offload", same,
+                    "100 steps, bf16, ZeRO-3: the same losses bit for bit" if same
+                    else f"largest relative gap {relative_gap(dev8['loss'], off8['loss']):.2e}")
+            memory_flat("8bit-memory-flat", dev8)
+        if dev8 and gpu3:
+            m8, m32 = dev8["memory"][0], gpu3["memory"][0]
+            line(f"result 8bit-states: master weights and moments {m8['master_weights']} + "
+                 f"{m8['optimizer_states']} bytes ({m8['optimizer_bytes_per_parameter']:.3f} per "
+                 f"parameter) against {m32['master_weights']} + {m32['optimizer_states']} "
+                 f"({m32['optimizer_bytes_per_parameter']:.3f}); loss {dev8['loss'][-1]:.4f} "
+                 f"against {gpu3['loss'][-1]:.4f} after 100 steps")
 
         # Speed: stage 3 against stage 0, and stage 0 against torch, on a larger model; with
         # train_mlp's reduction bucket (65536 elements: many buckets, so that reduction overlaps

@@ -66,8 +66,10 @@ struct Scenario {
   // The host engine's run only: from the step after this one on, each step's gradients are those
   // of the weights read one step earlier, as under a delayed parameter update (-1: never).
   int gradients_lag_after = -1;
-  // Adam's moments in 8 bits (EngineOptions::moments), every layer's.
+  // Adam's moments in 8 bits (EngineOptions::moments): every layer's, or those of at least this
+  // many elements (EngineOptions::eight_bit_min_elements).
   bool eight_bit_moments = false;
+  std::size_t eight_bit_min_elements = 0;
 };
 
 // Depends on the weights (every stage must share the same ones to agree) and on the rank.
@@ -106,7 +108,7 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.delayed_parameter_update_after = run.delayed_after;
   if (run.eight_bit_moments) {
     options.moments = zero::MomentStorage::blockwise_8bit;
-    options.eight_bit_min_elements = 0;
+    options.eight_bit_min_elements = run.eight_bit_min_elements;
   }
   if (!run.nvme_path.empty()) {
     // Sub-groups of one 4096-byte unit cut the larger layers; three slots, pipelined.

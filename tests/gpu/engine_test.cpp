@@ -81,14 +81,27 @@ TEST(DeviceEngine, Bf16WithMicroStepsAndClippingGivesTheHostEnginesBits) {
   every_stage<zero::bfloat16>(s, {.dtype = DType::bfloat16, .accumulation = 2, .clipping = 0.05});
 }
 
+// Adam's moments in 8 bits in device memory (codes and scales), updated by the device's 8-bit
+// step on the compute stream: the host engine's bits at every stage.
+TEST(DeviceEngine, EightBitMomentsGiveTheHostEnginesBits) {
+  StagedSetup s;
+  every_stage<zero::bfloat16>(
+      s, {.dtype = DType::bfloat16, .accumulation = 2, .clipping = 0.05, .eight_bit_moments = true},
+      "8-bit moments, ");
+  // An overflow skips the step on every rank: the moments' codes and scales stay as they were.
+  expect_device_engine_equals_host<zero::Stage<3>, zero::bfloat16>(
+      s, {.dtype = DType::bfloat16, .overflow_step = 1, .eight_bit_moments = true},
+      "8-bit moments, an overflow at step 1, stage 3");
+}
+
 // A device engine's checkpoint is a host engine's: saved from device memory through host copies,
 // loaded by a host engine into the same weights, and by a device engine of another stage, whose
 // compute copy (written from the loaded master weights through a host copy) then trains on as the
-// host engine does.
-TEST(DeviceEngine, CheckpointsMoveBetweenTheDeviceAndTheHost) {
+// host engine does. With 8-bit moments in the larger layers (fp32 ones in the others) the codes
+// and scales go through host copies both ways.
+void expect_checkpoints_move_between_the_device_and_the_host(const Scenario& run) {
   StagedSetup s;
   SharedDir dir;
-  const Scenario run{.dtype = DType::bfloat16};
   DeviceEngine<zero::Stage<1>, zero::bfloat16> saved(
       world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
   set_weights(saved);
@@ -115,6 +128,15 @@ TEST(DeviceEngine, CheckpointsMoveBetweenTheDeviceAndTheHost) {
   EXPECT_NEAR(on_device.norms[0], on_host.norms[0], 1e-12 * on_host.norms[0]);
 #endif
   expect_same_weights(finish(loaded, {}), finish(host, {}), "a step after loading");
+}
+
+TEST(DeviceEngine, CheckpointsMoveBetweenTheDeviceAndTheHost) {
+  expect_checkpoints_move_between_the_device_and_the_host({.dtype = DType::bfloat16});
+}
+
+TEST(DeviceEngine, EightBitCheckpointsMoveBetweenTheDeviceAndTheHost) {
+  expect_checkpoints_move_between_the_device_and_the_host(
+      {.dtype = DType::bfloat16, .eight_bit_moments = true, .eight_bit_min_elements = 1000});
 }
 
 // A DeepSpeed config asking to offload the optimizer states is refused by an engine that keeps them

@@ -1,6 +1,8 @@
 #pragma once
-// BlockwiseMoments<Space>: Adam's and AdamW's two moments in 8 bits, layer by layer, as the
-// optimizer store keeps them under EngineOptions::moments = MomentStorage::blockwise_8bit. Each
+// BlockwiseMoments<Space, Exec>: Adam's and AdamW's two moments in 8 bits, layer by layer, as the
+// optimizer store keeps them under EngineOptions::moments = MomentStorage::blockwise_8bit, in the
+// store's memory and updated on its execution space: host memory and the host's threads, or a
+// stream space's memory (device memory over CudaStreamSpace), the update queued there. Each
 // moment of a layer's block is a QuantizedMoment (optim/quantized_moments.hpp): one code a value
 // and one fp32 scale per block of 2048 values, the blocks counted from the block's element 0. The
 // engine's layout starts every rank's block of a layer on a multiple of 2048 elements of the layer
@@ -18,11 +20,16 @@
 // Checkpoints save the codes and scales as they are (checkpoint/manifest.hpp's 8-bit records) and
 // load fp32 values, requantized when written (requantize: a dequantized moment's codes and scales
 // come back as they were; values that are not a dequantized moment, an fp32-moment checkpoint's,
-// are quantized afresh).
+// are quantized afresh). In device memory these cold paths go through host copies
+// (detail/host_staging.hpp); the codes and scales are the same bytes in either memory, since the
+// device's step computes the host's (optim/cuda_quantized_step.hpp).
 
 #include "zero/core/buffer.hpp"
+#include "zero/core/execution_space.hpp"
 #include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
+#include "zero/engine/detail/host_staging.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/optim/adam.hpp"
@@ -30,6 +37,8 @@
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/quantized_moments.hpp"
 #include "zero/optim/quantized_step.hpp"
+#include "zero/optim/stream_quantized_step.hpp" // the step over HostStreamSpace
+#include "zero/optim/stream_step.hpp"           // fused_step over HostStreamSpace
 #include "zero/shard/shard_layout.hpp"
 
 #include <algorithm>
@@ -50,57 +59,72 @@ inline bool keeps_eight_bit_moments(const ModelLayout& model, std::size_t l,
          });
 }
 
-template <HostAccessibleSpace Space>
+template <class Space, ExecutionSpace Exec>
+requires HostAccessibleSpace<Space> || StreamSpace<Exec>
 class BlockwiseMoments {
  public:
   // The moments of this rank's blocks of `kept` (rank `kept_rank`'s), every layer of `model`.
   BlockwiseMoments(const ModelLayout& model, const ShardLayout& kept, int kept_rank,
-                   std::size_t min_elements) {
+                   std::size_t min_elements, Exec exec)
+      : exec_(exec) {
     layers_.reserve(model.layers());
     for (std::size_t l = 0; l < model.layers(); ++l) {
       const std::size_t n = kept.block(l, kept_rank).size();
-      layers_.push_back(keeps_eight_bit_moments(model, l, min_elements) ? Layer::quantized(n)
-                                                                        : Layer::full(n));
+      layers_.push_back(keeps_eight_bit_moments(model, l, min_elements) ? quantized_layer(n)
+                                                                        : full_layer(n));
     }
   }
 
   bool eight_bit(std::size_t l) const noexcept { return layers_[l].eight_bit; }
 
-  // One update of layer l's block: master, grad and copy (empty: none) cover the block.
+  // One update of layer l's block: master, grad and copy (empty: none) cover the block. Over a
+  // stream space it is queued; the caller orders what follows (an event).
   template <class G, class Out>
   void step(const AdamUpdate& update, std::size_t l, View<float, Space> master, View<G, Space> grad,
             float grad_multiplier, View<Out, Space> copy) {
     Layer& layer = layers_[l];
     if (layer.eight_bit)
-      quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad, grad_multiplier,
-                           copy);
+      quantized_fused_step(exec_, update, master, layer.moment(0), layer.moment(1), grad,
+                           grad_multiplier, copy);
     else
-      fused_step(update, master, {layer.fp32[0].view(), layer.fp32[1].view()}, grad,
+      fused_step(exec_, update, master, {layer.fp32[0].view(), layer.fp32[1].view()}, grad,
                  grad_multiplier, copy);
   }
 
-  // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32; an 8-bit layer's
-  // as its codes and scales where f takes them (f(QuantizedMomentView): a checkpoint's save).
+  // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32, on the host; an
+  // 8-bit layer's as its codes and scales where f takes them (f(QuantizedMomentView): a
+  // checkpoint's save).
   template <class F>
-  void read(std::size_t l, std::size_t k, F&& f) const {
+  decltype(auto) read(std::size_t l, std::size_t k, F&& f) const {
     const Layer& layer = layers_[l];
-    if (!layer.eight_bit) return f(View<const float>(layer.fp32[k].view()));
-    if constexpr (std::invocable<F&, const QuantizedMomentView&>)
-      return f(QuantizedMomentView{
-          &map(k), View<const std::uint8_t>(layer.codes[k].data(), layer.codes[k].size()),
-          View<const float>(layer.scales[k].data(), layer.scales[k].size())});
-    std::vector<float> values(layer.codes[k].size());
-    dequantize(map(k), layer.moment(k), View<float>(values));
-    f(View<const float>(values));
+    if (!layer.eight_bit) return detail::read_on_host(exec_, layer.fp32[k].view(), f);
+    return detail::read_on_host(
+        exec_, layer.codes[k].view(), [&](View<const std::uint8_t> codes) -> decltype(auto) {
+          return detail::read_on_host(
+              exec_, layer.scales[k].view(), [&](View<const float> scales) -> decltype(auto) {
+                const QuantizedMomentView moment{&map(k), codes, scales};
+                if constexpr (std::invocable<F&, const QuantizedMomentView&>) {
+                  return f(moment);
+                } else {
+                  std::vector<float> values(codes.size());
+                  dequantize(moment, View<float>(values));
+                  return f(View<const float>(values));
+                }
+              });
+        });
   }
-  // f(into) fills moment k of layer l's block in fp32; 8-bit layers quantize it.
+  // f(into) fills moment k of layer l's block in fp32 on the host; 8-bit layers quantize it.
   template <class F>
   void write(std::size_t l, std::size_t k, F&& f) {
     Layer& layer = layers_[l];
-    if (!layer.eight_bit) return f(View<float>(layer.fp32[k].view()));
+    if (!layer.eight_bit) return detail::write_on_host(exec_, layer.fp32[k].view(), f);
     std::vector<float> values(layer.codes[k].size());
     f(View<float>(values));
-    requantize(map(k), View<const float>(values), layer.moment(k));
+    detail::write_on_host(exec_, layer.codes[k].view(), [&](View<std::uint8_t> codes) {
+      detail::write_on_host(exec_, layer.scales[k].view(), [&](View<float> scales) {
+        requantize(map(k), View<const float>(values), QuantizedMoment{codes, scales});
+      });
+    });
   }
 
   // Both moments: codes and scales of the 8-bit layers, fp32 values of the others.
@@ -124,30 +148,34 @@ class BlockwiseMoments {
     std::array<Buffer<std::uint8_t, Space>, 2> codes;
     std::array<Buffer<float, Space>, 2> scales;
 
-    static Layer full(std::size_t n) {
-      Layer layer;
-      for (auto& moment : layer.fp32)
-        moment = Buffer<float, Space>(n);
-      return layer;
+    // Plain host views of host-accessible memory (pinned too), as the host step takes them.
+    BasicQuantizedMoment<HandedOutMemory<Space>> moment(std::size_t k) {
+      return {handed_out(codes[k].view()), handed_out(scales[k].view())};
     }
-    // Zero moments: every code that of 0, every scale 0.
-    static Layer quantized(std::size_t n) {
-      Layer layer;
-      layer.eight_bit = true;
-      for (std::size_t k = 0; k < 2; ++k) {
-        layer.codes[k] = Buffer<std::uint8_t, Space>(n, map(k).nearest(0.0f));
-        layer.scales[k] = Buffer<float, Space>(quantized_blocks(n));
-      }
-      return layer;
-    }
-    QuantizedMoment moment(std::size_t k) {
-      return {View<std::uint8_t>(codes[k].data(), codes[k].size()),
-              View<float>(scales[k].data(), scales[k].size())};
-    }
-    // For reading only (dequantize takes the moment's views, which are mutable).
-    QuantizedMoment moment(std::size_t k) const { return const_cast<Layer&>(*this).moment(k); }
   };
 
+  static Layer full_layer(std::size_t n) {
+    Layer layer;
+    for (auto& moment : layer.fp32)
+      moment = Buffer<float, Space>(n);
+    return layer;
+  }
+  // Zero moments: every code that of 0, every scale 0.
+  Layer quantized_layer(std::size_t n) const {
+    Layer layer;
+    layer.eight_bit = true;
+    for (std::size_t k = 0; k < 2; ++k) {
+      layer.codes[k] = Buffer<std::uint8_t, Space>(n);
+      if (const std::uint8_t zero_code = map(k).nearest(0.0f); zero_code != 0)
+        detail::write_on_host(exec_, layer.codes[k].view(), [&](View<std::uint8_t> codes) {
+          std::fill(codes.begin(), codes.end(), zero_code);
+        });
+      layer.scales[k] = Buffer<float, Space>(quantized_blocks(n));
+    }
+    return layer;
+  }
+
+  Exec exec_;
   std::vector<Layer> layers_;
 };
 

@@ -13,8 +13,8 @@
 // every layer's weights. Element-wise optimizers never reach that code.
 //
 // Adam's and AdamW's moments may be kept in 8 bits (EngineOptions::moments,
-// engine/blockwise_moments.hpp) by a store whose states are in host memory and whose step runs on
-// the host's threads (ZeRO-Offload's host store among them).
+// engine/blockwise_moments.hpp), in the store's memory: host memory (ZeRO-Offload's host store
+// among them) or a stream space's (device memory, updated by the CUDA 8-bit step).
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/dropped_waits.hpp"
@@ -55,17 +55,16 @@ requires HostAccessibleSpace<typename K::space> ||
   using Space = typename K::space;
   using Tensor = ShardedTensor<float, typename K::policy>;
   static constexpr std::size_t states = Opt::state_tensors;
-  // Where 8-bit moments can be kept: Adam's moments, in host memory, updated by the host's threads.
-  static constexpr bool can_quantize = std::same_as<typename Opt::update_type, AdamUpdate> &&
-                                       HostAccessibleSpace<Space> && !StreamSpace<Exec>;
-  // The 8-bit moments' member, named only where it can exist (a device space cannot form it).
+  // Where 8-bit moments can be kept: Adam's and AdamW's moments.
+  static constexpr bool can_quantize = std::same_as<typename Opt::update_type, AdamUpdate>;
+  // The 8-bit moments' member, named only where it can exist.
   template <bool Can, class = void>
   struct blockwise_member {
     struct type {};
   };
   template <class Unused>
   struct blockwise_member<true, Unused> {
-    using type = std::optional<BlockwiseMoments<Space>>;
+    using type = std::optional<BlockwiseMoments<Space, Exec>>;
   };
   using MaybeBlockwise = typename blockwise_member<can_quantize>::type;
 
@@ -75,15 +74,13 @@ requires HostAccessibleSpace<typename K::space> ||
       : model_(model), exec_(exec), master_(make(shard)) {
     if (options.moments == MomentStorage::blockwise_8bit) {
       if constexpr (can_quantize)
-        blockwise_.emplace(model, *K::layout(model), K::rank(model),
-                           options.eight_bit_min_elements);
+        blockwise_.emplace(model, *K::layout(model), K::rank(model), options.eight_bit_min_elements,
+                           exec);
       else
         fail_on_every_rank(ErrorKind::unsupported,
                            std::string("engine: 8-bit moments (EngineOptions::moments) are built "
-                                       "for Adam and AdamW with their states in host memory, "
-                                       "updated by the host's threads; this engine runs ") +
-                               std::string(Opt::name) + " over " + Space::name +
-                               (StreamSpace<Exec> ? " memory on a stream space" : " memory"));
+                                       "for Adam and AdamW; this engine runs ") +
+                               std::string(Opt::name));
     } else {
       for (std::size_t k = 0; k < states; ++k)
         states_.push_back(make(shard));
@@ -127,19 +124,17 @@ requires HostAccessibleSpace<typename K::space> ||
   // worker) runs the next layer while the caller shares this one; everything has run on return.
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
-    if constexpr (can_quantize)
-      if (blockwise_) {
-        for (std::size_t l = 0; l < model_.layers(); ++l) {
-          blockwise_->step(update, l, master_.block(l), grads(l), grad_multiplier, out(l));
-          done(l);
-        }
-        return;
-      }
-    for (std::size_t l = 0; l < model_.layers(); ++l) {
+    const auto step_layer = [&](std::size_t l) {
+      if constexpr (can_quantize)
+        if (blockwise_)
+          return blockwise_->step(update, l, master_.block(l), grads(l), grad_multiplier, out(l));
       std::array<View<float, Space>, states> moments;
       for (std::size_t k = 0; k < states; ++k)
         moments[k] = states_[k].block(l);
       fused_step(exec_, update, master_.block(l), moments, grads(l), grad_multiplier, out(l));
+    };
+    for (std::size_t l = 0; l < model_.layers(); ++l) {
+      step_layer(l);
       if constexpr (StreamSpace<Exec>) {
         record(exec_, layer_stepped_.at[l % 2]);
         if (l > 0) done_after_step(l - 1, done);

@@ -184,16 +184,26 @@ inline void requantize(const DynamicMap& map, View<const float> values, Quantize
   detail::quantize_blocks(requantize_block, "requantize", map, values, into);
 }
 
-inline void dequantize(const DynamicMap& map, const QuantizedMoment& from, View<float> values) {
-  from.check("dequantize");
+inline void dequantize(const QuantizedMomentView& from, View<float> values) {
+  require(from.scales.size() == quantized_blocks(from.size()),
+          "dequantize: " + std::to_string(from.size()) + " codes need " +
+              std::to_string(quantized_blocks(from.size())) + " block scales, got " +
+              std::to_string(from.scales.size()));
   require(values.size() == from.size(), "dequantize: " + std::to_string(from.size()) +
                                             " codes into " + std::to_string(values.size()) +
                                             " values");
   for (std::size_t b = 0; b < from.scales.size(); ++b) {
     const std::size_t begin = b * quantized_moment_block;
     const std::size_t n = std::min(quantized_moment_block, values.size() - begin);
-    dequantize_block(map, from.codes.data() + begin, from.scales[b], n, values.data() + begin);
+    dequantize_block(*from.map, from.codes.data() + begin, from.scales[b], n,
+                     values.data() + begin);
   }
+}
+
+inline void dequantize(const DynamicMap& map, const QuantizedMoment& from, View<float> values) {
+  dequantize(QuantizedMomentView{&map, View<const std::uint8_t>(from.codes.data(), from.size()),
+                                 View<const float>(from.scales.data(), from.scales.size())},
+             values);
 }
 
 } // namespace zero

@@ -11,6 +11,7 @@
 // The first moment uses the signed map, the second (never negative) the unsigned one.
 
 #include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
 #include "zero/core/memory_space.hpp"
 #include "zero/core/parallel.hpp"
 #include "zero/core/view.hpp"
@@ -82,6 +83,16 @@ void quantized_fused_step(const AdamUpdate& update, View<float, Space> master,
       detail::quantized_step_block<detail::CopyStores::none>(
           update, master.data(), exp_avg, exp_avg_sq, g, copy, grad_multiplier, block);
   }
+}
+
+// The same step on an execution space (core/execution_space.hpp): the host's threads. The stream
+// spaces' forms are in optim/stream_quantized_step.hpp and optim/cuda_quantized_step.hpp.
+template <class G, HostAccessibleSpace Space, class Out = half>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
+void quantized_fused_step(const HostThreads&, const AdamUpdate& update, View<float, Space> master,
+                          QuantizedMoment exp_avg, QuantizedMoment exp_avg_sq, View<G, Space> grad,
+                          float grad_multiplier = 1.0f, View<Out, Space> low_precision = {}) {
+  quantized_fused_step(update, master, exp_avg, exp_avg_sq, grad, grad_multiplier, low_precision);
 }
 
 } // namespace zero
