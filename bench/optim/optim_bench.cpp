@@ -12,7 +12,9 @@
 // moments and gradient and writes the moments (22), the second reads master and moments and writes
 // master and copy (18); the buffer is one parameter, so one trust ratio.
 // items_per_second counts parameters (elements). Threads: OpenMP's default (OMP_NUM_THREADS).
-// adam_step_vs_triad alternates the two within each iteration and reports their ratio.
+// adam_step_vs_triad alternates the two within each iteration and reports their ratio;
+// adam_8bit_vs_fp32 does the same for the 8-bit and the fp32 Adam step, and adam_8bit_parts times
+// the 8-bit step's parts on one block in cache (one thread), nanoseconds a value.
 
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
@@ -25,6 +27,8 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -228,6 +232,67 @@ void adam_8bit_vs_fp32(benchmark::State& state) {
   state.counters["vs_fp32"] = benchmark::Counter(eight_seconds / fp32_seconds);
 }
 
+// The parts of the 8-bit step on one block of 2048 elements held in cache, one thread: what bounds
+// the step once memory does not. Each iteration times every part; the counters are nanoseconds a
+// value (both moments' dequantization, the Adam update with master weights and bf16 copy, both
+// moments' absolute maximum and quantization) and the whole block's step.
+void adam_8bit_parts(benchmark::State& state) {
+  constexpr std::size_t n = zero::quantized_moment_block;
+  const zero::DynamicMap& signed_map = zero::DynamicMap::signed_map();
+  const zero::DynamicMap& unsigned_map = zero::DynamicMap::unsigned_map();
+  std::vector<float> master(n), m(n), v(n);
+  std::vector<zero::bfloat16> grad(n), copy(n);
+  std::vector<std::uint8_t> m_codes(n), v_codes(n);
+  for (std::size_t i = 0; i < n; ++i) { // moments over a few decades, as after some steps
+    const float g = std::sin(0.1f * float(i)) * (1.0f + float(i % 97)) * 1e-3f;
+    master[i] = 0.5f;
+    grad[i] = zero::bfloat16(g);
+    m[i] = 0.1f * g;
+    v[i] = 1e-3f * g * g;
+  }
+  std::vector<float> m_scale{zero::quantize_block(signed_map, m.data(), n, m_codes.data())};
+  std::vector<float> v_scale{zero::quantize_block(unsigned_map, v.data(), n, v_codes.data())};
+  zero::Adam adam;
+  const zero::AdamUpdate update = adam.begin_step();
+  double parts[5] = {};
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    signed_map.dequantize(m_codes.data(), n, m_scale[0], m.data());
+    unsigned_map.dequantize(v_codes.data(), n, v_scale[0], v.data());
+    benchmark::ClobberMemory();
+    const auto t1 = clock::now();
+    const zero::detail::StepPointers<zero::bfloat16, zero::bfloat16, 2> p{
+        master.data(), {m.data(), v.data()}, grad.data(), copy.data()};
+    zero::detail::step_range<zero::detail::CopyStores::normal>(update, p, 1.0f, 0, n);
+    benchmark::ClobberMemory();
+    const auto t2 = clock::now();
+    const float m_max = zero::absolute_maximum(m.data(), n);
+    const float v_max = zero::absolute_maximum(v.data(), n);
+    benchmark::DoNotOptimize(m_max);
+    benchmark::DoNotOptimize(v_max);
+    const auto t3 = clock::now();
+    signed_map.quantize(m.data(), n, 1.0f / m_max, m_codes.data());
+    unsigned_map.quantize(v.data(), n, 1.0f / v_max, v_codes.data());
+    benchmark::ClobberMemory();
+    const auto t4 = clock::now();
+    zero::quantized_fused_step(update, zero::View<float>(master),
+                               {zero::View<std::uint8_t>(m_codes), zero::View<float>(m_scale)},
+                               {zero::View<std::uint8_t>(v_codes), zero::View<float>(v_scale)},
+                               zero::View<const zero::bfloat16>(grad), 1.0f,
+                               zero::View<zero::bfloat16>(copy));
+    benchmark::ClobberMemory();
+    const auto t5 = clock::now();
+    const clock::time_point at[] = {t0, t1, t2, t3, t4, t5};
+    for (std::size_t k = 0; k < 5; ++k)
+      parts[k] += std::chrono::duration<double>(at[k + 1] - at[k]).count();
+  }
+  const double values = double(state.iterations()) * double(n) * 1e-9; // ns a value
+  const char* names[] = {"dequantize_ns", "adam_ns", "absmax_ns", "quantize_ns", "block_step_ns"};
+  for (std::size_t k = 0; k < 5; ++k)
+    state.counters[names[k]] = benchmark::Counter(parts[k] / values);
+}
+
 template <class Grad>
 void overflow_check(benchmark::State& state) {
   const std::size_t n = parameter_count;
@@ -267,6 +332,8 @@ void register_all() {
   benchmark::RegisterBenchmark("adam_8bit_vs_fp32/bf16_grad/bf16_copy", adam_8bit_vs_fp32)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("adam_8bit_parts/one_block_in_cache", adam_8bit_parts)
+      ->Unit(benchmark::kMicrosecond);
   add("lamb_step/fp16_grad/fp16_copy", lamb_fp16);
   add("adam_step/fp32_grad/no_copy", adam_fp32);
   add("adamw_step/fp16_grad/fp16_copy", adamw_fp16);

@@ -94,6 +94,28 @@ TEST(DeviceEngine, EightBitMomentsGiveTheHostEnginesBits) {
       "8-bit moments, an overflow at step 1, stage 3");
 }
 
+// The report counts the codes and scales where they are, in device memory: a code an element and
+// a scale a block of 2048 for each moment of this rank's block of every layer, the host engine's
+// bytes.
+TEST(DeviceEngine, EightBitMomentsAreReportedInDeviceMemory) {
+  StagedSetup s;
+  const Scenario run{.dtype = DType::bfloat16, .eight_bit_moments = true};
+  DeviceEngine<zero::Stage<2>, zero::bfloat16> device(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
+  std::size_t expected = 0;
+  for (std::size_t l = 0; l < device.layers(); ++l) {
+    const std::size_t block =
+        device.layout().layer(l).flat_numel / static_cast<std::size_t>(world().size());
+    expected += 2 * (block + sizeof(float) * zero::quantized_blocks(block));
+  }
+  const zero::MemoryReport on_device = device.memory();
+  EXPECT_EQ(std::string(on_device.optimizer_tier), DeviceMemory::name);
+  EXPECT_EQ(on_device.optimizer_states.memory, expected);
+  const zero::MemoryReport on_host = host_engine<zero::Stage<2>, zero::bfloat16>(run).memory();
+  EXPECT_EQ(on_device.optimizer_states.memory, on_host.optimizer_states.memory);
+  EXPECT_EQ(on_device.master_weights.memory, on_host.master_weights.memory);
+}
+
 // A device engine's checkpoint is a host engine's: saved from device memory through host copies,
 // loaded by a host engine into the same weights, and by a device engine of another stage, whose
 // compute copy (written from the loaded master weights through a host copy) then trains on as the

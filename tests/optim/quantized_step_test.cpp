@@ -189,6 +189,27 @@ TEST(QuantizedMoments, RoundTripIsExactOnceQuantizedAndCloseBefore) {
   }
 }
 
+// Every code in every position of the lanes (64 at a time with AVX-512 VBMI, 8 with AVX2, one in
+// the remainder) dequantizes to map[code] x scale, the scalar product, bit for bit.
+TEST(DynamicMap, DequantizationIsTheTablesValueTimesTheScale) {
+  for (bool positive : {false, true}) {
+    const DynamicMap& map = positive ? DynamicMap::unsigned_map() : DynamicMap::signed_map();
+    for (const float scale : {1.0f, 3.7e-5f, 1.0f / 3.0f}) {
+      const std::size_t n = 4 * 256 + 64 + 8 + 5;
+      std::vector<std::uint8_t> codes(n);
+      for (std::size_t i = 0; i < n; ++i) // each code at many offsets within a lane group
+        codes[i] = static_cast<std::uint8_t>((i * 37 + i / 256) % 256);
+      std::vector<float> values(n);
+      map.dequantize(codes.data(), n, scale, values.data());
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(values[i]),
+                  std::bit_cast<std::uint32_t>(map[codes[i]] * scale))
+            << (positive ? "unsigned" : "signed") << " map, scale " << scale << ", element " << i
+            << ", code " << int(codes[i]);
+    }
+  }
+}
+
 TEST(QuantizedMoments, ABlockOfSubnormalsIsKeptAsZeros) {
   // 1 / absmax would overflow: the block is stored as zeros instead of as +-absmax and NaN.
   const std::vector<float> tiny{1e-39f, 0.0f, -5e-40f, 0.0f};

@@ -41,6 +41,10 @@ ZERO_SIMD_BEGIN
 #elif !ZERO_DEVICE_CODE && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define ZERO_SIMD_AVX2 1
 #endif
+// AVX-512's byte permutations (VBMI): the 8-bit moments' table lookups without gathers.
+#if defined(ZERO_SIMD_AVX512) && defined(__AVX512VBMI__)
+#define ZERO_SIMD_AVX512_VBMI 1
+#endif
 
 namespace zero::simd {
 

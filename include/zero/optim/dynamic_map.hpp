@@ -27,6 +27,10 @@
 // every one of the 2^32 floats for both maps when the lanes were last changed; the tests check
 // the boundaries and their neighbours.
 //
+// dequantize() looks the values up: with AVX-512's byte permutations (VBMI) in tables held in
+// registers, 64 codes at a time and no gather (0.18 against 0.38 ns a value with AVX2's gather,
+// one Zen 4 core); else eight at a time with a gather. Either gives map[code] x scale exactly.
+//
 // The scalar path is DynamicMapTables::nearest, plain data and one function that CUDA compiles
 // too: the device's 8-bit step (src/cuda/quantized_step.cu) runs the host's code on the host's
 // constants, so its codes are the host's.
@@ -133,6 +137,7 @@ class DynamicMap {
       t.between[d - 1] = midpoint(zero_code + static_cast<std::size_t>(t.before[d]));
     t.top = midpoint(size - 2);
     build_cells();
+    build_value_bytes();
   }
 
   bool is_signed() const noexcept { return signed_; }
@@ -191,6 +196,16 @@ class DynamicMap {
   void dequantize(const std::uint8_t* codes, std::size_t n, float scale,
                   float* values) const noexcept {
     std::size_t i = 0;
+#if defined(ZERO_SIMD_AVX512_VBMI)
+    const ValueLanes lanes(*this);
+    const __m512 times16 = _mm512_set1_ps(scale);
+    for (; i + 64 <= n; i += 64) {
+      __m512 sixteen[4];
+      lanes.values(_mm512_loadu_si512(codes + i), sixteen);
+      for (std::size_t r = 0; r < 4; ++r)
+        _mm512_storeu_ps(values + i + 16 * r, _mm512_mul_ps(sixteen[r], times16));
+    }
+#endif
 #if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
     const __m256 times = _mm256_set1_ps(scale);
     for (; i + 8 <= n; i += 8) {
@@ -231,6 +246,51 @@ class DynamicMap {
     }
     return t.top;
   }
+
+#if defined(ZERO_SIMD_AVX512_VBMI)
+  // The values of 64 codes without a gather: byte b of the 256 values is a table of 256 bytes in
+  // four registers, and vpermi2b looks 64 codes up in two of them at once (a code's low 7 bits
+  // index 128 bytes), so four tables of bytes give the four bytes of each value, which unpacking
+  // interleaves into floats. Unpacking works within each 128-bit quarter, so the codes are first
+  // put in the order that makes the floats come out in the codes' order.
+  struct ValueLanes {
+    __m512i bytes[4][4]; // bytes[b][q]: byte b (0: the lowest) of values 64q .. 64q + 63
+    __m512i order;
+
+    explicit ValueLanes(const DynamicMap& map) noexcept {
+      for (std::size_t b = 0; b < 4; ++b)
+        for (std::size_t q = 0; q < 4; ++q)
+          bytes[b][q] = _mm512_load_si512(map.value_bytes_.data() + size * b + 64 * q);
+      // Output register r, quarter l, float k holds code 16r + 4l + k; unpacking takes it from
+      // byte 16l + 4r + k of the codes.
+      alignas(64) std::uint8_t from[64];
+      for (std::size_t l = 0; l < 4; ++l)
+        for (std::size_t r = 0; r < 4; ++r)
+          for (std::size_t k = 0; k < 4; ++k)
+            from[16 * l + 4 * r + k] = static_cast<std::uint8_t>(16 * r + 4 * l + k);
+      order = _mm512_load_si512(from);
+    }
+
+    // out[r] = the values of codes 16r .. 16r + 15.
+    void values(__m512i codes, __m512 out[4]) const noexcept {
+      const __m512i c = _mm512_permutexvar_epi8(order, codes);
+      const __mmask64 upper_half = _mm512_movepi8_mask(c); // codes 128 and above
+      __m512i byte[4];
+      for (std::size_t b = 0; b < 4; ++b)
+        byte[b] = _mm512_mask_blend_epi8(upper_half,
+                                         _mm512_permutex2var_epi8(bytes[b][0], c, bytes[b][1]),
+                                         _mm512_permutex2var_epi8(bytes[b][2], c, bytes[b][3]));
+      const __m512i low_words = _mm512_unpacklo_epi8(byte[0], byte[1]);
+      const __m512i high_words = _mm512_unpackhi_epi8(byte[0], byte[1]);
+      const __m512i low_upper = _mm512_unpacklo_epi8(byte[2], byte[3]);
+      const __m512i high_upper = _mm512_unpackhi_epi8(byte[2], byte[3]);
+      out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(low_words, low_upper));
+      out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(low_words, low_upper));
+      out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(high_words, high_upper));
+      out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(high_words, high_upper));
+    }
+  };
+#endif
 
 #if defined(ZERO_SIMD_AVX2) || defined(ZERO_SIMD_AVX512)
   // nearest() on eight lanes, from the cell table, with the constants in registers: held in a local
@@ -304,8 +364,18 @@ class DynamicMap {
     }
   }
 
+  // Byte b of value v at [256 b + v]: ValueLanes' tables.
+  void build_value_bytes() noexcept {
+    for (std::size_t v = 0; v < size; ++v) {
+      const auto bits = std::bit_cast<std::uint32_t>(tables_.values[v]);
+      for (std::size_t b = 0; b < 4; ++b)
+        value_bytes_[size * b + v] = static_cast<std::uint8_t>(bits >> (8 * b));
+    }
+  }
+
   bool signed_;
   DynamicMapTables tables_{};
+  alignas(64) std::array<std::uint8_t, 4 * size> value_bytes_{};
   std::array<std::uint32_t, cell_count> cells_{};
 };
 ZERO_SIMD_END
