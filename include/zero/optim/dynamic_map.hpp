@@ -280,14 +280,15 @@ class DynamicMap {
         byte[b] = _mm512_mask_blend_epi8(upper_half,
                                          _mm512_permutex2var_epi8(bytes[b][0], c, bytes[b][1]),
                                          _mm512_permutex2var_epi8(bytes[b][2], c, bytes[b][3]));
-      const __m512i low_words = _mm512_unpacklo_epi8(byte[0], byte[1]);
-      const __m512i high_words = _mm512_unpackhi_epi8(byte[0], byte[1]);
-      const __m512i low_upper = _mm512_unpacklo_epi8(byte[2], byte[3]);
-      const __m512i high_upper = _mm512_unpackhi_epi8(byte[2], byte[3]);
-      out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(low_words, low_upper));
-      out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(low_words, low_upper));
-      out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(high_words, high_upper));
-      out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(high_words, high_upper));
+      // The values' low and high 16 bits, of the first and the last eight codes of each quarter.
+      const __m512i low_first = _mm512_unpacklo_epi8(byte[0], byte[1]);
+      const __m512i low_last = _mm512_unpackhi_epi8(byte[0], byte[1]);
+      const __m512i high_first = _mm512_unpacklo_epi8(byte[2], byte[3]);
+      const __m512i high_last = _mm512_unpackhi_epi8(byte[2], byte[3]);
+      out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(low_first, high_first));
+      out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(low_first, high_first));
+      out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(low_last, high_last));
+      out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(low_last, high_last));
     }
   };
 #endif
