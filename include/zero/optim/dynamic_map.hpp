@@ -254,21 +254,24 @@ class DynamicMap {
   // interleaves into floats. Unpacking works within each 128-bit quarter, so the codes are first
   // put in the order that makes the floats come out in the codes' order.
   struct ValueLanes {
+    // Output register r, quarter l, float k holds code 16r + 4l + k; unpacking takes it from
+    // byte 16l + 4r + k of the codes.
+    static constexpr std::array<std::uint8_t, 64> unpack_order = [] {
+      std::array<std::uint8_t, 64> from{};
+      for (std::size_t l = 0; l < 4; ++l)
+        for (std::size_t r = 0; r < 4; ++r)
+          for (std::size_t k = 0; k < 4; ++k)
+            from[16 * l + 4 * r + k] = static_cast<std::uint8_t>(16 * r + 4 * l + k);
+      return from;
+    }();
+
     __m512i bytes[4][4]; // bytes[b][q]: byte b (0: the lowest) of values 64q .. 64q + 63
-    __m512i order;
+    __m512i order = _mm512_loadu_si512(unpack_order.data());
 
     explicit ValueLanes(const DynamicMap& map) noexcept {
       for (std::size_t b = 0; b < 4; ++b)
         for (std::size_t q = 0; q < 4; ++q)
           bytes[b][q] = _mm512_load_si512(map.value_bytes_.data() + size * b + 64 * q);
-      // Output register r, quarter l, float k holds code 16r + 4l + k; unpacking takes it from
-      // byte 16l + 4r + k of the codes.
-      alignas(64) std::uint8_t from[64];
-      for (std::size_t l = 0; l < 4; ++l)
-        for (std::size_t r = 0; r < 4; ++r)
-          for (std::size_t k = 0; k < 4; ++k)
-            from[16 * l + 4 * r + k] = static_cast<std::uint8_t>(16 * r + 4 * l + k);
-      order = _mm512_load_si512(from);
     }
 
     // out[r] = the values of codes 16r .. 16r + 15.
