@@ -206,6 +206,77 @@ TEST(Checkpoint, EightBitMomentsLoadAtAnotherWorldSizeAndStage) {
   }
 }
 
+// Split masters (EngineOptions::master) are saved as the fp32 masters they stand for; splitting
+// them again on a load gives back the same compute weights and residuals.
+zero::EngineOptions split_masters(zero::MasterStorage master) {
+  zero::EngineOptions options;
+  options.master = master;
+  return options;
+}
+
+TEST(Checkpoint, SplitMastersResumeBitwise) {
+  const auto scaler = default_scaler<zero::AnyLossScaler>();
+  expect_resume_is_bitwise<zero::Stage<1>>(DType::bfloat16, scaler, {},
+                                           split_masters(zero::MasterStorage::split_16bit));
+  zero::EngineOptions both = split_masters(zero::MasterStorage::split_8bit);
+  both.moments = zero::MomentStorage::blockwise_8bit;
+  both.eight_bit_min_elements = 1000;
+  expect_resume_is_bitwise<zero::Stage<3>>(DType::bfloat16, scaler, {}, both);
+}
+
+// Saved at stage 1 by all ranks, loaded by groups of 1 and 2 ranks at stages 0 and 2: the same
+// states (saved again, the same values); loaded with fp32 masters, the same values. An
+// fp32-master checkpoint loaded with split masters keeps its moments and moves each master by at
+// most one unit of its residual: 2^-8 of a bfloat16 ulp with 8 bits (2^-15 relative).
+TEST(Checkpoint, SplitMastersLoadAtAnotherWorldSizeAndStage) {
+  auto& world = zero::testing::world();
+  SharedDir dir(world);
+  const auto scaler = default_scaler<zero::AnyLossScaler>();
+  const auto eight = split_masters(zero::MasterStorage::split_8bit);
+  for (const bool split : {true, false}) {
+    auto e = make<Engine<zero::Stage<1>>>(world, DType::bfloat16, scaler,
+                                          split ? eight : zero::EngineOptions{});
+    initialise(e);
+    train(e, 0, 3, world.rank(), world.size());
+    e.save_checkpoint(dir.path / (split ? "s" : "f"), "step3");
+  }
+  MpiCommunicator group = world.split(world.rank() == 0 ? 0 : 1, world.rank());
+  const std::string side = world.rank() == 0 ? "a" : "b";
+  const auto load_and_save = [&]<class Plan>(const fs::path& from, zero::EngineOptions options,
+                                             const std::string& tag) {
+    auto e = make<Engine<Plan>>(group, DType::bfloat16, scaler, options);
+    e.load_checkpoint(from);
+    const fs::path again = dir.path / ("again-" + tag + "-" + side);
+    e.save_checkpoint(again, "copy");
+    group.barrier();
+    train(e, 3, 4, group.rank(), group.size());
+    return contents(again / "copy");
+  };
+  const fs::path s = dir.path / "s" / "step3", f = dir.path / "f" / "step3";
+  const auto saved = contents(s);
+  expect_bitwise(saved, load_and_save.operator()<zero::Stage<0>>(s, eight, "s0"),
+                 "split masters loaded at stage 0");
+  expect_bitwise(saved, load_and_save.operator()<zero::Stage<2>>(s, eight, "s2"),
+                 "split masters loaded at stage 2");
+  expect_bitwise(saved, load_and_save.operator()<zero::Stage<2>>(s, {}, "fp32"),
+                 "split masters loaded as fp32 ones");
+
+  const auto exact = contents(f);
+  const auto converted = load_and_save.operator()<zero::Stage<2>>(f, eight, "conv");
+  const std::size_t parameters = exact.size() / 3; // master weights, exp_avg, exp_avg_sq
+  expect_bitwise(std::vector(exact.begin() + std::ptrdiff_t(parameters), exact.end()),
+                 std::vector(converted.begin() + std::ptrdiff_t(parameters), converted.end()),
+                 "moments of a converted checkpoint");
+  bool changed = false;
+  for (std::size_t p = 0; p < parameters; ++p)
+    for (std::size_t i = 0; i < exact[p].size(); ++i) {
+      ASSERT_LE(std::fabs(exact[p][i] - converted[p][i]), std::fabs(exact[p][i]) * 0x1p-15f)
+          << "master " << p << " element " << i;
+      changed = changed || exact[p][i] != converted[p][i];
+    }
+  EXPECT_TRUE(changed) << "no master was rounded to its residual";
+}
+
 // The bytes of each state file of a checkpoint.
 std::vector<std::vector<char>> state_file_bytes(const fs::path& checkpoint) {
   std::vector<std::vector<char>> all;

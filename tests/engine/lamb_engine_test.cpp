@@ -119,4 +119,19 @@ TEST(LambEngine, MatchesLambOnWholeParameters) {
           << "layer " << l << " element " << i;
 }
 
+// LAMB's step reads whole-parameter norms of the masters in three passes: split masters, which
+// the element-wise steps reconstruct run by run, are refused by name.
+TEST(LambEngine, RefusesSplitMasters) {
+  zero::EngineOptions options;
+  options.master = zero::MasterStorage::split_8bit;
+  expect_error_contains(
+      [&] {
+        train<zero::Stage<1>, zero::host, zero::Lamb, zero::AnyLossScaler>(
+            {.dtype = DType::bfloat16, .steps = 1},
+            zero::AnyLossScaler(zero::StaticLossScaler{}), options);
+      },
+      "split master weights (EngineOptions::master = split_8bit) are built for element-wise "
+      "optimizers (Adam, AdamW, SGD); this engine runs Lamb");
+}
+
 } // namespace

@@ -48,6 +48,8 @@ std::string optimizer_name(const zero::config::Config& config,
   if (config.optimizer->type == zero::config::OptimizerType::sgd)
     name += config.optimizer->momentum > 0 ? " with momentum" : " without momentum";
   if (config.optimizer->moment_bits == 8) name += " with 8-bit moments";
+  if (const int bits = config.optimizer->master_residual_bits; bits != 0)
+    name += ", master split with a " + std::to_string(bits) + "-bit residual";
   return name;
 }
 

@@ -43,6 +43,9 @@ struct OptimizerConfig {
   // zero's own key (DeepSpeed has none): Adam's and AdamW's moments in 32 bits (the default) or 8
   // (block-wise, EngineOptions::moments).
   int moment_bits = 32;
+  // zero's own key (DeepSpeed has none): the master weights in fp32 (0, the default) or split into
+  // the 16-bit compute weight and a residual of 8 or 16 bits (EngineOptions::master).
+  int master_residual_bits = 0;
 
   // Whether weight decay is applied to the weights (AdamW, torch.optim.AdamW) rather than added
   // to the gradient (torch.optim.Adam, SGD).

@@ -37,6 +37,7 @@
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/quantized_moments.hpp"
 #include "zero/optim/quantized_step.hpp"
+#include "zero/optim/split_master.hpp"
 #include "zero/optim/stream_quantized_step.hpp" // the step over HostStreamSpace
 #include "zero/optim/stream_step.hpp"           // fused_step over HostStreamSpace
 #include "zero/shard/shard_layout.hpp"
@@ -89,6 +90,21 @@ class BlockwiseMoments {
     else
       fused_step(exec_, update, master, {layer.fp32[0].view(), layer.fp32[1].view()}, grad,
                  grad_multiplier, copy);
+  }
+
+  // The same over split masters (optim/split_master.hpp), in host memory.
+  template <class G, SplitComputeType T, SplitResidual R>
+  requires HostAccessibleSpace<Space>
+  void step(const AdamUpdate& update, std::size_t l, SplitMasterView<T, R> master, View<G> grad,
+            float grad_multiplier) {
+    Layer& layer = layers_[l];
+    if (layer.eight_bit)
+      quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad,
+                           grad_multiplier);
+    else
+      split_fused_step(update, master,
+                       {handed_out(layer.fp32[0].view()), handed_out(layer.fp32[1].view())}, grad,
+                       grad_multiplier);
   }
 
   // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32, on the host; an

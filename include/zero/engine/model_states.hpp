@@ -20,6 +20,7 @@
 #include "zero/engine/replicated_parameters.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/engine/sharded_parameters.hpp"
+#include "zero/engine/split_masters.hpp"
 #include "zero/engine/stores.hpp"
 #include "zero/stage/placement.hpp"
 
@@ -151,6 +152,11 @@ class ModelStates {
       : shard_(shard), control_(control), exec_(exec),
         parameters_(shard, model, options, hpz, exec), gradients_(shard, model, options, exec),
         optimizer_(optimizer_group(shard, control), model, options, exec) {
+    // Split masters read their high parts from the compute copy (engine/split_masters.hpp).
+    if constexpr (SplitComputeType<T> && std::same_as<TargetView, View<T>> &&
+                  requires(OptimizerStates & o) { o.bind_compute_copy({}); })
+      optimizer_.bind_compute_copy(
+          [this](std::size_t l) -> SplitComputeBlock { return parameters_.update_target(l); });
     // What only the options decide is refused here, the same on every rank.
     if (options.delayed_parameter_update_after >= 0) {
       if constexpr (!offloaded)

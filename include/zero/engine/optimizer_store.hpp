@@ -15,6 +15,11 @@
 // Adam's and AdamW's moments may be kept in 8 bits (EngineOptions::moments,
 // engine/blockwise_moments.hpp), in the store's memory: host memory (ZeRO-Offload's host store
 // among them) or a stream space's (device memory, updated by the CUDA 8-bit step).
+//
+// The master weights may be kept split (EngineOptions::master, engine/split_masters.hpp): the
+// compute copy the step writes is then also the master's high part, read back by the next step,
+// and this store keeps only the residuals. Built for element-wise optimizers with their states in
+// host memory.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/dropped_waits.hpp"
@@ -28,6 +33,7 @@
 #include "zero/engine/options.hpp"
 #include "zero/engine/parameter_pieces.hpp"
 #include "zero/engine/report.hpp"
+#include "zero/engine/split_masters.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
@@ -36,6 +42,7 @@
 #include "zero/shard/sharded_tensor.hpp"
 
 #include <array>
+#include <functional>
 #include <concepts>
 #include <cstddef>
 #include <optional>
@@ -67,11 +74,42 @@ requires HostAccessibleSpace<typename K::space> ||
     using type = std::optional<BlockwiseMoments<Space, Exec>>;
   };
   using MaybeBlockwise = typename blockwise_member<can_quantize>::type;
+  // Where split masters can be kept: element-wise updates on the host's threads, in host memory.
+  static constexpr bool can_split = !TrustRatioUpdate<typename Opt::update_type> &&
+                                    std::same_as<Space, host> && std::same_as<Exec, HostThreads>;
+  template <bool Can, class = void>
+  struct split_member {
+    struct type {};
+  };
+  template <class Unused>
+  struct split_member<true, Unused> {
+    using type = std::optional<SplitMasters<host>>;
+  };
+  using MaybeSplit = typename split_member<can_split>::type;
 
  public:
   template <class Comm>
   OptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
-      : model_(model), exec_(exec), master_(make(shard)) {
+      : model_(model), exec_(exec) {
+    if (options.master != MasterStorage::fp32) {
+      if constexpr (can_split)
+        split_.emplace(*K::layout(model), K::rank(model), model.layers(), options.master,
+                       options.compute_dtype);
+      else
+        fail_on_every_rank(
+            ErrorKind::unsupported,
+            std::string("engine: split master weights (EngineOptions::master = ") +
+                to_string(options.master) + ") are built for " +
+                (TrustRatioUpdate<typename Opt::update_type>
+                     ? std::string("element-wise optimizers (Adam, AdamW, SGD); this engine "
+                                   "runs ") +
+                           std::string(Opt::name)
+                     : std::string("optimizer states in host memory updated on the host's "
+                                   "threads; this store keeps them in ") +
+                           Space::name));
+    } else {
+      master_.emplace(make(shard));
+    }
     if (options.moments == MomentStorage::blockwise_8bit) {
       if constexpr (can_quantize)
         blockwise_.emplace(model, *K::layout(model), K::rank(model), options.eight_bit_min_elements,
@@ -90,12 +128,27 @@ requires HostAccessibleSpace<typename K::space> ||
 
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
-    detail::write_on_host(exec_, master_.block(l), [&](View<float> block) {
+    const auto pack = [&](View<float> block) {
       if constexpr (K::sharded)
         model_.pack_my_block(l, values.data(), block.data());
       else
         convert_n(values.data(), block.data(), values.size());
-    });
+    };
+    if constexpr (can_split)
+      if (split_) {
+        std::vector<float> block(kept_layout().block(l, kept_rank()).size(), 0.0f);
+        pack(View<float>(block));
+        split_->write(l, View<const float>(block));
+        return;
+      }
+    detail::write_on_host(exec_, master_->block(l), pack);
+  }
+
+  // Split masters: where the compute copy of this rank's block of layer l is (the parameter
+  // store's), read to reconstruct the masters outside a step. Does nothing otherwise.
+  void bind_compute_copy(std::function<SplitComputeBlock(std::size_t)> compute_copy) {
+    if constexpr (can_split)
+      if (split_) split_->bind_compute_copy(std::move(compute_copy));
   }
 
   // Layer l's master weights, all of them, in order. Collective when sharded.
@@ -103,14 +156,28 @@ requires HostAccessibleSpace<typename K::space> ||
   std::vector<float> layer(Comm& shard, std::size_t l) const {
     const std::size_t numel = model_.sharded->layer(l).numel;
     std::vector<float> values(numel);
+    if constexpr (can_split)
+      if (split_) {
+        std::vector<float> mine(kept_layout().block(l, kept_rank()).size());
+        split_->read(l, View<float>(mine));
+        if constexpr (K::sharded) {
+          std::vector<float> image(model_.sharded->layer(l).flat_numel);
+          gather_layer_image(shard, *model_.sharded, l, View<const float>(mine), View<float>(image))
+              .wait();
+          model_.images.unpack(l, image.data(), values.data());
+        } else {
+          convert_n(mine.data(), values.data(), numel);
+        }
+        return values;
+      }
     if constexpr (K::sharded) {
       Buffer<float, Space> image(model_.sharded->layer(l).flat_numel, uninitialized);
-      gather_layer_image(shard, *model_.sharded, l, master_.block(l), image.view()).wait();
+      gather_layer_image(shard, *model_.sharded, l, master_->block(l), image.view()).wait();
       detail::read_on_host(exec_, std::as_const(image).view(), [&](View<const float> on_host) {
         model_.images.unpack(l, on_host.data(), values.data());
       });
     } else {
-      detail::read_on_host(exec_, master_.block(l).first(numel), [&](View<const float> on_host) {
+      detail::read_on_host(exec_, master_->block(l).first(numel), [&](View<const float> on_host) {
         convert_n(on_host.data(), values.data(), numel);
       });
     }
@@ -125,13 +192,15 @@ requires HostAccessibleSpace<typename K::space> ||
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
     const auto step_layer = [&](std::size_t l) {
+      if constexpr (can_split)
+        if (split_) return step_split(update, l, grads(l), grad_multiplier, out(l));
       if constexpr (can_quantize)
         if (blockwise_)
-          return blockwise_->step(update, l, master_.block(l), grads(l), grad_multiplier, out(l));
+          return blockwise_->step(update, l, master_->block(l), grads(l), grad_multiplier, out(l));
       std::array<View<float, Space>, states> moments;
       for (std::size_t k = 0; k < states; ++k)
         moments[k] = states_[k].block(l);
-      fused_step(exec_, update, master_.block(l), moments, grads(l), grad_multiplier, out(l));
+      fused_step(exec_, update, master_->block(l), moments, grads(l), grad_multiplier, out(l));
     };
     for (std::size_t l = 0; l < model_.layers(); ++l) {
       step_layer(l);
@@ -163,7 +232,7 @@ requires HostAccessibleSpace<typename K::space> ||
       for (const ParameterPiece& piece : pieces_->layer(l)) {
         const auto part = [&](auto view) { return view.subview(piece.position, piece.length); };
         const ParameterSums s = trust_ratio_prepare(
-            update, View<const float>(part(handed_out(master_.block(l)))),
+            update, View<const float>(part(handed_out(master_->block(l)))),
             {part(handed_out(states_[0].block(l))), part(handed_out(states_[1].block(l)))}, part(g),
             grad_multiplier);
         double* into = sums.data() + static_cast<std::size_t>(piece.rank) * row;
@@ -180,7 +249,7 @@ requires HostAccessibleSpace<typename K::space> ||
       neg_step[p] = update.neg_step(total.param, total.direction);
     }
     for (std::size_t l = 0; l < model_.layers(); ++l) {
-      const View<float> master = handed_out(master_.block(l));
+      const View<float> master = handed_out(master_->block(l));
       const auto copy = handed_out(out(l));
       const View<const float> m = handed_out(states_[0].block(l));
       const View<const float> v = handed_out(states_[1].block(l));
@@ -215,6 +284,13 @@ requires HostAccessibleSpace<typename K::space> ||
         const auto give = [&](const auto& block) -> decltype(f(t, l, Range{}, block)) {
           return f(t, l, Range{0, block.size()}, block);
         };
+        if constexpr (can_split)
+          if (split_ && t == 0) {
+            std::vector<float> masters(kept_layout().block(l, kept_rank()).size());
+            split_->read(l, View<float>(masters));
+            give(View<const float>(masters));
+            continue;
+          }
         if constexpr (can_quantize)
           if (blockwise_ && t > 0) {
             blockwise_->read(l, t - 1, give);
@@ -229,6 +305,13 @@ requires HostAccessibleSpace<typename K::space> ||
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for (std::size_t t = 0; t < 1 + states; ++t) {
         const auto fill = [&](View<float> block) { f(t, l, Range{0, block.size()}, block); };
+        if constexpr (can_split)
+          if (split_ && t == 0) {
+            std::vector<float> masters(kept_layout().block(l, kept_rank()).size());
+            fill(View<float>(masters));
+            split_->write(l, View<const float>(masters));
+            continue;
+          }
         if constexpr (can_quantize)
           if (blockwise_ && t > 0) {
             blockwise_->write(l, t - 1, fill);
@@ -253,11 +336,18 @@ requires HostAccessibleSpace<typename K::space> ||
     return total;
   }
 
-  StateBytes master_bytes() const noexcept { return {master_.bytes_resident(), 0}; }
+  StateBytes master_bytes() const noexcept {
+    if constexpr (can_split)
+      if (split_) return split_->bytes();
+    return {master_->bytes_resident(), 0};
+  }
   StateBytes state_bytes() const noexcept {
     if constexpr (can_quantize)
       if (blockwise_) return blockwise_->bytes();
-    return {states * master_.bytes_resident(), 0};
+    std::size_t total = 0;
+    for (const Tensor& state : states_)
+      total += state.bytes_resident();
+    return {total, 0};
   }
   IoStats nvme_traffic() const noexcept { return {}; } // nothing on NVMe
   std::size_t buffer_bytes() const noexcept { return 0; }
@@ -271,8 +361,28 @@ requires HostAccessibleSpace<typename K::space> ||
     done(l);
   }
 
-  const Tensor& tensor(std::size_t t) const { return t == 0 ? master_ : states_[t - 1]; }
-  Tensor& tensor(std::size_t t) { return t == 0 ? master_ : states_[t - 1]; }
+  const Tensor& tensor(std::size_t t) const { return t == 0 ? *master_ : states_[t - 1]; }
+  Tensor& tensor(std::size_t t) { return t == 0 ? *master_ : states_[t - 1]; }
+
+  // Layer l's update over split masters: the compute block `copy` holds the masters' high parts
+  // and receives the new ones.
+  template <ElementwiseUpdate U, class G, class Out>
+  void step_split(const U& update, std::size_t l, View<G> grad, float grad_multiplier,
+                  View<Out> copy) {
+    if constexpr (SplitComputeType<Out>) {
+      split_->with_masters(l, copy, [&]<class R>(SplitMasterView<Out, R> master) {
+        if constexpr (can_quantize)
+          if (blockwise_) return blockwise_->step(update, l, master, grad, grad_multiplier);
+        std::array<View<float>, states> moments;
+        for (std::size_t k = 0; k < states; ++k)
+          moments[k] = states_[k].block(l);
+        split_fused_step(update, master, moments, grad, grad_multiplier);
+      });
+    } else {
+      fail(ErrorKind::unsupported, "engine: split master weights need a float16 or bfloat16 "
+                                   "compute copy to write");
+    }
+  }
 
   // On the engine's agreed layout (ModelLayout): no verification collective, so that a
   // communicator of device memory, which cannot move the check's host metadata, builds it too.
@@ -283,9 +393,10 @@ requires HostAccessibleSpace<typename K::space> ||
 
   const ModelLayout& model_;
   Exec exec_;
-  Tensor master_;
+  std::optional<Tensor> master_; // the fp32 masters; none when split_ keeps them
   std::vector<Tensor> states_; // the fp32 moments; none when blockwise_ keeps them
   [[no_unique_address]] MaybeBlockwise blockwise_;
+  [[no_unique_address]] MaybeSplit split_;
   std::optional<ParameterPieces> pieces_; // for a TrustRatioUpdate only
   // Over a stream space: the events of the last two layers queued (step()); nothing otherwise.
   template <class E>

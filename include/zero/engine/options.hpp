@@ -31,6 +31,29 @@ constexpr const char* to_string(MomentStorage storage) noexcept {
   return storage == MomentStorage::fp32 ? "fp32" : "blockwise_8bit";
 }
 
+// How the optimizer store keeps the master weights of a float16 or bfloat16 run
+// (optim/split_master.hpp).
+enum class MasterStorage {
+  fp32, // 4 bytes a parameter
+  // The compute weight (kept by the parameter store anyway) plus a signed residual of 8 or 16 bits
+  // in units of a 2^8-th or 2^16-th of the weight's ulp: 1 or 2 bytes a parameter.
+  split_8bit,
+  split_16bit,
+};
+
+constexpr const char* to_string(MasterStorage storage) noexcept {
+  switch (storage) {
+  case MasterStorage::split_8bit: return "split_8bit";
+  case MasterStorage::split_16bit: return "split_16bit";
+  default: return "fp32";
+  }
+}
+// Bytes a parameter of the master weights, beside the compute copy.
+constexpr double master_bytes_per_parameter(MasterStorage storage) noexcept {
+  return storage == MasterStorage::split_8bit ? 1.0 : storage == MasterStorage::split_16bit ? 2.0
+                                                                                            : 4.0;
+}
+
 struct EngineOptions {
   // The element type of the weights and gradients that forward and backward use. float32, or
   // float16 / bfloat16 with fp32 master weights.
@@ -108,6 +131,10 @@ struct EngineOptions {
   // than eight_bit_min_elements elements keep fp32 moments (bitsandbytes' min_8bit_size).
   MomentStorage moments = MomentStorage::fp32;
   std::size_t eight_bit_min_elements = 4096;
+  // The master weights in fp32, or split into the float16 or bfloat16 compute weight and an 8- or
+  // 16-bit residual (the optimizer's "master_residual_bits" in a config; not a DeepSpeed setting).
+  // Element-wise optimizers (Adam, AdamW, SGD) with their states in host memory.
+  MasterStorage master = MasterStorage::fp32;
 
   DType reduction_dtype() const noexcept { return reduce_dtype.value_or(compute_dtype); }
   // The element type of the reduced gradient the optimizer step reads (the gradient store's
@@ -128,7 +155,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 25> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 26> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -153,7 +180,8 @@ struct EngineOptions {
              {"offload_optimizer", std::uint64_t(offload_optimizer)},
              {"offload_param", std::uint64_t(offload_param)},
              {"moments", std::uint64_t(moments)},
-             {"eight_bit_min_elements", eight_bit_min_elements}}};
+             {"eight_bit_min_elements", eight_bit_min_elements},
+             {"master", std::uint64_t(master)}}};
   }
 
   void validate() const {
@@ -180,6 +208,12 @@ struct EngineOptions {
     require(gradient_quantization_bits == 4 || gradient_quantization_bits == 8,
             "engine: gradient_quantization_bits must be 4 or 8, not " +
                 std::to_string(gradient_quantization_bits));
+    require(master == MasterStorage::fp32 || compute_dtype != DType::float32,
+            std::string("engine: split master weights (EngineOptions::master = ") +
+                to_string(master) +
+                ") keep the master as the float16 or bfloat16 compute weight plus a residual; "
+                "with compute_dtype float32 the compute weight is the master already",
+            ErrorKind::unsupported);
     nvme.validate();
   }
 
@@ -214,6 +248,9 @@ struct EngineOptions {
     o.offload_param = c.zero_optimization.offload_param.device;
     o.nvme = NvmeOptions::from_config(c);
     if (c.optimizer && c.optimizer->moment_bits == 8) o.moments = MomentStorage::blockwise_8bit;
+    if (c.optimizer && c.optimizer->master_residual_bits != 0)
+      o.master = c.optimizer->master_residual_bits == 8 ? MasterStorage::split_8bit
+                                                        : MasterStorage::split_16bit;
     return o;
   }
 };

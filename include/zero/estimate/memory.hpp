@@ -123,16 +123,18 @@ inline double largest_model(double device_memory, ModelStateQuery query) {
 }
 
 // The paper's model-state bytes per rank of Ψ `parameters` at `stage` over `ranks`: parameters and
-// gradients of `compute_bytes` each, fp32 master weights and `moment_bytes` per parameter of
-// optimizer moments (4 per fp32 state tensor; 2 + 8 / 2048 for Adam's two moments in 8 bits).
+// gradients of `compute_bytes` each, `master_bytes` per parameter of master weights (4 in fp32; 1
+// or 2 split beside a 16-bit compute copy) and `moment_bytes` of optimizer moments (4 per fp32
+// state tensor; 2 + 8 / 2048 for Adam's two moments in 8 bits).
 inline double paper_model_state_bytes(double parameters, std::int64_t ranks, int stage,
-                                      std::size_t compute_bytes, double moment_bytes) {
+                                      std::size_t compute_bytes, double moment_bytes,
+                                      double master_bytes = 4.0) {
   const double p = static_cast<double>(compute_bytes);
   ModelStateQuery query;
   query.parameters = parameters;
   query.data_parallel = ranks;
   query.stage = stage;
-  query.bytes = {p, p, 4.0 + moment_bytes};
+  query.bytes = {p, p, master_bytes + moment_bytes};
   return model_state_memory(query).total();
 }
 

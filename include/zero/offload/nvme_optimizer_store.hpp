@@ -62,7 +62,7 @@ class NvmeOptimizerStore {
  public:
   template <class Comm>
   NvmeOptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
-      : model_(model), exec_(exec), options_(quantizable(options).nvme.optimizer),
+      : model_(model), exec_(exec), options_(supported(options).nvme.optimizer),
         eight_bit_(options.moments == MomentStorage::blockwise_8bit),
         // Opening the directory and locking buffers in RAM can fail on one rank only: agreed, so
         // that the others do not go on to wait in the tensors' collectives.
@@ -248,7 +248,13 @@ class NvmeOptimizerStore {
 
  private:
   // 8-bit moments are Adam's, updated by the host's threads (as in memory): others refuse them.
-  static const EngineOptions& quantizable(const EngineOptions& options) {
+  // Split masters are not built on the tier.
+  static const EngineOptions& supported(const EngineOptions& options) {
+    if (options.master != MasterStorage::fp32)
+      fail_on_every_rank(ErrorKind::unsupported,
+                         std::string("engine: split master weights (EngineOptions::master = ") +
+                             to_string(options.master) +
+                             ") are not built for optimizer states on the NVMe tier yet");
     if (options.moments == MomentStorage::blockwise_8bit && !can_quantize)
       fail_on_every_rank(ErrorKind::unsupported,
                          std::string("engine: 8-bit moments (EngineOptions::moments) are built for "

@@ -67,7 +67,7 @@ class OffloadedOptimizerStore {
   template <class Comm>
   OffloadedOptimizerStore(Comm& control, const ModelLayout& model, const EngineOptions& options,
                           Exec exec)
-      : inner_(control, model, options, HostThreads{}), exec_(exec),
+      : inner_(control, model, not_split(options), HostThreads{}), exec_(exec),
         gradient_dtype_(options.reduced_gradient_dtype()), compute_dtype_(options.compute_dtype),
         offsets_(block_offsets(model)),
         staged_gradients_(offsets_.back() * size_of(gradient_dtype_), uninitialized),
@@ -147,6 +147,18 @@ class OffloadedOptimizerStore {
   }
 
  private:
+  // The host's step would read the compute weights from the staging it sends them through, not
+  // from the device's copy: split masters behind a device are not built yet.
+  static const EngineOptions& not_split(const EngineOptions& options) {
+    if (options.master != MasterStorage::fp32)
+      fail_on_every_rank(ErrorKind::unsupported,
+                         std::string("engine: split master weights (EngineOptions::master = ") +
+                             to_string(options.master) +
+                             ") are not built for optimizer states offloaded from a device "
+                             "(ZeRO-Offload) yet");
+    return options;
+  }
+
   // Where each layer's block starts among the elements this rank updates (the last entry: all).
   static std::vector<std::size_t> block_offsets(const ModelLayout& model) {
     std::vector<std::size_t> offsets{0};

@@ -135,6 +135,21 @@ inline void read_moment_bits(ObjectReader& reader, OptimizerConfig& optimizer) {
   optimizer.moment_bits = static_cast<int>(bits);
 }
 
+// zero's key for split master weights (DeepSpeed has none): 8 or 16 bits of residual beside the
+// 16-bit compute weight, for the element-wise optimizers.
+inline void read_master_residual_bits(ObjectReader& reader, OptimizerConfig& optimizer) {
+  const std::int64_t bits = reader.integer("master_residual_bits", 0, positive);
+  if (bits != 8 && bits != 16)
+    reader.context().fail_at(reader.path_of("master_residual_bits"),
+                             "expected 8 or 16 (bits of residual beside the 16-bit compute "
+                             "weight), got " +
+                                 std::to_string(bits));
+  if (optimizer.type == OptimizerType::lamb)
+    reader.context().fail_at(reader.path_of("master_residual_bits"),
+                             "split master weights are built for Adam, AdamW and SGD, not Lamb");
+  optimizer.master_residual_bits = static_cast<int>(bits);
+}
+
 // Unset when the type is one zero does not have yet (recorded as unbuilt).
 inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
   ParseContext& context = reader.context();
@@ -174,6 +189,7 @@ inline std::optional<OptimizerConfig> read_optimizer(ObjectReader& reader) {
       read_adam_params(params, optimizer);
     if (optimizer.type == OptimizerType::lamb) read_lamb_params(params, optimizer);
     if (params.has("moment_bits")) read_moment_bits(params, optimizer);
+    if (params.has("master_residual_bits")) read_master_residual_bits(params, optimizer);
   });
   return optimizer;
 }

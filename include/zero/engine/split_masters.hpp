@@ -1,0 +1,128 @@
+#pragma once
+// SplitMasters<Space>: the master weights of this rank's blocks kept split (EngineOptions::master,
+// optim/split_master.hpp): the compute copy's values, which the parameter store keeps anyway,
+// plus one signed residual of 8 or 16 bits per element, held here layer by layer. The residuals
+// cover exactly the blocks an fp32 master would, so every stage, and every number of ranks,
+// splits the same values into the same bytes.
+//
+// The compute weights live in the parameter store: the optimizer store reads them through a view
+// the engine binds (bind_compute_copy), for the cold paths that need the masters whole (the
+// layer's weights, a checkpoint's save). The step itself gets them as the update's target. The
+// residuals of a value follow from the value alone, so writing masters (set_layer, a checkpoint's
+// load) needs no compute copy: the parameter store rounds them to the same compute weights.
+
+#include "zero/core/buffer.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/view.hpp"
+#include "zero/engine/options.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/optim/split_master.hpp"
+#include "zero/shard/shard_layout.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace zero {
+
+// A layer's block of the compute copy, in the types a master can be split over.
+using SplitComputeBlock = std::variant<View<half>, View<bfloat16>>;
+
+template <HostAccessibleSpace Space>
+class SplitMasters {
+ public:
+  SplitMasters(const ShardLayout& kept, int kept_rank, std::size_t layers, MasterStorage storage,
+               DType compute)
+      : sixteen_bits_(storage == MasterStorage::split_16bit), compute_(compute) {
+    require(compute == DType::float16 || compute == DType::bfloat16,
+            std::string("engine: split master weights need a float16 or bfloat16 compute copy, "
+                        "not ") +
+                to_string(compute),
+            ErrorKind::unsupported);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::size_t n = kept.block(l, kept_rank).size();
+      if (sixteen_bits_)
+        wide_.emplace_back(n);
+      else
+        narrow_.emplace_back(n);
+    }
+  }
+
+  // The compute copy's block of layer l, bound by the engine once the parameter store exists.
+  void bind_compute_copy(std::function<SplitComputeBlock(std::size_t)> compute_copy) {
+    compute_copy_ = std::move(compute_copy);
+  }
+
+  // f(residuals) with layer l's residuals: a View<std::int8_t> or View<std::int16_t>.
+  template <class F>
+  decltype(auto) with_residuals(std::size_t l, F&& f) {
+    if (sixteen_bits_) return f(handed_out(wide_[l].view()));
+    return f(handed_out(narrow_[l].view()));
+  }
+
+  // f(SplitMasterView<T, R>) over layer l's compute block `weights` and its residuals.
+  template <SplitComputeType T, class F>
+  void with_masters(std::size_t l, View<T> weights, F&& f) {
+    with_residuals(l, [&]<class R>(View<R> residuals) {
+      require(residuals.size() == weights.size(),
+              "split masters: layer " + std::to_string(l) + "'s compute block has " +
+                  std::to_string(weights.size()) + " elements, its residuals " +
+                  std::to_string(residuals.size()));
+      f(SplitMasterView<T, R>{weights, residuals});
+    });
+  }
+
+  // Layer l's masters, reconstructed from the bound compute copy, into `into`.
+  void read(std::size_t l, View<float> into) const {
+    require(static_cast<bool>(compute_copy_),
+            "split masters: no compute copy is bound to reconstruct the masters from");
+    std::visit(
+        [&]<class T>(View<T> weights) {
+          const auto reconstruct = [&]<class R>(View<const R> residuals) {
+            reconstruct_masters(View<const T>(weights), residuals, into);
+          };
+          if (sixteen_bits_)
+            reconstruct(View<const std::int16_t>(handed_out(wide_[l].view())));
+          else
+            reconstruct(View<const std::int8_t>(handed_out(narrow_[l].view())));
+        },
+        compute_copy_(l));
+  }
+  // Layer l's masters from `values`: the residuals they leave beside their compute weights.
+  void write(std::size_t l, View<const float> values) {
+    const auto split = [&]<class T>(std::type_identity<T>) {
+      std::vector<T> w(values.size()); // the compute weights: the parameter store keeps them
+      with_residuals(l, [&]<class R>(View<R> residuals) {
+        split_masters(values, SplitMasterView<T, R>{View<T>(w), residuals});
+      });
+    };
+    if (compute_ == DType::bfloat16)
+      split(std::type_identity<bfloat16>{});
+    else
+      split(std::type_identity<half>{});
+  }
+
+  StateBytes bytes() const noexcept {
+    std::size_t total = 0;
+    for (const auto& b : wide_)
+      total += b.size_bytes();
+    for (const auto& b : narrow_)
+      total += b.size_bytes();
+    return {total, 0};
+  }
+
+ private:
+  bool sixteen_bits_;
+  DType compute_;
+  std::vector<Buffer<std::int16_t, Space>> wide_;  // 16-bit residuals, one buffer a layer
+  std::vector<Buffer<std::int8_t, Space>> narrow_; // or 8-bit ones
+  std::function<SplitComputeBlock(std::size_t)> compute_copy_;
+};
+
+} // namespace zero
