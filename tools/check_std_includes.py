@@ -52,7 +52,7 @@ NAMES = {
         r"\b(CHAR_BIT|INT_MAX|INT_MIN|UINT_MAX|LONG_MAX|ULLONG_MAX|LLONG_MAX|PATH_MAX|IOV_MAX)\b",
     ],
     "cmath": [
-        r"std::(cos|sin|tanh|fmod|nan|llround|trunc|signbit|copysign|hypot)\b",
+        r"std::(cos|sin|tanh|fmod|nan|llround|trunc|signbit|copysign|hypot|nearbyint|rint)\b",
         r"std::(sqrt|fabs|isfinite|isnan|isinf|pow|exp|log|log2|ceil|floor|ldexp|frexp|nextafter|"
         r"round|lround|fma)\b",
     ],

@@ -29,7 +29,26 @@ packages only) with one panel per demo: seed 1's two loss curves, smoothed by a 
 logarithmic loss axis.
 
     /usr/bin/python3 bench/optim/moment_quality.py --dir DIR [--seeds 1 2 3] \\
-        [--out docs/moment-quality.svg] [--last 50] [--smooth 50]
+        [--out docs/moment-quality.svg] [--last 50] [--smooth 50] \\
+        [--variants NAME=LABEL ...] [--title TEXT]
+
+--variants names the runs to compare, the first the baseline: reports PREFIX_NAME_sSEED.json,
+drawn as LABEL (default: 32-bit="fp32 moments" 8-bit="8-bit moments"). Split master weights are
+compared the same way (docs/optimizers.md, "Split master weights"):
+
+    export OMP_NUM_THREADS=1 Q=/tmp/master-quality
+    for s in 1 2 3; do
+      for v in "fp32:0:32" "split16:16:32" "split8:8:32" "split8m8:8:8"; do
+        IFS=: read name bits moments <<< "$v"
+        $G $GPT --seed $s --master-residual-bits $bits --moment-bits $moments \\
+           --json $Q/gpt_${name}_s$s.json > $Q/gpt_${name}_s$s.log
+        $M $MLP --dtype bf16 --seed $s --master-residual-bits $bits --moment-bits $moments \\
+           --json $Q/mlp_${name}_s$s.json > $Q/mlp_${name}_s$s.log
+      done
+    done
+    /usr/bin/python3 bench/optim/moment_quality.py --dir $Q --out docs/master-quality.svg \\
+        --title "fp32 master against split masters" --variants "fp32=fp32 states" \\
+        "split16=16-bit residual" "split8=8-bit residual" "split8m8=8-bit residual, 8-bit moments"
 """
 
 import argparse
@@ -42,7 +61,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # (panel title, the prefix of its reports' names), as the commands above write them.
 DEMOS = [("train_gpt", "gpt"), ("train_mlp", "mlp")]
-COLOURS = {"fp32": "#1f5fa8", "8-bit": "#d9531e"}
+COLOURS = ["#1f5fa8", "#d9531e", "#2e8b3a", "#8a3fb0"]
 
 
 def losses(path):
@@ -127,13 +146,14 @@ def panel(x0, y0, width, height, title, curves, first_step, summary):
     out.append(f'<text transform="translate({x0 + 15},{y0 + top + ph / 2:.1f}) rotate(-90)" '
                f'text-anchor="middle">loss (log scale)</text>')
     for k, (name, values) in enumerate(curves.items()):
+        colour = COLOURS[k % len(COLOURS)]
         points = " ".join(f"{sx(i):.1f},{sy(v):.2f}" for i, v in enumerate(values))
-        out.append(f'<polyline points="{points}" fill="none" stroke="{COLOURS[name]}" '
+        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
                    f'stroke-width="1.4" opacity="0.85"/>')
-        lx, ly = x0 + left + pw - 150, y0 + top + 18 + 18 * k
+        lx, ly = x0 + left + pw - 215, y0 + top + 18 + 18 * k
         out.append(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 22}" y2="{ly - 4}" '
-                   f'stroke="{COLOURS[name]}" stroke-width="2"/>')
-        out.append(f'<text x="{lx + 28}" y="{ly}">{name} moments</text>')
+                   f'stroke="{colour}" stroke-width="2"/>')
+        out.append(f'<text x="{lx + 28}" y="{ly}">{name}</text>')
     out.append(f'<text x="{x0 + left + pw / 2:.1f}" y="{y0 + top + ph + 52}" '
                f'text-anchor="middle">{summary}</text>')
     return out
@@ -146,36 +166,53 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "moment-quality.svg"))
     parser.add_argument("--last", type=int, default=50, help="steps in the final mean")
     parser.add_argument("--smooth", type=int, default=50, help="moving-mean window of the plot")
+    parser.add_argument("--variants", nargs="+", default=["32-bit=fp32 moments", "8-bit=8-bit moments"],
+                        help="NAME=LABEL of each run to compare, the baseline first")
+    parser.add_argument("--title", default="fp32 against 8-bit Adam moments")
     args = parser.parse_args()
+    variants = [v.split("=", 1) if "=" in v else (v, v) for v in args.variants]
+    if len(variants) < 2:
+        sys.exit("--variants: name a baseline and at least one run to compare with it")
 
     width, height = 520, 380
     elements = []
     for k, (demo, prefix) in enumerate(DEMOS):
-        differences, fp32_means, plotted = [], [], None
+        base_name, base_label = variants[0]
+        differences = {name: [] for name, _ in variants[1:]}
+        base_means, plotted = [], None
         for seed in args.seeds:
-            first, fp32 = losses(os.path.join(args.dir, f"{prefix}_32-bit_s{seed}.json"))
-            first_q, q = losses(os.path.join(args.dir, f"{prefix}_8-bit_s{seed}.json"))
-            if (first, len(fp32)) != (first_q, len(q)):
-                sys.exit(f"{demo}, seed {seed}: the runs differ in their steps ({first}+{len(fp32)} "
-                         f"against {first_q}+{len(q)})")
-            a, b = last_mean(fp32, args.last), last_mean(q, args.last)
-            differences.append((b - a) / a)
-            fp32_means.append(a)
-            print(f"{demo}, seed {seed}: {len(fp32)} steps; mean loss of the last {args.last}: "
-                  f"fp32 {a:.6f}, 8-bit {b:.6f}, relative difference {differences[-1]:+.4%}")
+            runs = {name: losses(os.path.join(args.dir, f"{prefix}_{name}_s{seed}.json"))
+                    for name, _ in variants}
+            first, base = runs[base_name]
+            for name, (first_v, values) in runs.items():
+                if (first, len(base)) != (first_v, len(values)):
+                    sys.exit(f"{demo}, seed {seed}: {name} differs from {base_name} in its steps "
+                             f"({first_v}+{len(values)} against {first}+{len(base)})")
+            a = last_mean(base, args.last)
+            base_means.append(a)
+            line = [f"{base_label} {a:.6f}"]
+            for name, label in variants[1:]:
+                b = last_mean(runs[name][1], args.last)
+                differences[name].append((b - a) / a)
+                line.append(f"{label} {b:.6f} ({differences[name][-1]:+.4%})")
+            print(f"{demo}, seed {seed}: {len(base)} steps; mean loss of the last {args.last}: "
+                  + ", ".join(line))
             if plotted is None:
-                plotted = (seed, first, fp32, q, a, b, differences[-1])
-        mean_difference = sum(differences) / len(differences)
-        spread = (max(fp32_means) - min(fp32_means)) / min(fp32_means)
-        print(f"{demo}: mean relative difference over seeds {args.seeds}: {mean_difference:+.4%}; "
-              f"the fp32 runs' last-{args.last} means spread by {spread:.2%} over the seeds")
-        seed, first, fp32, q, a, b, rel = plotted
-        summary = (f"seed {seed}, last {args.last} steps: fp32 {a:.4f}, 8-bit {b:.4f} ({rel:+.2%}); "
-                   f"{len(args.seeds)} seeds: {mean_difference:+.2%}")
-        curves = {"fp32": moving_mean(fp32, args.smooth), "8-bit": moving_mean(q, args.smooth)}
+                plotted = (seed, first, {label: runs[name][1] for name, label in variants})
+        spread = (max(base_means) - min(base_means)) / min(base_means)
+        means = {name: sum(d) / len(d) for name, d in differences.items()}
+        for name, label in variants[1:]:
+            print(f"{demo}: {label}: mean relative difference over seeds {args.seeds}: "
+                  f"{means[name]:+.4%}")
+        print(f"{demo}: the {base_label} runs' last-{args.last} means spread by {spread:.2%} over "
+              f"the seeds")
+        seed, first, curves_raw = plotted
+        summary = (f"seed {seed} plotted; mean over {len(args.seeds)} seeds, last {args.last} steps: "
+                   + ", ".join(f"{means[name]:+.2%}" for name, _ in variants[1:]))
+        curves = {label: moving_mean(values, args.smooth) for label, values in curves_raw.items()}
         elements += panel(k * width, 0, width, height,
-                          f"{demo}: fp32 against 8-bit Adam moments (moving mean of {args.smooth})",
-                          curves, first, summary)
+                          f"{demo}: {args.title} (moving mean of {args.smooth})", curves, first,
+                          summary)
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(DEMOS)}" '
            f'height="{height}" viewBox="0 0 {width * len(DEMOS)} {height}" '
            f'font-family="sans-serif" font-size="12">',

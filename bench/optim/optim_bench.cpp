@@ -15,12 +15,16 @@
 // adam_step_vs_triad alternates the two within each iteration and reports their ratio;
 // adam_8bit_vs_fp32 does the same for the 8-bit and the fp32 Adam step, and adam_8bit_parts times
 // the 8-bit step's parts on one block in cache (one thread), nanoseconds a value.
+// split_master_vs_fp32_master alternates the step over split masters (a bf16 weight plus an 8- or
+// 16-bit residual, optim/split_master.hpp) with the same step over fp32 masters, with 8-bit or
+// fp32 moments.
 
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
 #include <zero/optim/lamb.hpp>
 #include <zero/optim/quantized_step.hpp>
 #include <zero/optim/sgd.hpp>
+#include <zero/optim/split_master.hpp>
 #include <zero/precision/grad_norm.hpp>
 #include <zero/precision/overflow.hpp>
 
@@ -232,6 +236,63 @@ void adam_8bit_vs_fp32(benchmark::State& state) {
   state.counters["vs_fp32"] = benchmark::Counter(eight_seconds / fp32_seconds);
 }
 
+// The Adam step over split masters (bf16 weight and an R residual) and over fp32 masters in
+// alternation, bf16 gradients and copy, with 8-bit moments (EightBit) or fp32 ones; the time is
+// the split step's, `vs_fp32_master` the ratio of its time to the fp32-master step's. Bytes per
+// element moved by the split step: the weight read and written (2 + 2), the residual read and
+// written, the gradient (2), the moments (8-bit: 1 + 1 each way; fp32: 4 + 4 each way).
+template <class R, bool EightBit>
+void split_master_vs_fp32_master(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  const std::size_t blocks = zero::quantized_blocks(n);
+  auto master = huge_array<float>(n, 0.5f);
+  auto weight = huge_array<zero::bfloat16>(n, 0.5f);
+  auto residual = huge_array<R>(n, 0.0f);
+  auto copy = huge_array<zero::bfloat16>(n, 0.0f);
+  auto grad = huge_array<zero::bfloat16>(n, 0.01f);
+  // Each step's own moments, so that both start alike: fp32 values, or codes and scales (scales
+  // of 0: the moments start at 0 whatever their codes).
+  const std::size_t moment_elements = EightBit ? 1 : n; // 1: unused (no empty huge arrays)
+  auto m = huge_array<float>(moment_elements, 0.0f), v = huge_array<float>(moment_elements, 0.0f);
+  auto m2 = huge_array<float>(moment_elements, 0.0f), v2 = huge_array<float>(moment_elements, 0.0f);
+  const std::size_t code_elements = EightBit ? n : 1;
+  auto codes = huge_array<std::uint8_t>(4 * code_elements, 0.0f);
+  auto scales = huge_array<float>(EightBit ? 4 * blocks : 1, 0.0f);
+  const auto moment = [&](std::size_t k) -> zero::QuantizedMoment {
+    return {zero::View<std::uint8_t>(codes.get() + k * code_elements, code_elements),
+            zero::View<float>(scales.get() + k * blocks, blocks)};
+  };
+  zero::Adam adam;
+  double split_seconds = 0.0, fp32_seconds = 0.0;
+  using clock = std::chrono::steady_clock;
+  const zero::View<const zero::bfloat16> grad_view(grad.get(), n);
+  const zero::SplitMasterView<zero::bfloat16, R> split{view_of(weight, n), view_of(residual, n)};
+  for (auto _ : state) {
+    const zero::AdamUpdate update = adam.begin_step();
+    const auto start = clock::now();
+    if constexpr (EightBit)
+      zero::quantized_fused_step(update, view_of(master, n), moment(0), moment(1), grad_view, 1.0f,
+                                 view_of(copy, n));
+    else
+      zero::fused_step(update, view_of(master, n), {view_of(m, n), view_of(v, n)}, grad_view, 1.0f,
+                       view_of(copy, n));
+    benchmark::ClobberMemory();
+    const auto middle = clock::now();
+    if constexpr (EightBit)
+      zero::quantized_fused_step(update, split, moment(2), moment(3), grad_view);
+    else
+      zero::split_fused_step(update, split, {view_of(m2, n), view_of(v2, n)}, grad_view);
+    benchmark::ClobberMemory();
+    const auto end = clock::now();
+    const double split_step = std::chrono::duration<double>(end - middle).count();
+    state.SetIterationTime(split_step);
+    split_seconds += split_step;
+    fp32_seconds += std::chrono::duration<double>(middle - start).count();
+  }
+  report(state, n, 6.0 + 2.0 * sizeof(R) + (EightBit ? 4.0 : 16.0));
+  state.counters["vs_fp32_master"] = benchmark::Counter(split_seconds / fp32_seconds);
+}
+
 // The parts of the 8-bit step on one block of 2048 elements held in cache, one thread: what bounds
 // the step once memory does not. Each iteration times every part; the counters are nanoseconds a
 // value (both moments' dequantization, the Adam update with master weights and bf16 copy, both
@@ -334,6 +395,17 @@ void register_all() {
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("adam_8bit_parts/one_block_in_cache", adam_8bit_parts)
       ->Unit(benchmark::kMicrosecond);
+  const auto split = [](const char* name, void (*fn)(benchmark::State&)) {
+    benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMillisecond);
+  };
+  split("split_master_vs_fp32_master/8bit_residual/8bit_moments",
+        split_master_vs_fp32_master<std::int8_t, true>);
+  split("split_master_vs_fp32_master/16bit_residual/8bit_moments",
+        split_master_vs_fp32_master<std::int16_t, true>);
+  split("split_master_vs_fp32_master/8bit_residual/fp32_moments",
+        split_master_vs_fp32_master<std::int8_t, false>);
+  split("split_master_vs_fp32_master/16bit_residual/fp32_moments",
+        split_master_vs_fp32_master<std::int16_t, false>);
   add("lamb_step/fp16_grad/fp16_copy", lamb_fp16);
   add("adam_step/fp32_grad/no_copy", adam_fp32);
   add("adamw_step/fp16_grad/fp16_copy", adamw_fp16);

@@ -50,7 +50,7 @@ namespace detail {
 // which the flags override), with the functions above.
 struct Text {
   std::string layers, heads, embd, seq, batch, steps, stage, dtype, optimizer, lr, weight_decay,
-      checkpoints, seed, print_every, tp, moment_bits;
+      checkpoints, seed, print_every, tp, moment_bits, master_residual_bits;
 };
 
 // The command line, bound to `text` and `f` (the flags and the texts it keeps). parse reads it;
@@ -91,6 +91,11 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
                  "the moments in fp32 or in 8-bit blocks of 2048 (default 32;\n"
                  "also optimizer.params.moment_bits in --config)")
       ->type_name("8|32");
+  app.add_option("--master-residual-bits", text.master_residual_bits,
+                 "keep each fp16/bf16 master as its compute weight plus a\n"
+                 "residual of 8 or 16 bits instead of fp32 (default: fp32;\n"
+                 "also optimizer.params.master_residual_bits in --config)")
+      ->type_name("8|16");
   app.add_option("--checkpoint-activations", text.checkpoints,
                  "keep K block inputs and recompute the rest in backward\n"
                  "(0: off, the default; the config's number_checkpoints)")
@@ -160,6 +165,7 @@ inline Flags parse(int argc, char** argv) {
       f.lr = o.lr;
       f.weight_decay = o.weight_decay;
       f.moment_bits = o.moment_bits;
+      f.master_residual_bits = o.master_residual_bits;
     }
     f.stage = f.ds->zero_optimization.stage;
     f.dtype = f.ds->fp16.enabled   ? zero::DType::float16
@@ -204,6 +210,13 @@ inline Flags parse(int argc, char** argv) {
     zero::require(text.moment_bits == "8" || text.moment_bits == "32",
                   "--moment-bits: expected 8 or 32, got '" + text.moment_bits + "'");
     f.moment_bits = text.moment_bits == "8" ? 8 : 32;
+  }
+  if (given("--master-residual-bits")) {
+    const std::string& bits = text.master_residual_bits;
+    zero::require(bits == "8" || bits == "16" || bits == "0",
+                  "--master-residual-bits: expected 8, 16 or 0 (an fp32 master), got '" + bits +
+                      "'");
+    f.master_residual_bits = std::stoi(bits);
   }
   if (given("--checkpoint-activations"))
     f.checkpoints = positive("--checkpoint-activations", text.checkpoints, true);

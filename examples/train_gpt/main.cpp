@@ -85,6 +85,7 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["gathers_prefetched"] = h.gathers_prefetched;
   j["model_state_bytes"] = h.memory.in_memory();
   j["moments"] = zero::to_string(train_gpt::moment_storage(f));
+  j["master"] = zero::to_string(train_gpt::master_storage(f));
   j["master_weight_bytes"] = h.memory.master_weights.total();
   j["optimizer_state_bytes"] = h.memory.optimizer_states.total();
   j["optimizer_bytes_per_parameter"] = train_gpt::optimizer_bytes_per_parameter(f, h);
@@ -132,7 +133,8 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   if (rank == 0)
     std::printf(
         "train_gpt: ZeRO stage %d, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
-        "%zu, seq %zu, %s, %s%s, batch %zu (%d micro-step%s), %zu tokens of data, %s moments\n"
+        "%zu, seq %zu, %s, %s%s, batch %zu (%d micro-step%s), %zu tokens of data, %s moments, %s "
+        "master\n"
         "activation checkpointing: %s\n\n",
         f.stage, ranks, threads, threads > 1 ? "s" : "",
         tp > 1 ? (" (tensor parallel " + std::to_string(tp) + " x data parallel " +
@@ -147,6 +149,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
             : "",
         f.batch, micro_steps, micro_steps > 1 ? "s" : "", data.bytes.size(),
         zero::to_string(train_gpt::moment_storage(f)),
+        zero::to_string(train_gpt::master_storage(f)),
         checkpointing.number_checkpoints == 0
             ? "off"
             : (std::to_string(checkpointing.number_checkpoints) + " kept inputs of " +
@@ -216,8 +219,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
         std::printf("kept block inputs on NVMe in %s: %.3f MB written by rank 0\n",
                     f.kept_inputs_nvme.c_str(), mb(double(h.nvme_bytes_written)));
       std::printf("model states on rank 0: %.3f MB\n", mb(double(h.memory.in_memory())));
-      std::printf("fp32 master weights and %s moments on rank 0: %.3f + %.3f MB, K = %.3f bytes "
+      std::printf("%s master weights and %s moments on rank 0: %.3f + %.3f MB, K = %.3f bytes "
                   "per parameter of its share\n",
+                  zero::to_string(train_gpt::master_storage(f)),
                   zero::to_string(train_gpt::moment_storage(f)),
                   mb(double(h.memory.master_weights.total())),
                   mb(double(h.memory.optimizer_states.total())),

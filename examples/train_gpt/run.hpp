@@ -22,6 +22,7 @@ History run_with(Ranks& ranks, const Flags& f, const Tokens& data, Optimizer opt
   options.deterministic = f.deterministic;
   if (!f.ds) options.persistence_threshold = 0; // every layer sharded under stage 3
   options.moments = moment_storage(f);          // the flag over the config's moment_bits
+  options.master = master_storage(f);           // and over its master_residual_bits
   // The model states of this rank's slices, sharded over the ranks holding the same slices.
   Engine engine(ranks.groups, gpt::specs(f.model), std::move(optimizer),
                 zero::AnyLossScaler::for_run(f.dtype, f.ds ? &*f.ds : nullptr), options);

@@ -26,6 +26,9 @@ struct Flags {
   // Adam's and AdamW's moments in fp32 (32) or in 8-bit blocks (8): --moment-bits, or the
   // config's optimizer.params.moment_bits.
   int moment_bits = 32;
+  // The master weights in fp32 (0) or split into the compute weight and an 8- or 16-bit residual:
+  // --master-residual-bits, or the config's optimizer.params.master_residual_bits.
+  int master_residual_bits = 0;
   std::optional<std::size_t> checkpoints; // --checkpoint-activations
   bool contiguous_memory = false, deterministic = false;
   bool partition_activations = false; // ZeRO-R's Pa over the tensor-parallel group
@@ -38,6 +41,11 @@ struct Flags {
 
 inline zero::MomentStorage moment_storage(const Flags& f) {
   return f.moment_bits == 8 ? zero::MomentStorage::blockwise_8bit : zero::MomentStorage::fp32;
+}
+inline zero::MasterStorage master_storage(const Flags& f) {
+  return f.master_residual_bits == 8    ? zero::MasterStorage::split_8bit
+         : f.master_residual_bits == 16 ? zero::MasterStorage::split_16bit
+                                        : zero::MasterStorage::fp32;
 }
 
 // The checkpointing the run asks for: the flag, else the config's section, else none. With

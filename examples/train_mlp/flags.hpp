@@ -119,6 +119,11 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.moment_bits = int(whole(8, 32));
       zero::require(f.moment_bits == 8 || f.moment_bits == 32,
                     "--moment-bits: expected 8 or 32, got " + value);
+    } else if (flag == "--master-residual-bits") {
+      f.master_residual_bits = int(whole(0, 16));
+      zero::require(f.master_residual_bits == 0 || f.master_residual_bits == 8 ||
+                        f.master_residual_bits == 16,
+                    "--master-residual-bits: expected 8, 16 or 0 (an fp32 master), got " + value);
     } else if (flag == "--bucket")
       f.bucket = std::size_t(whole(1, size_max));
     else if (flag == "--data-npy")
@@ -244,6 +249,10 @@ inline void describe(CLI::App& app) {
   option("--moment-bits", "8|32",
          "adam's and adamw's moments in fp32 or in 8-bit blocks of 2048\n"
          "(default 32; also optimizer.params.moment_bits in --config)");
+  option("--master-residual-bits", "8|16",
+         "keep each fp16/bf16 master as its compute weight plus a residual\n"
+         "of 8 or 16 bits instead of fp32 (default: fp32; also\n"
+         "optimizer.params.master_residual_bits in --config)");
   option("--bucket", "N", "reduction bucket, elements (default 65536; DeepSpeed's is 5e8)");
   option("--config", "FILE",
          "DeepSpeed ds_config.json (flags given explicitly win); its\n"
@@ -383,6 +392,7 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
       f.weight_decay = o.weight_decay;
       f.momentum = o.momentum;
       f.moment_bits = o.moment_bits;
+      f.master_residual_bits = o.master_residual_bits;
     }
     using zero::config::OffloadDevice;
     const auto& z = c.zero_optimization;

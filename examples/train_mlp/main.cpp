@@ -136,7 +136,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     std::printf(
         "train_mlp: ZeRO stage %d, %d ranks x %d thread%s (%s), layers %s, %s, %s, batch %zu (%d "
         "micro-step%s), "
-        "%zu data rows, %s moments%s\n\n",
+        "%zu data rows, %s moments, %s master%s\n\n",
         f.stage, ranks, threads, threads > 1 ? "s" : "", links(world).c_str(),
         [&] {
           std::string s;
@@ -147,7 +147,7 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
             .c_str(),
         zero::to_string(f.dtype), f.optimizer.c_str(), f.batch, f.grad_accum,
         f.grad_accum > 1 ? "s" : "", data.rows, zero::to_string(train::moment_storage(f)),
-        (nvme_summary(f) + device_summary(f)).c_str());
+        zero::to_string(train::master_storage(f)), (nvme_summary(f) + device_summary(f)).c_str());
 
   const train::History h = train::run_stage(world, f, data, init);
   // --print-every, else the config's steps_per_print (at steps N, 2N, ... as DeepSpeed), else

@@ -123,9 +123,9 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
               "state), N = %d\n",
               formula[f.stage], zero::size_of(f.dtype), f.optimizer == "sgd" ? 8 : 12,
               h.shard_ranks);
-  std::printf("  K measured (fp32 master + optim state per parameter of the rank's share, %s "
-              "moments):",
-              zero::to_string(moment_storage(f)));
+  std::printf("  K measured (master + optim state per parameter of the rank's share, %s master, "
+              "%s moments):",
+              zero::to_string(master_storage(f)), zero::to_string(moment_storage(f)));
   for (std::size_t r = 0; r < memory.size(); ++r)
     std::printf("%s rank %zu %.3f", r ? "," : "", r,
                 optimizer_bytes_per_parameter(f, h, memory[r]));
@@ -223,6 +223,7 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
   out << "{\n  \"stage\": " << f.stage << ",\n  \"ranks\": " << ranks << ",\n  \"transport\": \""
       << transport << "\",\n  \"nodes\": " << nodes << ",\n  \"dtype\": \""
       << zero::to_string(f.dtype) << "\",\n  \"moments\": \"" << zero::to_string(moment_storage(f))
+      << "\",\n  \"master\": \"" << zero::to_string(master_storage(f))
       << "\",\n  \"psi\": " << h.psi << ",\n  \"psi_padded\": " << h.padded
       << ",\n  \"shard_ranks\": " << h.shard_ranks << ",\n  \"first_step\": " << h.first_step
       << ",\n  \"loss\": " << list(h.loss) << ",\n  \"step_seconds\": " << list(h.step_seconds)

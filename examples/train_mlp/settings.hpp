@@ -30,6 +30,9 @@ struct Flags {
   // Adam's and AdamW's moments in fp32 (32) or in 8-bit blocks (8): --moment-bits, or the
   // config's optimizer.params.moment_bits.
   int moment_bits = 32;
+  // The master weights in fp32 (0) or split into the compute weight and an 8- or 16-bit residual:
+  // --master-residual-bits, or the config's optimizer.params.master_residual_bits.
+  int master_residual_bits = 0;
   // Small enough that a model this size fills several buckets, so reduction overlaps backward.
   std::size_t bucket = 65536;
   std::string config, data_npy, init_npy, save_npy, json;
@@ -62,6 +65,11 @@ struct Flags {
 
 inline zero::MomentStorage moment_storage(const Flags& f) {
   return f.moment_bits == 8 ? zero::MomentStorage::blockwise_8bit : zero::MomentStorage::fp32;
+}
+inline zero::MasterStorage master_storage(const Flags& f) {
+  return f.master_residual_bits == 8    ? zero::MasterStorage::split_8bit
+         : f.master_residual_bits == 16 ? zero::MasterStorage::split_16bit
+                                        : zero::MasterStorage::fp32;
 }
 
 } // namespace train

@@ -77,6 +77,7 @@ inline zero::EngineOptions engine_options(const Flags& f) {
   options.delayed_parameter_update_after = f.delayed_update_after;
   // The engine refuses 8-bit moments where it cannot keep them (SGD, LAMB, the NVMe tier), by name.
   options.moments = moment_storage(f);
+  options.master = master_storage(f); // refused where it cannot be kept, by name
   return options;
 }
 

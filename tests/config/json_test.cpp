@@ -243,6 +243,34 @@ TEST(ConfigJson, MomentBits) {
                  {"optimizer.params.moment_bits", "built for Adam and AdamW, not Lamb"});
 }
 
+// zero's own key for split master weights: 8 or 16 bits of residual, not for Lamb.
+TEST(ConfigJson, MasterResidualBits) {
+  const auto master = [](const char* json) {
+    return zero::EngineOptions::from_config(parse(json).config).master;
+  };
+  EXPECT_EQ(master(R"({"bf16": {"enabled": true},
+                       "optimizer": {"type": "AdamW", "params": {"master_residual_bits": 8}}})"),
+            zero::MasterStorage::split_8bit);
+  EXPECT_EQ(master(R"({"fp16": {"enabled": true},
+                       "optimizer": {"type": "SGD", "params": {"master_residual_bits": 16}}})"),
+            zero::MasterStorage::split_16bit);
+  EXPECT_EQ(master("{}"), zero::MasterStorage::fp32);
+  expect_invalid(R"({"optimizer": {"type": "Adam", "params": {"master_residual_bits": 12}}})",
+                 {"optimizer.params.master_residual_bits", "expected 8 or 16", "got 12"});
+  expect_invalid(R"({"optimizer": {"type": "Lamb", "params": {"master_residual_bits": 8}}})",
+                 {"optimizer.params.master_residual_bits", "built for Adam, AdamW and SGD"});
+  // fp32 training has no compute copy to split over: the engine's options refuse it.
+  auto options = zero::EngineOptions::from_config(
+      parse(R"({"optimizer": {"type": "Adam", "params": {"master_residual_bits": 8}}})").config);
+  try {
+    options.validate();
+    FAIL() << "fp32 training with split masters was accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("with compute_dtype float32"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ConfigJson, OptimizerNamesAndAdamWMode) {
   auto optimizer = *parse(R"({"optimizer": {"type": "adam", "params": {"weight_decay": 0.01}}})")
                         .config.optimizer;

@@ -127,8 +127,8 @@ TEST(LambEngine, RefusesSplitMasters) {
   expect_error_contains(
       [&] {
         train<zero::Stage<1>, zero::host, zero::Lamb, zero::AnyLossScaler>(
-            {.dtype = DType::bfloat16, .steps = 1},
-            zero::AnyLossScaler(zero::StaticLossScaler{}), options);
+            {.dtype = DType::bfloat16, .steps = 1}, zero::AnyLossScaler(zero::StaticLossScaler{}),
+            options);
       },
       "split master weights (EngineOptions::master = split_8bit) are built for element-wise "
       "optimizers (Adam, AdamW, SGD); this engine runs Lamb");

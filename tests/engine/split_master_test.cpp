@@ -47,9 +47,14 @@ void expect_every_stage_alike(const Scenario& scenario, const zero::EngineOption
 }
 
 TEST(SplitMaster, EveryStageGetsTheBitsOfStageZero) {
-  const Scenario bf16{.dtype = zero::DType::bfloat16, .bucket = 997, .steps = 3, .wide_layer = wide};
-  const Scenario fp16{.dtype = zero::DType::float16, .accumulation = 2, .clipping = 0.5,
-                      .bucket = 300, .steps = 3, .wide_layer = wide};
+  const Scenario bf16{
+      .dtype = zero::DType::bfloat16, .bucket = 997, .steps = 3, .wide_layer = wide};
+  const Scenario fp16{.dtype = zero::DType::float16,
+                      .accumulation = 2,
+                      .clipping = 0.5,
+                      .bucket = 300,
+                      .steps = 3,
+                      .wide_layer = wide};
   expect_every_stage_alike(bf16, split(zero::MasterStorage::split_16bit), "bf16, 16 bits");
   expect_every_stage_alike(fp16, split(zero::MasterStorage::split_8bit), "fp16, 8 bits, clipped");
   expect_every_stage_alike(
@@ -79,10 +84,10 @@ float largest_difference(const Outcome& a, const Outcome& b) {
 TEST(SplitMaster, SixteenBitsTrainAsAnFp32MasterAndEightBitsCloseToIt) {
   const Scenario scenario{.dtype = zero::DType::bfloat16, .steps = 6, .wide_layer = wide};
   const Outcome fp32 = run<zero::Stage<2>>(scenario, {});
-  const float sixteen =
-      largest_difference(fp32, run<zero::Stage<2>>(scenario, split(zero::MasterStorage::split_16bit)));
-  const float eight =
-      largest_difference(fp32, run<zero::Stage<2>>(scenario, split(zero::MasterStorage::split_8bit)));
+  const float sixteen = largest_difference(
+      fp32, run<zero::Stage<2>>(scenario, split(zero::MasterStorage::split_16bit)));
+  const float eight = largest_difference(
+      fp32, run<zero::Stage<2>>(scenario, split(zero::MasterStorage::split_8bit)));
   EXPECT_LE(sixteen, 6 * 0x1p-23f) << "16-bit residuals";
   EXPECT_LE(eight, 6 * 0x1p-15f) << "8-bit residuals";
   EXPECT_GT(eight, 0.0f) << "8-bit residuals round";

@@ -157,6 +157,14 @@ TEST(FromConfig, BytesPerParameterFollowPrecisionAndOptimizer) {
   bytes = est::bytes_per_parameter(config_of(R"({"bf16": {"enabled": true}, "optimizer":
                                     {"type": "AdamW", "params": {"moment_bits": 8}}})"));
   EXPECT_EQ(bytes.optimizer_states, 4 + 2 + 8.0 / 2048);
+  // Split masters: the residual in place of the fp32 master; with 8-bit moments 1 + 2 + 8/2048.
+  bytes = est::bytes_per_parameter(config_of(R"({"bf16": {"enabled": true}, "optimizer":
+                                    {"type": "AdamW", "params": {"moment_bits": 8,
+                                     "master_residual_bits": 8}}})"));
+  EXPECT_EQ(bytes.optimizer_states, 1 + 2 + 8.0 / 2048);
+  bytes = est::bytes_per_parameter(config_of(R"({"fp16": {"enabled": true}, "optimizer":
+                                    {"type": "Adam", "params": {"master_residual_bits": 16}}})"));
+  EXPECT_EQ(bytes.optimizer_states, 2 + 8);
   const est::ModelStateQuery query = est::query_from_config(
       config_of(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
                     "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}},

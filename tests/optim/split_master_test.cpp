@@ -119,7 +119,8 @@ void check_lanes_match_the_scalar_form() {
   std::vector<R> r(m.size());
   zero::split_masters(zero::View<const float>(m), zero::SplitMasterView<T, R>{w, r});
   std::vector<float> back(m.size());
-  zero::reconstruct_masters(zero::View<const T>(w), zero::View<const R>(r), zero::View<float>(back));
+  zero::reconstruct_masters(zero::View<const T>(w), zero::View<const R>(r),
+                            zero::View<float>(back));
   for (std::size_t i = 0; i < m.size(); ++i) {
     T ws;
     R rs;
@@ -273,13 +274,12 @@ TEST(SplitMaster, EightBitStepIsTheFp32MasterStepAndShardsAgree) {
     zero::quantized_fused_step(u, zero::SplitMasterView<half, std::int8_t>{w, r}, whole.m(0, n),
                                whole.v(0, n), zero::View<const float>(grad));
     for (const auto& [begin, size] : {std::pair{std::size_t{0}, cut}, std::pair{cut, n - cut}})
-      zero::quantized_fused_step(
-          u,
-          zero::SplitMasterView<half, std::int8_t>{zero::View<half>(w_shards).subview(begin, size),
-                                                   zero::View<std::int8_t>(r_shards).subview(
-                                                       begin, size)},
-          shards.m(begin, size), shards.v(begin, size),
-          zero::View<const float>(grad).subview(begin, size));
+      zero::quantized_fused_step(u,
+                                 zero::SplitMasterView<half, std::int8_t>{
+                                     zero::View<half>(w_shards).subview(begin, size),
+                                     zero::View<std::int8_t>(r_shards).subview(begin, size)},
+                                 shards.m(begin, size), shards.v(begin, size),
+                                 zero::View<const float>(grad).subview(begin, size));
     ASSERT_EQ(fp32_master.m_codes, whole.m_codes) << "step " << step;
     ASSERT_EQ(fp32_master.v_scales, whole.v_scales) << "step " << step;
     for (std::size_t i = 0; i < n; ++i)

@@ -99,8 +99,7 @@ class BlockwiseMoments {
             float grad_multiplier) {
     Layer& layer = layers_[l];
     if (layer.eight_bit)
-      quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad,
-                           grad_multiplier);
+      quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad, grad_multiplier);
     else
       split_fused_step(update, master,
                        {handed_out(layer.fp32[0].view()), handed_out(layer.fp32[1].view())}, grad,

@@ -249,10 +249,9 @@ double Engine<Plan, Comm, Where, Opt, Scaler, Compute>::paper_model_state_bytes(
   const double moment_bytes = options_.moments == MomentStorage::blockwise_8bit
                                   ? estimate::eight_bit_adam_moment_bytes
                                   : 4.0 * static_cast<double>(Opt::state_tensors);
-  return estimate::paper_model_state_bytes(static_cast<double>(layout().numel()),
-                                           groups_.shard().size(), Plan::stage,
-                                           size_of(options_.compute_dtype), moment_bytes,
-                                           master_bytes_per_parameter(options_.master));
+  return estimate::paper_model_state_bytes(
+      static_cast<double>(layout().numel()), groups_.shard().size(), Plan::stage,
+      size_of(options_.compute_dtype), moment_bytes, master_bytes_per_parameter(options_.master));
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,

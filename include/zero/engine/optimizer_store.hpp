@@ -42,9 +42,9 @@
 #include "zero/shard/sharded_tensor.hpp"
 
 #include <array>
-#include <functional>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -394,7 +394,7 @@ requires HostAccessibleSpace<typename K::space> ||
   const ModelLayout& model_;
   Exec exec_;
   std::optional<Tensor> master_; // the fp32 masters; none when split_ keeps them
-  std::vector<Tensor> states_; // the fp32 moments; none when blockwise_ keeps them
+  std::vector<Tensor> states_;   // the fp32 moments; none when blockwise_ keeps them
   [[no_unique_address]] MaybeBlockwise blockwise_;
   [[no_unique_address]] MaybeSplit split_;
   std::optional<ParameterPieces> pieces_; // for a TrustRatioUpdate only

@@ -43,15 +43,19 @@ enum class MasterStorage {
 
 constexpr const char* to_string(MasterStorage storage) noexcept {
   switch (storage) {
-  case MasterStorage::split_8bit: return "split_8bit";
-  case MasterStorage::split_16bit: return "split_16bit";
-  default: return "fp32";
+  case MasterStorage::split_8bit:
+    return "split_8bit";
+  case MasterStorage::split_16bit:
+    return "split_16bit";
+  default:
+    return "fp32";
   }
 }
 // Bytes a parameter of the master weights, beside the compute copy.
 constexpr double master_bytes_per_parameter(MasterStorage storage) noexcept {
-  return storage == MasterStorage::split_8bit ? 1.0 : storage == MasterStorage::split_16bit ? 2.0
-                                                                                            : 4.0;
+  return storage == MasterStorage::split_8bit    ? 1.0
+         : storage == MasterStorage::split_16bit ? 2.0
+                                                 : 4.0;
 }
 
 struct EngineOptions {

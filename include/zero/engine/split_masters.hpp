@@ -26,6 +26,7 @@
 #include <functional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 

@@ -130,8 +130,8 @@ namespace detail {
 #if defined(ZERO_SIMD_AVX512)
 using split_int_lanes = __m512i;
 inline __m512i split_exponent_lanes(__m512 w, std::uint32_t lo, std::uint32_t hi) noexcept {
-  const __m512i e = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(w), 23),
-                                     _mm512_set1_epi32(0xff));
+  const __m512i e =
+      _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(w), 23), _mm512_set1_epi32(0xff));
   return _mm512_min_epu32(_mm512_max_epu32(e, _mm512_set1_epi32(static_cast<int>(lo))),
                           _mm512_set1_epi32(static_cast<int>(hi)));
 }
@@ -142,7 +142,8 @@ inline __m512i negated_exponent_lanes(__m512i biased) noexcept {
   return _mm512_sub_epi32(_mm512_set1_epi32(254), biased);
 }
 inline __m512 load_residuals(const std::int8_t* r) noexcept {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))));
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))));
 }
 inline __m512 load_residuals(const std::int16_t* r) noexcept {
   return _mm512_cvtepi32_ps(
@@ -166,8 +167,8 @@ inline __m512i round_lanes(__m512 x) noexcept {
 }
 #elif defined(ZERO_SIMD_AVX2)
 inline __m256i split_exponent_lanes(__m256 w, std::uint32_t lo, std::uint32_t hi) noexcept {
-  const __m256i e = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(w), 23),
-                                     _mm256_set1_epi32(0xff));
+  const __m256i e =
+      _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(w), 23), _mm256_set1_epi32(0xff));
   return _mm256_min_epu32(_mm256_max_epu32(e, _mm256_set1_epi32(static_cast<int>(lo))),
                           _mm256_set1_epi32(static_cast<int>(hi)));
 }
@@ -239,8 +240,8 @@ void split_run(const float* masters, std::size_t n, T* w, R* r) noexcept {
     const simd::vfloat m = L::load(masters + i);
     L::store(w + i, m);
     const simd::vfloat weight = L::load(w + i); // the rounded value, as the scalar form reads it
-    const simd::vfloat inverse = power_of_two_lanes(negated_exponent_lanes(
-        split_exponent_lanes(weight.v, C::min_exponent, C::max_exponent)));
+    const simd::vfloat inverse = power_of_two_lanes(
+        negated_exponent_lanes(split_exponent_lanes(weight.v, C::min_exponent, C::max_exponent)));
     const simd::vfloat units = ((m - weight) * inverse) * scale_up;
     store_residuals(r + i, round_lanes(clamp_lanes(units.v, C::largest)));
   }
