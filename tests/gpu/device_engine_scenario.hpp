@@ -70,6 +70,9 @@ struct Scenario {
   // many elements (EngineOptions::eight_bit_min_elements).
   bool eight_bit_moments = false;
   std::size_t eight_bit_min_elements = 0;
+  // The master weights in fp32 or split into the compute weight and a residual
+  // (EngineOptions::master).
+  zero::MasterStorage master = zero::MasterStorage::fp32;
 };
 
 // Depends on the weights (every stage must share the same ones to agree) and on the rank.
@@ -106,6 +109,7 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.allgather_bucket_elements = 700;
   options.prefetch_elements = 3000;
   options.delayed_parameter_update_after = run.delayed_after;
+  options.master = run.master;
   if (run.eight_bit_moments) {
     options.moments = zero::MomentStorage::blockwise_8bit;
     options.eight_bit_min_elements = run.eight_bit_min_elements;

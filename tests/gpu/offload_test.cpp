@@ -63,6 +63,23 @@ TEST(Offload, EightBitMomentsGiveTheHostEnginesBits) {
                                          "offloaded, 8-bit moments, ");
 }
 
+// Split masters behind a device: the host's step reads the weights' high parts from the compute
+// copy it last sent (its staging), never from the device: the host engine's bits, with the
+// 8-bit residual and 8-bit moments, and in pinned memory with the 16-bit one.
+TEST(Offload, SplitMastersGiveTheHostEnginesBits) {
+  StagedSetup s;
+  every_stage<zero::bfloat16, Offloaded>(s,
+                                         {.dtype = DType::bfloat16,
+                                          .accumulation = 2,
+                                          .clipping = 0.05,
+                                          .eight_bit_moments = true,
+                                          .master = zero::MasterStorage::split_8bit},
+                                         "offloaded, split masters, ");
+  expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16, OffloadedPinned>(
+      s, {.dtype = DType::bfloat16, .master = zero::MasterStorage::split_16bit},
+      "offloaded to pinned memory, 16-bit residual, stage 2");
+}
+
 #if ZERO_TEST_TWIN
 // The compute stream held through each backward: the gradients' trip to the host must be ordered
 // after their reduction, which is ordered after backward's copies.
@@ -182,6 +199,17 @@ TEST(Offload, DelayedParameterUpdateLagsOneStep) {
   const Outcome device3 = train_on_device<zero::Stage<3>, zero::bfloat16, Offloaded>(s, at_once);
   expect_same_norms(device3, host3, "DPU from the start, stage 3");
   expect_same_weights(device3, host3, "DPU from the start, stage 3");
+  // Split masters under the delayed update: the host's step reads the staged weights of the
+  // update before it, which the device received meanwhile.
+  Scenario split_delayed = at_once;
+  split_delayed.master = zero::MasterStorage::split_8bit;
+  Scenario split_reference = at_once_reference;
+  split_reference.master = zero::MasterStorage::split_8bit;
+  const Outcome split_host = train_on_host<zero::Stage<3>, zero::bfloat16>(split_reference);
+  const Outcome split_device =
+      train_on_device<zero::Stage<3>, zero::bfloat16, Offloaded>(s, split_delayed);
+  expect_same_norms(split_device, split_host, "DPU with split masters, stage 3");
+  expect_same_weights(split_device, split_host, "DPU with split masters, stage 3");
 }
 
 // The offloaded store on its own, its states sharded, against the host store it wraps given the

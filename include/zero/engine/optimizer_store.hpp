@@ -74,9 +74,10 @@ requires HostAccessibleSpace<typename K::space> ||
     using type = std::optional<BlockwiseMoments<Space, Exec>>;
   };
   using MaybeBlockwise = typename blockwise_member<can_quantize>::type;
-  // Where split masters can be kept: element-wise updates on the host's threads, in host memory.
+  // Where split masters can be kept: element-wise updates on the host's threads (the residuals in
+  // host memory, beside states in host or pinned memory).
   static constexpr bool can_split = !TrustRatioUpdate<typename Opt::update_type> &&
-                                    std::same_as<Space, host> && std::same_as<Exec, HostThreads>;
+                                    HostAccessibleSpace<Space> && std::same_as<Exec, HostThreads>;
   template <bool Can, class = void>
   struct split_member {
     struct type {};
@@ -366,16 +367,17 @@ requires HostAccessibleSpace<typename K::space> ||
 
   // Layer l's update over split masters: the compute block `copy` holds the masters' high parts
   // and receives the new ones.
-  template <ElementwiseUpdate U, class G, class Out>
-  void step_split(const U& update, std::size_t l, View<G> grad, float grad_multiplier,
-                  View<Out> copy) {
+  template <ElementwiseUpdate U, class G, class GradSpace, class Out, class CopySpace>
+  void step_split(const U& update, std::size_t l, View<G, GradSpace> grad_view,
+                  float grad_multiplier, View<Out, CopySpace> copy) {
     if constexpr (SplitComputeType<Out>) {
-      split_->with_masters(l, copy, [&]<class R>(SplitMasterView<Out, R> master) {
+      const auto grad = handed_out(grad_view); // host views of pinned memory too
+      split_->with_masters(l, handed_out(copy), [&]<class R>(SplitMasterView<Out, R> master) {
         if constexpr (can_quantize)
           if (blockwise_) return blockwise_->step(update, l, master, grad, grad_multiplier);
         std::array<View<float>, states> moments;
         for (std::size_t k = 0; k < states; ++k)
-          moments[k] = states_[k].block(l);
+          moments[k] = handed_out(states_[k].block(l));
         split_fused_step(update, master, moments, grad, grad_multiplier);
       });
     } else {

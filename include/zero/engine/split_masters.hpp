@@ -5,11 +5,12 @@
 // cover exactly the blocks an fp32 master would, so every stage, and every number of ranks,
 // splits the same values into the same bytes.
 //
-// The compute weights live in the parameter store: the optimizer store reads them through a view
-// the engine binds (bind_compute_copy), for the cold paths that need the masters whole (the
-// layer's weights, a checkpoint's save). The step itself gets them as the update's target. The
-// residuals of a value follow from the value alone, so writing masters (set_layer, a checkpoint's
-// load) needs no compute copy: the parameter store rounds them to the same compute weights.
+// The compute weights live in the parameter store (or, behind a device, in the host's staging of
+// the weights it sends): the optimizer store reads them through a view bound by its owner
+// (bind_compute_copy), for the cold paths that need the masters whole (the layer's weights, a
+// checkpoint's save). The step itself gets them as the update's target. Writing masters
+// (set_layer, a checkpoint's load) writes the compute weights into the bound view too, as the
+// parameter store rounds them.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/dtype.hpp"
@@ -95,18 +96,23 @@ class SplitMasters {
         },
         compute_copy_(l));
   }
-  // Layer l's masters from `values`: the residuals they leave beside their compute weights.
+  // Layer l's masters from `values`: their residuals, and their compute weights into the bound
+  // view (where there is one).
   void write(std::size_t l, View<const float> values) {
-    const auto split = [&]<class T>(std::type_identity<T>) {
-      std::vector<T> w(values.size()); // the compute weights: the parameter store keeps them
+    const auto split = [&]<class T>(View<T> w) {
       with_residuals(l, [&]<class R>(View<R> residuals) {
-        split_masters(values, SplitMasterView<T, R>{View<T>(w), residuals});
+        split_masters(values, SplitMasterView<T, R>{w, residuals});
       });
     };
+    if (compute_copy_) return std::visit(split, compute_copy_(l));
+    const auto unbound = [&]<class T>(std::type_identity<T>) {
+      std::vector<T> w(values.size()); // the owner writes them itself
+      split(View<T>(w));
+    };
     if (compute_ == DType::bfloat16)
-      split(std::type_identity<bfloat16>{});
+      unbound(std::type_identity<bfloat16>{});
     else
-      split(std::type_identity<half>{});
+      unbound(std::type_identity<half>{});
   }
 
   StateBytes bytes() const noexcept {

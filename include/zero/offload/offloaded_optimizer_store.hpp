@@ -67,13 +67,23 @@ class OffloadedOptimizerStore {
   template <class Comm>
   OffloadedOptimizerStore(Comm& control, const ModelLayout& model, const EngineOptions& options,
                           Exec exec)
-      : inner_(control, model, not_split(options), HostThreads{}), exec_(exec),
+      : inner_(control, model, options, HostThreads{}), exec_(exec),
         gradient_dtype_(options.reduced_gradient_dtype()), compute_dtype_(options.compute_dtype),
         offsets_(block_offsets(model)),
         staged_gradients_(offsets_.back() * size_of(gradient_dtype_), uninitialized),
-        staged_weights_(offsets_.back() * size_of(compute_dtype_), uninitialized),
+        staged_weights_(staged_weights(offsets_.back() * size_of(compute_dtype_), options)),
         gradients_arrived_(model.layers()), weights_sent_(model.layers()),
-        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0) {}
+        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0) {
+    // Split masters: the staged weights are the compute copy last sent to the device, which the
+    // host's step reads as the masters' high parts (the device's copy is never read back).
+    if constexpr (requires(Inner & inner) { inner.bind_compute_copy({}); })
+      if (options.master != MasterStorage::fp32)
+        inner_.bind_compute_copy([this](std::size_t l) -> SplitComputeBlock {
+          if (compute_dtype_ == DType::bfloat16)
+            return handed_out(staged<bfloat16>(staged_weights_, l));
+          return handed_out(staged<half>(staged_weights_, l));
+        });
+  }
 
   OffloadedOptimizerStore(const OffloadedOptimizerStore&) = delete;
   OffloadedOptimizerStore& operator=(const OffloadedOptimizerStore&) = delete;
@@ -147,16 +157,12 @@ class OffloadedOptimizerStore {
   }
 
  private:
-  // The host's step would read the compute weights from the staging it sends them through, not
-  // from the device's copy: split masters behind a device are not built yet.
-  static const EngineOptions& not_split(const EngineOptions& options) {
-    if (options.master != MasterStorage::fp32)
-      fail_on_every_rank(ErrorKind::unsupported,
-                         std::string("engine: split master weights (EngineOptions::master = ") +
-                             to_string(options.master) +
-                             ") are not built for optimizer states offloaded from a device "
-                             "(ZeRO-Offload) yet");
-    return options;
+  // The staging of the compute copy sent to the device: zeros, as the device's copy starts, where
+  // split masters read it as the weights' high parts.
+  static Buffer<std::byte, pinned_host> staged_weights(std::size_t bytes,
+                                                       const EngineOptions& options) {
+    if (options.master != MasterStorage::fp32) return Buffer<std::byte, pinned_host>(bytes);
+    return Buffer<std::byte, pinned_host>(bytes, uninitialized);
   }
 
   // Where each layer's block starts among the elements this rank updates (the last entry: all).
