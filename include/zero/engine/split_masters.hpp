@@ -72,10 +72,11 @@ class SplitMasters {
   template <SplitComputeType T, class F>
   void with_masters(std::size_t l, View<T> weights, F&& f) {
     with_residuals(l, [&]<class R>(View<R> residuals) {
-      require(residuals.size() == weights.size(),
-              "split masters: layer " + std::to_string(l) + "'s compute block has " +
-                  std::to_string(weights.size()) + " elements, its residuals " +
-                  std::to_string(residuals.size()));
+      if (residuals.size() != weights.size()) // checked every step: no message built otherwise
+        fail(ErrorKind::invalid_argument,
+             "split masters: layer " + std::to_string(l) + "'s compute block has " +
+                 std::to_string(weights.size()) + " elements, its residuals " +
+                 std::to_string(residuals.size()));
       f(SplitMasterView<T, R>{weights, residuals});
     });
   }
