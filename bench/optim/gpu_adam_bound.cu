@@ -3,11 +3,12 @@
 //   traffic: a kernel with the step's memory traffic and no math (3 float4 and one 8-byte load,
 //            the same stores, per 4 elements; the step's grid and chunks),
 //   copy kernel: a grid-stride float4 copy of the same 28 bytes per element (14 read, 14 written),
-//   cudaMemcpy: a device-to-device cudaMemcpyAsync of them (the copy zero_bench_optim_gpu uses).
-// On an H100 the step ran at 0.99-1.0 of `traffic` and 0.92-0.93 of cudaMemcpy, and
-// no SM kernel measured beat 0.936 of cudaMemcpy: the math is hidden and the step's ratio to
-// cudaMemcpy is the memory system's for this access pattern (docs/optimizers.md). Built by
-// tools/zero-gpu-check pack only (not part of `all`), run as its step adam-bound.
+//   cudaMemcpy: a device-to-device cudaMemcpyAsync of them (the copy zero_bench_optim_gpu uses),
+// and the step over split masters with 8-bit residuals (24 bytes an element), whose bandwidth is
+// printed against cudaMemcpy's. On an H100 the step ran at 0.99-1.0 of `traffic` and 0.92-0.93
+// of cudaMemcpy, and no SM kernel measured beat 0.936 of cudaMemcpy: the math is hidden and the
+// step's ratio to cudaMemcpy is the memory system's for this access pattern (docs/optimizers.md).
+// Built by tools/zero-gpu-check pack only (not part of `all`), run as its step adam-bound.
 //
 //   zero_bench_optim_gpu_bound [--elements=16777216,268435456] [--reps=30]
 //
@@ -34,6 +35,9 @@ namespace {
 
 constexpr int threads = 256;
 constexpr double bytes_per_element = 28.0; // 14 read + 14 written
+// Split masters (8-bit residuals): weights 2 + residual 1 + moments 8, read and written; gradient
+// 2 read.
+constexpr double split_bytes_per_element = 24.0;
 
 struct Arrays {
   float* master;
@@ -130,10 +134,19 @@ void measure(std::size_t n, int reps) {
 
   zero::AdamUpdate update{0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, -1e-3f, 0.3f, 0.0f, 1.0f, false};
   const zero::cuda_kernels::StepTensor tensor{
-      a.master, {a.exp_avg, a.exp_avg_sq}, a.grad, a.copy, n};
+      a.master, {a.exp_avg, a.exp_avg_sq}, a.grad, a.copy, nullptr, n};
   const zero::cuda_kernels::StepTypes types{zero::DType::bfloat16, zero::DType::bfloat16};
   const float step = median_ms(reps, [&] {
     zero::cuda_kernels::fused_step(update, {&tensor, 1}, types, 1.0f / 1024, nullptr);
+  });
+  // Split masters with 8-bit residuals: the compute copy is the masters' high part, read and
+  // written, beside one byte of residual: 24 bytes an element instead of 28.
+  zero::cuda_kernels::StepTensor split = tensor;
+  split.master = nullptr;
+  split.residuals = allocate(n); // zeros, as every array here
+  const zero::cuda_kernels::StepTypes split_types{zero::DType::bfloat16, zero::DType::bfloat16, 8};
+  const float split_step = median_ms(reps, [&] {
+    zero::cuda_kernels::fused_step(update, {&split, 1}, split_types, 1.0f / 1024, nullptr);
   });
   const float traffic = median_ms(reps, [&] {
     traffic_kernel<<<resident_grid(reinterpret_cast<const void*>(traffic_kernel)), threads>>>(a);
@@ -154,6 +167,12 @@ void measure(std::size_t n, int reps) {
               "step/traffic %.3f step/cudaMemcpy %.3f copy-kernel/cudaMemcpy %.3f\n",
               n, reps, step, gbs(step), traffic, gbs(traffic), copy, gbs(copy), memcpy, gbs(memcpy),
               traffic / step, memcpy / step, memcpy / copy);
+  const double split_gbs = split_bytes_per_element * static_cast<double>(n) / split_step / 1e6;
+  std::printf("result adam-bound-split bfloat16 n=%zu reps=%d: split step (8-bit residuals, %.0f "
+              "bytes an element) %.3f ms %.0f GB/s | split/step time %.3f | split GB/s / "
+              "cudaMemcpy GB/s %.3f\n",
+              n, reps, split_bytes_per_element, split_step, split_gbs, split_step / step,
+              split_gbs / gbs(memcpy));
 }
 
 } // namespace

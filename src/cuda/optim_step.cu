@@ -6,9 +6,11 @@
 // H100 measured 0.89-0.93 of copy bandwidth that way. Each thread updates four consecutive elements
 // per iteration with 16-byte loads and stores of the fp32 arrays (8-byte for half and bfloat16),
 // falling back to element loads for misaligned tensors and for the last elements of a chunk. The
-// element-wise math is the optimizer's functor, as on the host.
+// element-wise math is the optimizer's functor, as on the host. Split masters are read and written
+// through master_access.cuh, in the same loop.
 
 #include "dtype_dispatch.cuh"
+#include "master_access.cuh"
 #include "vector_lanes.cuh"
 
 #include "zero/core/cuda_check.hpp"
@@ -57,21 +59,18 @@ __device__ void apply(const Update& update, float& param, float grad, float* sta
     update(param, grad);
 }
 
-template <class Update, class G, class Out>
+template <class Update, class G, class Out, class R>
 __device__ void step_chunk(const StepTensor& tensor, const std::size_t begin, const Update& update,
                            const float grad_multiplier) {
   constexpr std::size_t states = Update::state_tensors;
-  constexpr bool copy = !std::is_same_v<Out, NoCopy>;
   const std::size_t end =
       tensor.size < begin + step_chunk_elements ? tensor.size : begin + step_chunk_elements;
-  float* const master = tensor.master;
+  const Masters<Out, R> masters(tensor.master, tensor.low_precision, tensor.residuals, 0);
   const G* const grad = static_cast<const G*>(tensor.grad);
-  Out* const out = static_cast<Out*>(tensor.low_precision);
 
-  bool aligned = aligned_for_lanes<float>(master) && aligned_for_lanes<G>(grad);
+  bool aligned = masters.aligned() && aligned_for_lanes<G>(grad);
   for_each_state<states>(
       [&](std::size_t k) { aligned = aligned && aligned_for_lanes<float>(tensor.state[k]); });
-  if constexpr (copy) aligned = aligned && aligned_for_lanes<Out>(out);
   const std::size_t vector_end =
       aligned ? begin + (end - begin) / lanes_per_thread * lanes_per_thread : begin;
 
@@ -80,7 +79,7 @@ __device__ void step_chunk(const StepTensor& tensor, const std::size_t begin, co
     float param[lanes_per_thread];
     float g[lanes_per_thread];
     float state[states > 0 ? states : 1][lanes_per_thread];
-    load_lanes(master + i, param);
+    masters.load(i, param);
     load_lanes(grad + i, g);
     for_each_state<states>([&](std::size_t k) { load_lanes(tensor.state[k] + i, state[k]); });
 #pragma unroll
@@ -90,22 +89,20 @@ __device__ void step_chunk(const StepTensor& tensor, const std::size_t begin, co
       apply(update, param[lane], g[lane] * grad_multiplier, s);
       for_each_state<states>([&](std::size_t k) { state[k][lane] = s[k]; });
     }
-    store_lanes(master + i, param);
+    masters.store(i, param);
     for_each_state<states>([&](std::size_t k) { store_lanes(tensor.state[k] + i, state[k]); });
-    if constexpr (copy) store_lanes(out + i, param);
   }
   for (std::size_t i = vector_end + threadIdx.x; i < end; i += blockDim.x) {
-    float param = master[i];
+    float param = masters.load(i);
     float s[states > 0 ? states : 1];
     for_each_state<states>([&](std::size_t k) { s[k] = tensor.state[k][i]; });
     apply(update, param, static_cast<float>(grad[i]) * grad_multiplier, s);
-    master[i] = param;
+    masters.store(i, param);
     for_each_state<states>([&](std::size_t k) { tensor.state[k][i] = s[k]; });
-    if constexpr (copy) out[i] = Out(param);
   }
 }
 
-template <class Update, class G, class Out>
+template <class Update, class G, class Out, class R>
 __global__ void __launch_bounds__(threads_per_block)
     step_kernel(const LaunchBatch batch, const Update update, const float grad_multiplier) {
   const std::uint32_t chunks = batch.chunk_begin[batch.tensor_count];
@@ -113,9 +110,9 @@ __global__ void __launch_bounds__(threads_per_block)
   for (std::uint32_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     while (batch.chunk_begin[t + 1] <= c)
       ++t; // c only grows: the tensor index never goes back
-    step_chunk<Update, G, Out>(batch.tensors[t],
-                               std::size_t{c - batch.chunk_begin[t]} * step_chunk_elements, update,
-                               grad_multiplier);
+    step_chunk<Update, G, Out, R>(batch.tensors[t],
+                                  std::size_t{c - batch.chunk_begin[t]} * step_chunk_elements,
+                                  update, grad_multiplier);
   }
 }
 
@@ -138,10 +135,10 @@ unsigned resident_blocks() {
   return static_cast<unsigned>(std::max(1, multiprocessors * per_multiprocessor));
 }
 
-template <class Update, class G, class Out>
+template <class Update, class G, class Out, class R>
 void launch_all(const Update& update, std::span<const StepTensor> tensors, float grad_multiplier,
                 cudaStream_t stream) {
-  constexpr auto kernel = step_kernel<Update, G, Out>;
+  constexpr auto kernel = step_kernel<Update, G, Out, R>;
   const unsigned grid = resident_blocks<kernel>();
   LaunchBatch batch{};
   const auto launch = [&] {
@@ -168,12 +165,15 @@ void launch_all(const Update& update, std::span<const StepTensor> tensors, float
 template <class Update>
 void dispatch(const Update& update, std::span<const StepTensor> tensors, StepTypes types,
               float grad_multiplier, cudaStream_t stream) {
+  const bool split = types.residual_bits != 0;
   bool any_copy = false;
   bool all_copy = true;
   for (const StepTensor& t : tensors) {
     if (t.size == 0) continue;
-    require(t.master != nullptr && t.grad != nullptr,
-            "cuda fused_step: a tensor has no master weights or no gradient");
+    require(t.grad != nullptr && (split ? t.residuals != nullptr && t.low_precision != nullptr
+                                        : t.master != nullptr),
+            split ? "cuda fused_step: split masters need every tensor's compute copy and residuals"
+                  : "cuda fused_step: a tensor has no master weights or no gradient");
     for_each_state<Update::state_tensors>([&](std::size_t k) {
       require(t.state[k] != nullptr, "cuda fused_step: a tensor lacks an optimizer state tensor");
     });
@@ -186,9 +186,13 @@ void dispatch(const Update& update, std::span<const StepTensor> tensors, StepTyp
           "cuda fused_step: the gradient multiplier must be finite");
 
   with_gradient_type(types.grad, "cuda fused_step", [&](auto grad_tag) {
-    with_copy_type(types.low_precision, any_copy, "cuda fused_step", [&](auto copy_tag) {
-      launch_all<Update, decltype(grad_tag), decltype(copy_tag)>(update, tensors, grad_multiplier,
-                                                                 stream);
+    with_copy_type(types.low_precision, any_copy || split, "cuda fused_step", [&](auto copy_tag) {
+      with_residual_type(types.residual_bits, "cuda fused_step", [&](auto residual_tag) {
+        using Out = decltype(copy_tag);
+        using R = decltype(residual_tag);
+        if constexpr (masters_supported<Out, R>)
+          launch_all<Update, decltype(grad_tag), Out, R>(update, tensors, grad_multiplier, stream);
+      });
     });
   });
 }

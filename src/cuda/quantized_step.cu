@@ -8,9 +8,11 @@
 // absolute maxima; then it quantizes them with DynamicMapTables::nearest, the host's scalar
 // quantizer, from a copy of the maps in shared memory, and writes everything last. The products
 // and the reciprocal are written as the round-to-nearest intrinsics, so that no contraction into
-// a fused multiply-add can make them differ from the host's.
+// a fused multiply-add can make them differ from the host's. The masters are fp32 or split
+// (master_access.cuh).
 
 #include "dtype_dispatch.cuh"
+#include "master_access.cuh"
 #include "vector_lanes.cuh"
 
 #include "zero/core/cuda_check.hpp"
@@ -77,11 +79,10 @@ __device__ void quantize(const DynamicMapTables& map, const float (&values)[elem
     codes[k] = map.nearest(normal ? __fmul_rn(values[k], inverse) : 0.0f);
 }
 
-template <class G, class Out>
+template <class G, class Out, class R>
 __global__ void __launch_bounds__(threads_per_block)
     quantized_step_kernel(const QuantizedBatch batch, const AdamUpdate update,
                           const float grad_multiplier) {
-  constexpr bool copy = !std::is_same_v<Out, NoCopy>;
   __shared__ DynamicMapTables maps[2];
   __shared__ float per_warp[2][warps_per_block];
   {
@@ -103,17 +104,15 @@ __global__ void __launch_bounds__(threads_per_block)
   const std::size_t begin = block * quantized_moment_block;
   const std::size_t rest = tensor.size - begin;
   const std::size_t n = rest < quantized_moment_block ? rest : quantized_moment_block;
-  float* const master = tensor.master + begin;
+  const Masters<Out, R> masters(tensor.master, tensor.low_precision, tensor.residuals, begin);
   const G* const grad = static_cast<const G*>(tensor.grad) + begin;
-  Out* const out = copy ? static_cast<Out*>(tensor.low_precision) + begin : nullptr;
   std::uint8_t* const codes[2] = {tensor.codes[0] + begin, tensor.codes[1] + begin};
   const float scale[2] = {tensor.scales[0][block], tensor.scales[1][block]};
   // A whole block whose arrays allow vector accesses (the codes 4 bytes at a time); else element
   // by element, the same elements.
-  bool vector = n == quantized_moment_block && aligned_for_lanes<float>(master) &&
-                aligned_for_lanes<G>(grad) && aligned_for_lanes<std::uint8_t>(codes[0]) &&
-                aligned_for_lanes<std::uint8_t>(codes[1]);
-  if constexpr (copy) vector = vector && aligned_for_lanes<Out>(out);
+  const bool vector = n == quantized_moment_block && masters.aligned() &&
+                      aligned_for_lanes<G>(grad) && aligned_for_lanes<std::uint8_t>(codes[0]) &&
+                      aligned_for_lanes<std::uint8_t>(codes[1]);
 
   // Everything read first, then computed, then written.
   float param[elements_per_thread], g[elements_per_thread];
@@ -123,7 +122,7 @@ __global__ void __launch_bounds__(threads_per_block)
     for (int r = 0; r < groups; ++r) {
       const std::size_t e = element(r * static_cast<int>(vector_lanes));
       float p[vector_lanes], gr[vector_lanes];
-      load_lanes(master + e, p);
+      masters.load(e, p);
       load_lanes(grad + e, gr);
       for (int k = 0; k < 2; ++k) {
         const std::uint32_t four = *reinterpret_cast<const std::uint32_t*>(codes[k] + e);
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(threads_per_block)
 #pragma unroll
     for (int k = 0; k < elements_per_thread; ++k) {
       const std::size_t i = element(k);
-      param[k] = i < n ? master[i] : 0.0f;
+      param[k] = i < n ? masters.load(i) : 0.0f;
       g[k] = i < n ? static_cast<float>(grad[i]) : 0.0f;
       code[0][k] = i < n ? codes[0][i] : 0;
       code[1][k] = i < n ? codes[1][i] : 0;
@@ -175,8 +174,7 @@ __global__ void __launch_bounds__(threads_per_block)
 #pragma unroll
       for (int lane = 0; lane < static_cast<int>(vector_lanes); ++lane)
         p[lane] = param[r * vector_lanes + lane];
-      store_lanes(master + e, p);
-      if constexpr (copy) store_lanes(out + e, p);
+      masters.store(e, p);
       for (int k = 0; k < 2; ++k) {
         std::uint32_t four = 0;
 #pragma unroll
@@ -190,8 +188,7 @@ __global__ void __launch_bounds__(threads_per_block)
     for (int k = 0; k < elements_per_thread; ++k) {
       const std::size_t i = element(k);
       if (i >= n) continue;
-      master[i] = param[k];
-      if constexpr (copy) out[i] = Out(param[k]);
+      masters.store(i, param[k]);
       codes[0][i] = code[0][k];
       codes[1][i] = code[1][k];
     }
@@ -202,7 +199,7 @@ __global__ void __launch_bounds__(threads_per_block)
       tensor.scales[k][block] = largest[k] >= FLT_MIN ? largest[k] : 0.0f;
 }
 
-template <class G, class Out>
+template <class G, class Out, class R>
 void launch_all(const AdamUpdate& update, std::span<const QuantizedStepTensor> tensors,
                 float grad_multiplier, cudaStream_t stream) {
   QuantizedBatch batch{};
@@ -210,7 +207,7 @@ void launch_all(const AdamUpdate& update, std::span<const QuantizedStepTensor> t
   batch.maps[1] = DynamicMap::unsigned_map().tables();
   const auto launch = [&] {
     const std::uint32_t blocks = batch.block_begin[batch.tensor_count];
-    quantized_step_kernel<G, Out>
+    quantized_step_kernel<G, Out, R>
         <<<blocks, threads_per_block, 0, stream>>>(batch, update, grad_multiplier);
     ZERO_CHECK_CUDA(cudaGetLastError());
     batch.tensor_count = 0;
@@ -233,12 +230,16 @@ void launch_all(const AdamUpdate& update, std::span<const QuantizedStepTensor> t
 
 void quantized_fused_step(const AdamUpdate& update, std::span<const QuantizedStepTensor> tensors,
                           StepTypes types, float grad_multiplier, cudaStream_t stream) {
+  const bool split = types.residual_bits != 0;
   bool any_copy = false;
   bool all_copy = true;
   for (const QuantizedStepTensor& t : tensors) {
     if (t.size == 0) continue;
-    require(t.master != nullptr && t.grad != nullptr,
-            "cuda quantized_fused_step: a tensor has no master weights or no gradient");
+    require(t.grad != nullptr && (split ? t.residuals != nullptr && t.low_precision != nullptr
+                                        : t.master != nullptr),
+            split ? "cuda quantized_fused_step: split masters need every tensor's compute copy "
+                    "and residuals"
+                  : "cuda quantized_fused_step: a tensor has no master weights or no gradient");
     for (int k = 0; k < 2; ++k)
       require(t.codes[k] != nullptr && t.scales[k] != nullptr,
               "cuda quantized_fused_step: a tensor lacks a moment's codes or scales");
@@ -251,9 +252,15 @@ void quantized_fused_step(const AdamUpdate& update, std::span<const QuantizedSte
   require(std::isfinite(grad_multiplier),
           "cuda quantized_fused_step: the gradient multiplier must be finite");
   with_gradient_type(types.grad, "cuda quantized_fused_step", [&](auto grad_tag) {
-    with_copy_type(types.low_precision, any_copy, "cuda quantized_fused_step", [&](auto copy_tag) {
-      launch_all<decltype(grad_tag), decltype(copy_tag)>(update, tensors, grad_multiplier, stream);
-    });
+    with_copy_type(
+        types.low_precision, any_copy || split, "cuda quantized_fused_step", [&](auto copy_tag) {
+          with_residual_type(types.residual_bits, "cuda quantized_fused_step", [&](auto r_tag) {
+            using Out = decltype(copy_tag);
+            using R = decltype(r_tag);
+            if constexpr (masters_supported<Out, R>)
+              launch_all<decltype(grad_tag), Out, R>(update, tensors, grad_multiplier, stream);
+          });
+        });
   });
 }
 

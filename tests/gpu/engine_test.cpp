@@ -116,6 +116,57 @@ TEST(DeviceEngine, EightBitMomentsAreReportedInDeviceMemory) {
   EXPECT_EQ(on_device.master_weights.memory, on_host.master_weights.memory);
 }
 
+// Split master weights in device memory: the residuals beside the moments, the compute copy the
+// masters' high parts, both updated by the device's split step on the compute stream: the host
+// engine's bits at every stage, with fp32 moments and 8-bit ones, in bfloat16 and float16.
+TEST(DeviceEngine, SplitMastersGiveTheHostEnginesBits) {
+  StagedSetup s;
+  every_stage<zero::bfloat16>(s,
+                              {.dtype = DType::bfloat16,
+                               .accumulation = 2,
+                               .clipping = 0.05,
+                               .master = zero::MasterStorage::split_8bit},
+                              "8-bit residuals, ");
+  every_stage<zero::bfloat16>(s,
+                              {.dtype = DType::bfloat16,
+                               .eight_bit_moments = true,
+                               .eight_bit_min_elements = 1000,
+                               .master = zero::MasterStorage::split_16bit},
+                              "16-bit residuals, 8-bit moments, ");
+  const Scenario fp16{.dtype = DType::float16, .master = zero::MasterStorage::split_16bit};
+  expect_device_engine_equals_host<zero::Stage<1>, zero::half>(s, fp16, "fp16 split, stage 1");
+  expect_device_engine_equals_host<zero::Stage<3>, zero::half>(s, fp16, "fp16 split, stage 3");
+  // An overflow skips the step on every rank: the weights and residuals stay as they were.
+  expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16>(
+      s,
+      {.dtype = DType::bfloat16,
+       .overflow_step = 1,
+       .eight_bit_moments = true,
+       .master = zero::MasterStorage::split_8bit},
+      "split masters, an overflow at step 1, stage 2");
+}
+
+// The report counts the residuals where they are, in device memory: one byte (or two) an element
+// of this rank's block of every layer, as the host engine counts them.
+TEST(DeviceEngine, SplitMastersAreReportedInDeviceMemory) {
+  StagedSetup s;
+  for (const auto master : {zero::MasterStorage::split_8bit, zero::MasterStorage::split_16bit}) {
+    const Scenario run{.dtype = DType::bfloat16, .master = master};
+    DeviceEngine<zero::Stage<3>, zero::bfloat16> device(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
+    const std::size_t bytes = master == zero::MasterStorage::split_8bit ? 1 : 2;
+    std::size_t expected = 0;
+    for (std::size_t l = 0; l < device.layers(); ++l)
+      expected +=
+          bytes * (device.layout().layer(l).flat_numel / static_cast<std::size_t>(world().size()));
+    const zero::MemoryReport on_device = device.memory();
+    EXPECT_EQ(std::string(on_device.optimizer_tier), DeviceMemory::name);
+    EXPECT_EQ(on_device.master_weights.memory, expected) << zero::to_string(master);
+    const zero::MemoryReport on_host = host_engine<zero::Stage<3>, zero::bfloat16>(run).memory();
+    EXPECT_EQ(on_device.master_weights.memory, on_host.master_weights.memory);
+  }
+}
+
 // A device engine's checkpoint is a host engine's: saved from device memory through host copies,
 // loaded by a host engine into the same weights, and by a device engine of another stage, whose
 // compute copy (written from the loaded master weights through a host copy) then trains on as the
@@ -159,6 +210,13 @@ TEST(DeviceEngine, CheckpointsMoveBetweenTheDeviceAndTheHost) {
 TEST(DeviceEngine, EightBitCheckpointsMoveBetweenTheDeviceAndTheHost) {
   expect_checkpoints_move_between_the_device_and_the_host(
       {.dtype = DType::bfloat16, .eight_bit_moments = true, .eight_bit_min_elements = 1000});
+}
+
+// Split masters: saved as the fp32 masters they reconstruct, read from the device's compute copy
+// and residuals; loaded, split again into both.
+TEST(DeviceEngine, SplitMasterCheckpointsMoveBetweenTheDeviceAndTheHost) {
+  expect_checkpoints_move_between_the_device_and_the_host(
+      {.dtype = DType::bfloat16, .master = zero::MasterStorage::split_8bit});
 }
 
 // A DeepSpeed config asking to offload the optimizer states is refused by an engine that keeps them

@@ -92,18 +92,27 @@ class BlockwiseMoments {
                  grad_multiplier, copy);
   }
 
-  // The same over split masters (optim/split_master.hpp), in host memory.
+  // The same over split masters (optim/split_master.hpp) in the store's memory.
   template <class G, SplitComputeType T, SplitResidual R>
-  requires HostAccessibleSpace<Space>
-  void step(const AdamUpdate& update, std::size_t l, SplitMasterView<T, R> master, View<G> grad,
-            float grad_multiplier) {
+  void step(const AdamUpdate& update, std::size_t l,
+            SplitMasterView<T, R, HandedOutMemory<Space>> master,
+            View<G, HandedOutMemory<Space>> grad, float grad_multiplier) {
     Layer& layer = layers_[l];
-    if (layer.eight_bit)
-      quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad, grad_multiplier);
-    else
-      split_fused_step(update, master,
-                       {handed_out(layer.fp32[0].view()), handed_out(layer.fp32[1].view())}, grad,
-                       grad_multiplier);
+    const std::array<View<float, HandedOutMemory<Space>>, 2> fp32{handed_out(layer.fp32[0].view()),
+                                                                  handed_out(layer.fp32[1].view())};
+    if constexpr (StreamSpace<Exec>) {
+      if (layer.eight_bit)
+        quantized_fused_step(exec_, update, master, layer.moment(0), layer.moment(1), grad,
+                             grad_multiplier);
+      else
+        split_fused_step(exec_, update, master, fp32, grad, grad_multiplier);
+    } else {
+      if (layer.eight_bit)
+        quantized_fused_step(update, master, layer.moment(0), layer.moment(1), grad,
+                             grad_multiplier);
+      else
+        split_fused_step(update, master, fp32, grad, grad_multiplier);
+    }
   }
 
   // f(values): moment k (0: exp_avg, 1: exp_avg_sq) of layer l's block in fp32, on the host; an

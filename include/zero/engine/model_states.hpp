@@ -26,6 +26,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -153,11 +154,22 @@ class ModelStates {
         parameters_(shard, model, options, hpz, exec), gradients_(shard, model, options, exec),
         optimizer_(optimizer_group(shard, control), model, options, exec) {
     // Split masters read their high parts from the compute copy (engine/split_masters.hpp).
-    if constexpr (SplitComputeType<T> && std::same_as<TargetView, View<T>> &&
-                  requires(OptimizerStates & o) { o.bind_compute_copy({}); })
+    using ComputeBlock = SplitComputeBlock<typename TargetView::memory_space>;
+    if constexpr (SplitComputeType<T> && requires(OptimizerStates & o) {
+                    o.bind_compute_copy(std::function<ComputeBlock(std::size_t)>{});
+                  })
       optimizer_.bind_compute_copy(
-          [this](std::size_t l) -> SplitComputeBlock { return parameters_.update_target(l); });
+          [this](std::size_t l) -> ComputeBlock { return parameters_.update_target(l); });
     // What only the options decide is refused here, the same on every rank.
+    if constexpr (std::same_as<typename Where::parameters, nvme>)
+      if (options.master != MasterStorage::fp32)
+        fail_on_every_rank(
+            ErrorKind::unsupported,
+            std::string("engine: split master weights (EngineOptions::master = ") +
+                to_string(options.master) +
+                ") read their high parts from the compute copy in memory; with the parameters "
+                "on NVMe (offload_param) the step writes a staging buffer instead: keep the "
+                "parameters in memory, or fp32 master weights");
     if (options.delayed_parameter_update_after >= 0) {
       if constexpr (!offloaded)
         fail(ErrorKind::unsupported,

@@ -18,8 +18,7 @@
 //
 // The master weights may be kept split (EngineOptions::master, engine/split_masters.hpp): the
 // compute copy the step writes is then also the master's high part, read back by the next step,
-// and this store keeps only the residuals. Built for element-wise optimizers with their states in
-// host memory.
+// and this store keeps only the residuals, in its memory. Built for element-wise optimizers.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/dropped_waits.hpp"
@@ -74,17 +73,17 @@ requires HostAccessibleSpace<typename K::space> ||
     using type = std::optional<BlockwiseMoments<Space, Exec>>;
   };
   using MaybeBlockwise = typename blockwise_member<can_quantize>::type;
-  // Where split masters can be kept: element-wise updates on the host's threads (the residuals in
-  // host memory, beside states in host or pinned memory).
+  // Where split masters can be kept: element-wise updates (the residuals beside the moments, in
+  // host or pinned memory updated on the host's threads, or in a stream space's memory).
   static constexpr bool can_split = !TrustRatioUpdate<typename Opt::update_type> &&
-                                    HostAccessibleSpace<Space> && std::same_as<Exec, HostThreads>;
+                                    (std::same_as<Exec, HostThreads> || StreamSpace<Exec>);
   template <bool Can, class = void>
   struct split_member {
     struct type {};
   };
   template <class Unused>
   struct split_member<true, Unused> {
-    using type = std::optional<SplitMasters<host>>;
+    using type = std::optional<SplitMasters<Space, Exec>>;
   };
   using MaybeSplit = typename split_member<can_split>::type;
 
@@ -95,19 +94,14 @@ requires HostAccessibleSpace<typename K::space> ||
     if (options.master != MasterStorage::fp32) {
       if constexpr (can_split)
         split_.emplace(*K::layout(model), K::rank(model), model.layers(), options.master,
-                       options.compute_dtype);
+                       options.compute_dtype, exec);
       else
-        fail_on_every_rank(
-            ErrorKind::unsupported,
-            std::string("engine: split master weights (EngineOptions::master = ") +
-                to_string(options.master) + ") are built for " +
-                (TrustRatioUpdate<typename Opt::update_type>
-                     ? std::string("element-wise optimizers (Adam, AdamW, SGD); this engine "
-                                   "runs ") +
-                           std::string(Opt::name)
-                     : std::string("optimizer states in host memory updated on the host's "
-                                   "threads; this store keeps them in ") +
-                           Space::name));
+        fail_on_every_rank(ErrorKind::unsupported,
+                           std::string("engine: split master weights (EngineOptions::master = ") +
+                               to_string(options.master) +
+                               ") are built for element-wise optimizers (Adam, AdamW, SGD); this "
+                               "engine runs " +
+                               std::string(Opt::name));
     } else {
       master_.emplace(make(shard));
     }
@@ -147,7 +141,8 @@ requires HostAccessibleSpace<typename K::space> ||
 
   // Split masters: where the compute copy of this rank's block of layer l is (the parameter
   // store's), read to reconstruct the masters outside a step. Does nothing otherwise.
-  void bind_compute_copy(std::function<SplitComputeBlock(std::size_t)> compute_copy) {
+  void bind_compute_copy(
+      std::function<SplitComputeBlock<HandedOutMemory<Space>>(std::size_t)> compute_copy) {
     if constexpr (can_split)
       if (split_) split_->bind_compute_copy(std::move(compute_copy));
   }
@@ -155,34 +150,14 @@ requires HostAccessibleSpace<typename K::space> ||
   // Layer l's master weights, all of them, in order. Collective when sharded.
   template <class Comm>
   std::vector<float> layer(Comm& shard, std::size_t l) const {
-    const std::size_t numel = model_.sharded->layer(l).numel;
-    std::vector<float> values(numel);
     if constexpr (can_split)
-      if (split_) {
-        std::vector<float> mine(kept_layout().block(l, kept_rank()).size());
-        split_->read(l, View<float>(mine));
-        if constexpr (K::sharded) {
-          std::vector<float> image(model_.sharded->layer(l).flat_numel);
-          gather_layer_image(shard, *model_.sharded, l, View<const float>(mine), View<float>(image))
-              .wait();
-          model_.images.unpack(l, image.data(), values.data());
-        } else {
-          convert_n(mine.data(), values.data(), numel);
-        }
-        return values;
+      if (split_) { // reconstructed into the store's memory, where the communicator moves it
+        Buffer<float, Space> masters(kept_layout().block(l, kept_rank()).size());
+        detail::write_on_host(exec_, masters.view(),
+                              [&](View<float> into) { split_->read(l, into); });
+        return whole_layer(shard, l, std::as_const(masters).view());
       }
-    if constexpr (K::sharded) {
-      Buffer<float, Space> image(model_.sharded->layer(l).flat_numel, uninitialized);
-      gather_layer_image(shard, *model_.sharded, l, master_->block(l), image.view()).wait();
-      detail::read_on_host(exec_, std::as_const(image).view(), [&](View<const float> on_host) {
-        model_.images.unpack(l, on_host.data(), values.data());
-      });
-    } else {
-      detail::read_on_host(exec_, master_->block(l).first(numel), [&](View<const float> on_host) {
-        convert_n(on_host.data(), values.data(), numel);
-      });
-    }
-    return values;
+    return whole_layer(shard, l, master_->block(l));
   }
 
   // One update of everything this rank owns, layer by layer: grads(l) is the reduced gradient of
@@ -362,6 +337,26 @@ requires HostAccessibleSpace<typename K::space> ||
     done(l);
   }
 
+  // Layer l's values from this rank's block `mine` of it (gathered from every rank's when
+  // sharded), in order.
+  template <class Comm>
+  std::vector<float> whole_layer(Comm& shard, std::size_t l, View<const float, Space> mine) const {
+    const std::size_t numel = model_.sharded->layer(l).numel;
+    std::vector<float> values(numel);
+    if constexpr (K::sharded) {
+      Buffer<float, Space> image(model_.sharded->layer(l).flat_numel, uninitialized);
+      gather_layer_image(shard, *model_.sharded, l, mine, image.view()).wait();
+      detail::read_on_host(exec_, std::as_const(image).view(), [&](View<const float> on_host) {
+        model_.images.unpack(l, on_host.data(), values.data());
+      });
+    } else {
+      detail::read_on_host(exec_, mine.first(numel), [&](View<const float> on_host) {
+        convert_n(on_host.data(), values.data(), numel);
+      });
+    }
+    return values;
+  }
+
   const Tensor& tensor(std::size_t t) const { return t == 0 ? *master_ : states_[t - 1]; }
   Tensor& tensor(std::size_t t) { return t == 0 ? *master_ : states_[t - 1]; }
 
@@ -372,14 +367,19 @@ requires HostAccessibleSpace<typename K::space> ||
                   float grad_multiplier, View<Out, CopySpace> copy) {
     if constexpr (SplitComputeType<Out>) {
       const auto grad = handed_out(grad_view); // host views of pinned memory too
-      split_->with_masters(l, handed_out(copy), [&]<class R>(SplitMasterView<Out, R> master) {
-        if constexpr (can_quantize)
-          if (blockwise_) return blockwise_->step(update, l, master, grad, grad_multiplier);
-        std::array<View<float>, states> moments;
-        for (std::size_t k = 0; k < states; ++k)
-          moments[k] = handed_out(states_[k].block(l));
-        split_fused_step(update, master, moments, grad, grad_multiplier);
-      });
+      using ViewMemory = HandedOutMemory<Space>;
+      split_->with_masters(
+          l, handed_out(copy), [&]<class R>(SplitMasterView<Out, R, ViewMemory> master) {
+            if constexpr (can_quantize)
+              if (blockwise_) return blockwise_->step(update, l, master, grad, grad_multiplier);
+            std::array<View<float, ViewMemory>, states> moments;
+            for (std::size_t k = 0; k < states; ++k)
+              moments[k] = handed_out(states_[k].block(l));
+            if constexpr (StreamSpace<Exec>)
+              split_fused_step(exec_, update, master, moments, grad, grad_multiplier);
+            else
+              split_fused_step(update, master, moments, grad, grad_multiplier);
+          });
     } else {
       fail(ErrorKind::unsupported, "engine: split master weights need a float16 or bfloat16 "
                                    "compute copy to write");

@@ -78,7 +78,7 @@ class OffloadedOptimizerStore {
     // host's step reads as the masters' high parts (the device's copy is never read back).
     if constexpr (requires(Inner & inner) { inner.bind_compute_copy({}); })
       if (options.master != MasterStorage::fp32)
-        inner_.bind_compute_copy([this](std::size_t l) -> SplitComputeBlock {
+        inner_.bind_compute_copy([this](std::size_t l) -> SplitComputeBlock<> {
           if (compute_dtype_ == DType::bfloat16)
             return handed_out(staged<bfloat16>(staged_weights_, l));
           return handed_out(staged<half>(staged_weights_, l));

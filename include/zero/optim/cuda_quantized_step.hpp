@@ -16,6 +16,7 @@
 #include "zero/optim/adam.hpp"
 #include "zero/optim/cuda_step.hpp"
 #include "zero/optim/quantized_moments.hpp"
+#include "zero/optim/split_master_rule.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #if ZERO_HAS_CUDA
@@ -37,13 +38,15 @@ using DeviceQuantizedMoment = BasicQuantizedMoment<cuda>;
 namespace cuda_kernels {
 
 // One tensor of a multi-tensor 8-bit step, every pointer in device memory; its blocks start at
-// its element 0.
+// its element 0. Split masters (StepTypes::residual_bits) as in StepTensor: `master` unused,
+// the masters read from and split into `low_precision` and `residuals`.
 struct QuantizedStepTensor {
   float* master = nullptr;
   std::uint8_t* codes[2] = {nullptr, nullptr}; // exp_avg's, exp_avg_sq's
   float* scales[2] = {nullptr, nullptr};       // one per block
   const void* grad = nullptr;                  // StepTypes::grad elements
   void* low_precision = nullptr;               // StepTypes::low_precision elements; null: none
+  void* residuals = nullptr;                   // split masters: int8 or int16 elements
   std::size_t size = 0;
 };
 
@@ -77,6 +80,31 @@ void quantized_fused_step(const AdamUpdate& update, View<float, cuda> master,
       {dtype_of<std::remove_const_t<G>>, dtype_of<Out>}, grad_multiplier, stream);
 }
 
+// The same over split masters (optim/split_master.hpp): the masters are read from and split
+// into master.weights (the compute copy) and master.residuals.
+template <class G, SplitComputeType T, SplitResidual R>
+requires GradientElement<std::remove_const_t<G>>
+void quantized_fused_step(const AdamUpdate& update, SplitMasterView<T, R, cuda> master,
+                          DeviceQuantizedMoment exp_avg, DeviceQuantizedMoment exp_avg_sq,
+                          View<G, cuda> grad, float grad_multiplier, cudaStream_t stream) {
+  const std::size_t n = master.size();
+  require(master.residuals.size() == n,
+          "quantized_fused_step: the residuals and the compute weights differ in size");
+  detail::require_quantized_step_arguments(n, exp_avg, exp_avg_sq, grad.size(), n, grad_multiplier);
+  cuda_kernels::QuantizedStepTensor tensor;
+  tensor.codes[0] = exp_avg.codes.data();
+  tensor.codes[1] = exp_avg_sq.codes.data();
+  tensor.scales[0] = exp_avg.scales.data();
+  tensor.scales[1] = exp_avg_sq.scales.data();
+  tensor.grad = grad.data();
+  tensor.low_precision = master.weights.data();
+  tensor.residuals = master.residuals.data();
+  tensor.size = n;
+  cuda_kernels::quantized_fused_step(
+      update, std::span<const cuda_kernels::QuantizedStepTensor>(&tensor, 1),
+      {dtype_of<std::remove_const_t<G>>, dtype_of<T>, 8 * int{sizeof(R)}}, grad_multiplier, stream);
+}
+
 // The form over CudaStreamSpace, with the shape of the HostStreamSpace one
 // (optim/stream_quantized_step.hpp), so that code written over StreamSpace calls either.
 template <class G, class Out = half>
@@ -87,6 +115,14 @@ void quantized_fused_step(const CudaStreamSpace& space, const AdamUpdate& update
                           float grad_multiplier = 1.0f, View<Out, cuda> low_precision = {}) {
   quantized_fused_step(update, master, exp_avg, exp_avg_sq, grad, grad_multiplier, low_precision,
                        space.stream());
+}
+template <class G, SplitComputeType T, SplitResidual R>
+requires GradientElement<std::remove_const_t<G>>
+void quantized_fused_step(const CudaStreamSpace& space, const AdamUpdate& update,
+                          SplitMasterView<T, R, cuda> master, DeviceQuantizedMoment exp_avg,
+                          DeviceQuantizedMoment exp_avg_sq, View<G, cuda> grad,
+                          float grad_multiplier = 1.0f) {
+  quantized_fused_step(update, master, exp_avg, exp_avg_sq, grad, grad_multiplier, space.stream());
 }
 
 } // namespace zero

@@ -19,6 +19,7 @@
 #include "zero/optim/adam.hpp"
 #include "zero/optim/lamb.hpp"
 #include "zero/optim/sgd.hpp"
+#include "zero/optim/split_master_rule.hpp"
 #include "zero/optim/trust_ratio_step.hpp"
 #include "zero/precision/gradient_element.hpp"
 
@@ -33,18 +34,22 @@
 
 namespace zero::cuda_kernels {
 
-// One tensor of a multi-tensor step, every pointer in device memory.
+// One tensor of a multi-tensor step, every pointer in device memory. With split masters
+// (StepTypes::residual_bits 8 or 16, optim/split_master.hpp) `master` is unused: the masters are
+// read from the compute copy `low_precision` and `residuals`, and split back into both.
 struct StepTensor {
   float* master = nullptr;
   float* state[2] = {nullptr, nullptr}; // the optimizer's state tensors in order; unused: null
   const void* grad = nullptr;           // StepTypes::grad elements
   void* low_precision = nullptr;        // StepTypes::low_precision elements; null: no copy
+  void* residuals = nullptr;            // split masters: int8 or int16 elements; else null
   std::size_t size = 0;
 };
 
 struct StepTypes {
   DType grad = DType::float16;          // float32, float16 or bfloat16
   DType low_precision = DType::float16; // float16 or bfloat16
+  int residual_bits = 0;                // 0: fp32 masters; 8 or 16: split masters
 };
 
 inline constexpr std::size_t step_chunk_elements = std::size_t{1} << 16;
@@ -100,6 +105,33 @@ void fused_step(const U& update, View<float, cuda> master,
   cuda_kernels::fused_step(update, std::span<const cuda_kernels::StepTensor>(&tensor, 1),
                            {dtype_of<std::remove_const_t<G>>, dtype_of<Out>}, grad_multiplier,
                            stream);
+}
+
+// The same over split masters (optim/split_master.hpp): the masters are read from and split
+// into master.weights (the compute copy) and master.residuals.
+template <ElementwiseUpdate U, class G, SplitComputeType T, SplitResidual R>
+requires GradientElement<std::remove_const_t<G>>
+void split_fused_step(const U& update, SplitMasterView<T, R, cuda> master,
+                      const std::array<View<float, cuda>, U::state_tensors>& state,
+                      View<G, cuda> grad, float grad_multiplier, cudaStream_t stream) {
+  const std::size_t n = master.size();
+  require(master.residuals.size() == n,
+          "split_fused_step: the residuals and the compute weights differ in size");
+  require(grad.size() == n, "split_fused_step: the gradient and the master weights differ in size");
+  require(std::isfinite(grad_multiplier),
+          "split_fused_step: the gradient multiplier must be finite");
+  cuda_kernels::StepTensor tensor;
+  for (std::size_t k = 0; k < U::state_tensors; ++k) {
+    require(state[k].size() == n, "split_fused_step: an optimizer state tensor differs in size");
+    tensor.state[k] = state[k].data();
+  }
+  tensor.grad = grad.data();
+  tensor.low_precision = master.weights.data();
+  tensor.residuals = master.residuals.data();
+  tensor.size = n;
+  cuda_kernels::fused_step(update, std::span<const cuda_kernels::StepTensor>(&tensor, 1),
+                           {dtype_of<std::remove_const_t<G>>, dtype_of<T>, 8 * int{sizeof(R)}},
+                           grad_multiplier, stream);
 }
 
 } // namespace zero

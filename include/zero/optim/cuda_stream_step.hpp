@@ -2,7 +2,8 @@
 // The fused optimizer step over CudaStreamSpace: optim/cuda_step.hpp's stream-ordered launch on the
 // space's stream, with the shape of the HostStreamSpace overload (optim/stream_step.hpp), so that
 // code written over StreamSpace calls `fused_step(space, update, master, state, grad, multiplier,
-// copy)` on either. The sizes are checked at the call, before the launch. The kernels exist for
+// copy)` on either, and `split_fused_step(space, update, split_master, state, grad, multiplier)`
+// over split masters. The sizes are checked at the call, before the launch. The kernels exist for
 // Adam/AdamW and SGD (with and without momentum) only, and write a half or bfloat16 compute copy
 // (or none): the constraints below say so at compile time rather than at link time.
 // tests/optim/gpu_stream_test.cpp checks it against the host on a GPU (passed on an H100).
@@ -20,6 +21,7 @@
 #include "zero/core/view.hpp"
 #include "zero/optim/cuda_step.hpp"
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/split_master_rule.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <array>
@@ -40,6 +42,20 @@ void fused_step(const CudaStreamSpace& space, const U& update, View<float, cuda>
                 const std::array<View<float, cuda>, U::state_tensors>& state, View<G, cuda> grad,
                 float grad_multiplier = 1.0f, View<Out, cuda> low_precision = {}) {
   fused_step(update, master, state, grad, grad_multiplier, low_precision, space.stream());
+}
+
+// The same over split masters in device memory (optim/split_master.hpp).
+template <ElementwiseUpdate U, class G, SplitComputeType T, SplitResidual R>
+requires GradientElement<std::remove_const_t<G>> &&
+    requires(const U& update, std::span<const cuda_kernels::StepTensor> tensors,
+             cuda_kernels::StepTypes types, float multiplier, cudaStream_t stream) {
+  cuda_kernels::fused_step(update, tensors, types, multiplier, stream);
+}
+void split_fused_step(const CudaStreamSpace& space, const U& update,
+                      SplitMasterView<T, R, cuda> master,
+                      const std::array<View<float, cuda>, U::state_tensors>& state,
+                      View<G, cuda> grad, float grad_multiplier = 1.0f) {
+  split_fused_step(update, master, state, grad, grad_multiplier, space.stream());
 }
 
 } // namespace zero

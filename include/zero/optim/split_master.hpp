@@ -29,16 +29,14 @@
 // splits the result into the compute copy and the residuals: the same update as with an fp32
 // master equal to the reconstructed one.
 
-#include "zero/core/bfloat16.hpp"
-#include "zero/core/bit_cast.hpp"
 #include "zero/core/error.hpp"
-#include "zero/core/half.hpp"
 #include "zero/core/parallel.hpp"
 #include "zero/core/platform.hpp"
 #include "zero/core/simd.hpp"
 #include "zero/core/view.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/split_master_rule.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <algorithm>
@@ -51,78 +49,6 @@
 #include <type_traits>
 
 namespace zero {
-
-// The compute types a master can be split over, and the residuals' element types.
-template <class T>
-concept SplitComputeType = std::same_as<T, bfloat16> || std::same_as<T, half>;
-template <class R>
-concept SplitResidual = std::same_as<R, std::int8_t> || std::same_as<R, std::int16_t>;
-
-namespace detail {
-
-template <class T>
-struct SplitFormat;
-template <>
-struct SplitFormat<bfloat16> {
-  static constexpr int fraction_bits = 7;
-  static constexpr std::uint32_t min_biased_exponent = 1; // 2^-126, as fp32
-};
-template <>
-struct SplitFormat<half> {
-  static constexpr int fraction_bits = 10;
-  static constexpr std::uint32_t min_biased_exponent = 127 - 14; // 2^-14
-};
-
-// The constants of one split: (compute type, residual bits).
-template <SplitComputeType T, SplitResidual R>
-struct SplitConstants {
-  static constexpr int shift = SplitFormat<T>::fraction_bits + 8 * static_cast<int>(sizeof(R));
-  static constexpr float scale_down = 1.0f / static_cast<float>(std::uint32_t{1} << shift);
-  static constexpr float scale_up = static_cast<float>(std::uint32_t{1} << shift);
-  static constexpr float largest = static_cast<float>((1 << (8 * sizeof(R) - 1)) - 1);
-  static constexpr std::uint32_t min_exponent = SplitFormat<T>::min_biased_exponent;
-  // Huge weights (2^127 and up) use 2^126's units, so that 2^-E stays a normal float.
-  static constexpr std::uint32_t max_exponent = 253;
-};
-
-// w's biased exponent, kept within [min_exponent, max_exponent].
-template <SplitComputeType T, SplitResidual R>
-ZERO_HOST_DEVICE inline std::uint32_t split_exponent(float w) noexcept {
-  using C = SplitConstants<T, R>;
-  const std::uint32_t e = (bit_cast<std::uint32_t>(w) >> 23) & 0xffu;
-  return e < C::min_exponent ? C::min_exponent : (e > C::max_exponent ? C::max_exponent : e);
-}
-
-} // namespace detail
-
-// The master weight that w and r stand for.
-template <SplitComputeType T, SplitResidual R>
-ZERO_HOST_DEVICE inline float reconstruct_master(T w, R r) noexcept {
-  using C = detail::SplitConstants<T, R>;
-  const float weight = static_cast<float>(w);
-  const float power = detail::bit_cast<float>(detail::split_exponent<T, R>(weight) << 23); // 2^E
-  // No residual: w itself, a -0 included (-0 + 0 would be +0).
-  return r == 0 ? weight : weight + (static_cast<float>(r) * C::scale_down) * power;
-}
-
-// Splits master m into its compute weight and residual.
-template <SplitComputeType T, SplitResidual R>
-ZERO_HOST_DEVICE inline void split_master(float m, T& w, R& r) noexcept {
-  using C = detail::SplitConstants<T, R>;
-  w = T(m);
-  const float weight = static_cast<float>(w);
-  const float inverse = // 2^-E
-      detail::bit_cast<float>((254u - detail::split_exponent<T, R>(weight)) << 23);
-  float units = ((m - weight) * inverse) * C::scale_up;
-  // As the vector lanes' max and min: a NaN (a non-finite master) becomes -largest.
-  units = units > -C::largest ? units : -C::largest;
-  units = units < C::largest ? units : C::largest;
-#if ZERO_DEVICE_CODE
-  r = static_cast<R>(__float2int_rn(units));
-#else
-  r = static_cast<R>(std::nearbyint(units)); // the default rounding: to nearest even
-#endif
-}
 
 ZERO_SIMD_BEGIN
 namespace detail {
@@ -256,14 +182,6 @@ inline constexpr std::size_t split_run_elements = 2048;
 } // namespace detail
 ZERO_SIMD_END
 
-// A rank's split masters of one range: the compute copy (read and written) and the residuals.
-template <SplitComputeType T, SplitResidual R>
-struct SplitMasterView {
-  View<T> weights;
-  View<R> residuals;
-  std::size_t size() const noexcept { return weights.size(); }
-};
-
 // Every master of `master` reconstructed into `into` (of the same size).
 template <SplitComputeType T, SplitResidual R>
 void reconstruct_masters(View<const T> weights, View<const R> residuals, View<float> into) {
@@ -286,6 +204,21 @@ void split_masters(View<const float> masters, SplitMasterView<T, R> into) {
   });
 }
 
+namespace detail {
+// split_fused_step's checks, which its stream-space forms make before queueing.
+template <SplitComputeType T, SplitResidual R, class Space, std::size_t N>
+void require_split_step_arguments(const SplitMasterView<T, R, Space>& master,
+                                  const std::array<View<float, Space>, N>& state,
+                                  std::size_t grad_size, float grad_multiplier) {
+  const std::size_t n = master.size();
+  require_same_size(master.residuals.size(), n, "the residual");
+  for (const auto& s : state)
+    require_same_size(s.size(), n, "an optimizer state tensor");
+  require_same_size(grad_size, n, "the gradient");
+  require(std::isfinite(grad_multiplier), "fused_step: the gradient multiplier must be finite");
+}
+} // namespace detail
+
 // The fused step over split masters: state and grad cover the same elements as `master`. Every
 // master is reconstructed, updated as fused_step updates an fp32 master, and split again into
 // the compute copy (the new weights) and the residual.
@@ -295,11 +228,7 @@ void split_fused_step(const U& update, SplitMasterView<T, R> master,
                       const std::array<View<float>, U::state_tensors>& state, View<G> grad,
                       float grad_multiplier = 1.0f) {
   const std::size_t n = master.size();
-  detail::require_same_size(master.residuals.size(), n, "the residual");
-  for (const auto& s : state)
-    detail::require_same_size(s.size(), n, "an optimizer state tensor");
-  detail::require_same_size(grad.size(), n, "the gradient");
-  require(std::isfinite(grad_multiplier), "fused_step: the gradient multiplier must be finite");
+  detail::require_split_step_arguments(master, state, grad.size(), grad_multiplier);
   using Grad = std::remove_const_t<G>;
   detail::parallel_ranges(n, [&](std::size_t begin, std::size_t end, int) noexcept {
     alignas(64) float masters[detail::split_run_elements];

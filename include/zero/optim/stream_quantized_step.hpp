@@ -15,6 +15,7 @@
 #include "zero/optim/adam.hpp"
 #include "zero/optim/quantized_moments.hpp"
 #include "zero/optim/quantized_step.hpp"
+#include "zero/optim/split_master.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <cstddef>
@@ -43,6 +44,30 @@ void quantized_fused_step(const S& space, const AdamUpdate& update, View<float, 
        low_precision] {
         quantized_fused_step(update, detail::on_worker(master), m, v, detail::on_worker(grad),
                              grad_multiplier, detail::on_worker(low_precision));
+      });
+}
+
+// The same over split masters (optim/split_master.hpp), queued on the stream.
+template <class G, SplitComputeType T, SplitResidual R, class Space, HostStreamBased S>
+requires GradientElement<std::remove_const_t<G>> && can_access<S, Space>
+void quantized_fused_step(const S& space, const AdamUpdate& update,
+                          SplitMasterView<T, R, Space> master, BasicQuantizedMoment<Space> exp_avg,
+                          BasicQuantizedMoment<Space> exp_avg_sq, View<G, Space> grad,
+                          float grad_multiplier = 1.0f) {
+  detail::require_quantized_step_arguments(master.size(), exp_avg, exp_avg_sq, grad.size(), 0,
+                                           grad_multiplier);
+  detail::require_same_size(master.residuals.size(), master.size(), "the residual");
+  const auto on_worker = [](const BasicQuantizedMoment<Space>& m) {
+    return QuantizedMoment{detail::on_worker(m.codes), detail::on_worker(m.scales)};
+  };
+  space.stream().enqueue(
+      "quantized_fused_step of " + std::to_string(master.size()) + " split masters (" +
+          to_string(dtype_of<std::remove_const_t<G>>) + " gradients)",
+      [update, master, m = on_worker(exp_avg), v = on_worker(exp_avg_sq), grad, grad_multiplier] {
+        quantized_fused_step(update,
+                             SplitMasterView<T, R>{detail::on_worker(master.weights),
+                                                   detail::on_worker(master.residuals)},
+                             m, v, detail::on_worker(grad), grad_multiplier);
       });
 }
 

@@ -5,7 +5,7 @@
 // is when it runs: after everything queued on the stream before it (a wait for the producer of the
 // gradients included), and before what is queued after it. Its CUDA twin, over CudaStreamSpace, is
 // in optim/cuda_stream_step.hpp; code written over StreamSpace calls `fused_step(space, ...)` and
-// gets either.
+// gets either (and `split_fused_step(space, ...)` over split masters).
 //
 // The views are captured by value: master, state, gradients and compute copy must outlive the
 // step (until fence() or an event recorded after it), as with any asynchronous call. The update
@@ -19,6 +19,7 @@
 #include "zero/core/view.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/split_master.hpp"
 #include "zero/precision/gradient_element.hpp"
 
 #include <array>
@@ -64,6 +65,28 @@ void fused_step(const S& space, const U& update, View<float, Space> master,
                            fused_step(update, detail::on_worker(master), on_host,
                                       detail::on_worker(grad), grad_multiplier,
                                       detail::on_worker(low_precision));
+                         });
+}
+
+// The same over split masters (optim/split_master.hpp): split_fused_step queued on the stream.
+template <ElementwiseUpdate U, class G, SplitComputeType T, SplitResidual R, class Space,
+          HostStreamBased S>
+requires GradientElement<std::remove_const_t<G>> && can_access<S, Space>
+void split_fused_step(const S& space, const U& update, SplitMasterView<T, R, Space> master,
+                      const std::array<View<float, Space>, U::state_tensors>& state,
+                      View<G, Space> grad, float grad_multiplier = 1.0f) {
+  detail::require_split_step_arguments(master, state, grad.size(), grad_multiplier);
+  space.stream().enqueue("split_fused_step of " + std::to_string(master.size()) + " elements (" +
+                             to_string(dtype_of<std::remove_const_t<G>>) + " gradients)",
+                         [update, master, state, grad, grad_multiplier] {
+                           std::array<View<float>, U::state_tensors> on_host;
+                           for (std::size_t i = 0; i < on_host.size(); ++i)
+                             on_host[i] = detail::on_worker(state[i]);
+                           split_fused_step(
+                               update,
+                               SplitMasterView<T, R>{detail::on_worker(master.weights),
+                                                     detail::on_worker(master.residuals)},
+                               on_host, detail::on_worker(grad), grad_multiplier);
                          });
 }
 
