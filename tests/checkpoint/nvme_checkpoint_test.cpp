@@ -1,7 +1,7 @@
 // Checkpoints of states on the NVMe tier: read and written through the stores' bounce buffers in
 // pieces, they hold the same bytes as the same run's states in memory, and load into either
 // placement at another world size; with 8-bit moments too (swapped as codes, saved as their
-// values).
+// values), and with split masters (the residuals swapped, saved as the masters they reconstruct).
 
 #include "checkpoint_scenario.hpp"
 
@@ -17,8 +17,10 @@ namespace fs = std::filesystem;
 
 using NvmeEverything =
     zero::Placement<zero::optimizer_states_in<zero::nvme>, zero::parameters_in<zero::nvme>>;
+using NvmeOptimizer = zero::Placement<zero::optimizer_states_in<zero::nvme>>;
 using Stage3 = zero::Stage<3>;
 using OnNvme = Engine<Stage3, zero::Adam, zero::StaticLossScaler, NvmeEverything>;
+using OptimizerOnNvme = Engine<Stage3, zero::Adam, zero::StaticLossScaler, NvmeOptimizer>;
 using InMemory = Engine<Stage3, zero::Adam, zero::StaticLossScaler>;
 
 zero::EngineOptions on_nvme(const fs::path& swap) {
@@ -40,10 +42,16 @@ zero::EngineOptions with_eight_bit_moments(zero::EngineOptions o) {
   return o;
 }
 
-void expect_same_bytes_as_memory_and_loads_either_way(bool eight_bit) {
-  const auto moments = [&](zero::EngineOptions o) {
-    return eight_bit ? with_eight_bit_moments(o) : o;
-  };
+// Split masters need the compute copy in memory: the parameters stay there.
+zero::EngineOptions with_split_masters(zero::EngineOptions o) {
+  o.master = zero::MasterStorage::split_8bit;
+  return with_eight_bit_moments(o);
+}
+
+template <class Nvme = OnNvme>
+void expect_same_bytes_as_memory_and_loads_either_way(
+    zero::EngineOptions (*states)(zero::EngineOptions), zero::DType dtype = zero::DType::float32) {
+  const auto moments = [&](zero::EngineOptions o) { return states ? states(o) : o; };
   auto& world = zero::testing::world();
   SharedDir dir(world);
   const int rank = world.rank(), ranks = world.size();
@@ -52,16 +60,15 @@ void expect_same_bytes_as_memory_and_loads_either_way(bool eight_bit) {
       fs::create_directories(dir.path / swap);
   world.barrier();
   {
-    auto nvme = make<OnNvme>(world, zero::DType::float32, zero::StaticLossScaler(),
-                             moments(on_nvme(dir.path / "swap")));
+    auto nvme =
+        make<Nvme>(world, dtype, zero::StaticLossScaler(), moments(on_nvme(dir.path / "swap")));
     initialise(nvme);
     train(nvme, 0, 3, rank, ranks);
     nvme.save_checkpoint(dir.path / "nvme", "s");
     EXPECT_THROW(nvme.save_checkpoint(dir.path / "nvme", "t", {.async = true}), zero::Error);
   }
   {
-    auto memory =
-        make<InMemory>(world, zero::DType::float32, zero::StaticLossScaler(), moments({}));
+    auto memory = make<InMemory>(world, dtype, zero::StaticLossScaler(), moments({}));
     initialise(memory);
     train(memory, 0, 3, rank, ranks);
     memory.save_checkpoint(dir.path / "memory", "s");
@@ -74,16 +81,15 @@ void expect_same_bytes_as_memory_and_loads_either_way(bool eight_bit) {
   const std::string side = world.rank() == 0 ? "a" : "b";
   std::vector<std::vector<float>> from_memory, from_nvme;
   {
-    auto nvme = make<OnNvme>(group, zero::DType::float32, zero::StaticLossScaler(),
-                             moments(on_nvme(dir.path / ("swap" + side))));
+    auto nvme = make<Nvme>(group, dtype, zero::StaticLossScaler(),
+                           moments(on_nvme(dir.path / ("swap" + side))));
     (void)nvme.load_checkpoint(dir.path / "memory");
     nvme.save_checkpoint(dir.path / ("again-" + side), "s");
     train(nvme, 3, 4, group.rank(), group.size());
     from_memory = weights(nvme);
   }
   {
-    auto memory =
-        make<InMemory>(group, zero::DType::float32, zero::StaticLossScaler(), moments({}));
+    auto memory = make<InMemory>(group, dtype, zero::StaticLossScaler(), moments({}));
     (void)memory.load_checkpoint(dir.path / "nvme");
     train(memory, 3, 4, group.rank(), group.size());
     from_nvme = weights(memory);
@@ -95,11 +101,16 @@ void expect_same_bytes_as_memory_and_loads_either_way(bool eight_bit) {
 }
 
 TEST(NvmeCheckpoint, SameBytesAsMemoryAndLoadsEitherWay) {
-  expect_same_bytes_as_memory_and_loads_either_way(false);
+  expect_same_bytes_as_memory_and_loads_either_way(nullptr);
 }
 
 TEST(NvmeCheckpoint, EightBitMomentsToo) {
-  expect_same_bytes_as_memory_and_loads_either_way(true);
+  expect_same_bytes_as_memory_and_loads_either_way(with_eight_bit_moments);
+}
+
+TEST(NvmeCheckpoint, SplitMastersToo) {
+  expect_same_bytes_as_memory_and_loads_either_way<OptimizerOnNvme>(with_split_masters,
+                                                                    zero::DType::bfloat16);
 }
 
 } // namespace

@@ -224,6 +224,82 @@ TEST(NvmeEngine, EightBitMomentsGiveTheWeightsOfEightBitMomentsInMemory) {
     }
 }
 
+// Split masters with their residuals swapped (offload/nvme_residuals.hpp): the weights of split
+// masters in memory, bit for bit, at stages 1-3, with 8- and 16-bit residuals beside fp32 and
+// 8-bit moments, sub-groups that cut the wide layer and one sub-group for everything; on disk
+// each layer's block of residuals, 1 or 2 bytes an element rounded up to 4096 bytes, and no master
+// weights in memory. With the parameters on NVMe too the step would write a staging buffer, not
+// the compute copy the residuals complete: refused, naming offload_param.
+TEST(NvmeEngine, SplitMastersGiveTheWeightsOfSplitMastersInMemory) {
+  const SwapRoot root;
+  struct Case {
+    Scenario run;
+    zero::MasterStorage master;
+    bool eight_bit_moments;
+  };
+  const Case cases[] = {{{.dtype = DType::bfloat16,
+                          .accumulation = 2,
+                          .bucket = 700,
+                          .steps = 3,
+                          .wide_layer = 5 * 2048 + 300},
+                         zero::MasterStorage::split_8bit,
+                         false},
+                        {{.dtype = DType::float16,
+                          .clipping = 0.05,
+                          .bucket = 1000,
+                          .steps = 3,
+                          .wide_layer = 5 * 2048 + 300},
+                         zero::MasterStorage::split_16bit,
+                         true}};
+  for (const Case& c : cases)
+    for (const Tier tier :
+         {Tier{.sub_group = 4096}, Tier{.sub_group = 1 << 20, .buffers = 1, .pipeline = false}}) {
+      zero::EngineOptions in_memory;
+      in_memory.master = c.master;
+      if (c.eight_bit_moments) {
+        in_memory.moments = zero::MomentStorage::blockwise_8bit;
+        in_memory.eight_bit_min_elements = 1000;
+      }
+      zero::EngineOptions swapped = on_nvme(root, tier);
+      swapped.master = in_memory.master;
+      swapped.moments = in_memory.moments;
+      swapped.eight_bit_min_elements = in_memory.eight_bit_min_elements;
+      const std::string what = std::string(zero::to_string(c.master)) + ", " +
+                               zero::to_string(c.run.dtype) + ", sub-groups of " +
+                               std::to_string(tier.sub_group);
+      const auto expect_alike = [&](const Outcome& memory, const Outcome& nvme, const char* stage) {
+        EXPECT_NE(memory.weights[5][0], initial_value(5, 0)) << stage << ", " << what;
+        expect_same_weights(memory, nvme, true, std::string(stage) + ", " + what);
+      };
+      const Outcome stage1 =
+          train<zero::Stage<1>, NvmeOptimizer>(c.run, zero::StaticLossScaler{}, swapped);
+      expect_alike(train<zero::Stage<1>>(c.run, zero::StaticLossScaler{}, in_memory), stage1,
+                   "stage 1");
+      const std::size_t ranks = std::size_t(zero::testing::world().size());
+      const std::size_t bytes = c.master == zero::MasterStorage::split_8bit ? 1 : 2;
+      std::size_t on_disk = 0;
+      for (const std::size_t flat : stage1.flat_sizes)
+        on_disk += (flat / ranks * bytes + 4095) / 4096 * 4096;
+      EXPECT_EQ(stage1.memory.master_weights.nvme, on_disk) << what;
+      EXPECT_EQ(stage1.memory.master_weights.memory, 0u) << what;
+      expect_alike(train<zero::Stage<2>>(c.run, zero::StaticLossScaler{}, in_memory),
+                   train<zero::Stage<2>, NvmeOptimizer>(c.run, zero::StaticLossScaler{}, swapped),
+                   "stage 2");
+      expect_alike(train<zero::Stage<3>>(c.run, zero::StaticLossScaler{}, in_memory),
+                   train<zero::Stage<3>, NvmeOptimizer>(c.run, zero::StaticLossScaler{}, swapped),
+                   "stage 3");
+      EXPECT_TRUE(root.holds_no_files()) << what << ": swap files left behind";
+    }
+  zero::EngineOptions everything = on_nvme(root, {});
+  everything.master = zero::MasterStorage::split_8bit;
+  expect_error_contains(
+      [&] {
+        train<zero::Stage<3>, NvmeEverything>({.dtype = DType::bfloat16, .steps = 1},
+                                              zero::StaticLossScaler{}, everything);
+      },
+      "with the parameters on NVMe (offload_param)");
+}
+
 // A directory only one rank lacks: every rank's engine throws, naming that rank, and none is left
 // waiting in a collective the failing rank never reaches. Each store's directory in turn.
 TEST(NvmeEngine, AFaultOnOneRankStopsEveryRank) {

@@ -123,7 +123,8 @@ using OffloadedToNvme =
     zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>;
 
 // GPU -> pinned host -> NVMe: the NVMe tier's store behind the device, sub-groups cutting layers;
-// the host engine's bits (the tier's update is the in-memory one), with 8-bit moments too.
+// the host engine's bits (the tier's update is the in-memory one), with 8-bit moments and split
+// masters too.
 TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
   StagedSetup s;
   SharedDir swap("zero-offload-nvme-");
@@ -150,6 +151,11 @@ TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
   run.eight_bit_moments = true;
   expect_device_engine_equals_host<zero::Stage<2>, zero::bfloat16, OffloadedToNvme>(
       s, run, "offloaded to NVMe, 8-bit moments, stage 2");
+  // Split masters: only the residuals swapped, the high parts read from the host's staging of
+  // the weights it sends.
+  run.master = zero::MasterStorage::split_8bit;
+  expect_device_engine_equals_host<zero::Stage<3>, zero::bfloat16, OffloadedToNvme>(
+      s, run, "offloaded to NVMe, split masters, 8-bit moments, stage 3");
 }
 #endif
 

@@ -26,6 +26,7 @@
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/quantized_moments.hpp"
 #include "zero/optim/quantized_step.hpp"
+#include "zero/optim/split_master.hpp"
 #include "zero/shard/shard_layout.hpp"
 
 #include <algorithm>
@@ -115,6 +116,19 @@ class NvmeBlockwiseMoments {
     else
       fused_step(update, master, {fp32(part, moments[0]), fp32(part, moments[1])}, grad,
                  grad_multiplier, copy);
+  }
+
+  // The same over split masters (optim/split_master.hpp).
+  template <class G, SplitComputeType T, SplitResidual R>
+  void step(const AdamUpdate& update, std::size_t l, Range part,
+            std::array<std::span<std::byte>, 2> moments, SplitMasterView<T, R> master, View<G> grad,
+            float grad_multiplier) {
+    if (layers_.at(l).eight_bit)
+      quantized_fused_step(update, master, quantized(0, l, part, moments[0]),
+                           quantized(1, l, part, moments[1]), grad, grad_multiplier);
+    else
+      split_fused_step(update, master, {fp32(part, moments[0]), fp32(part, moments[1])}, grad,
+                       grad_multiplier);
   }
 
   // Moment k of `part` of layer l's block as fp32 values, from its bytes (a checkpoint's read).

@@ -13,6 +13,11 @@
 // (offload/nvme_blockwise_moments.hpp): 6 bytes per parameter each way instead of 12, and the
 // sub-groups are cut on multiples of 4096 elements so that each part of the codes is whole units.
 // The pass is BlockwiseMoments', so the weights are bitwise those of 8-bit moments in memory.
+//
+// With split master weights (EngineOptions::master) the masters' high parts are the compute copy
+// in memory and only their residuals are swapped (offload/nvme_residuals.hpp): 1 or 2 bytes per
+// parameter each way instead of 4, with 8-bit moments 3 or 4 bytes in all instead of 6. The pass
+// is split_fused_step's, so the weights are bitwise those of split masters in memory.
 
 #include "zero/comm/agreed.hpp"
 #include "zero/core/execution_space.hpp"
@@ -27,9 +32,11 @@
 #include "zero/nvme/nvme_tier.hpp"
 #include "zero/offload/detail/tier_options.hpp"
 #include "zero/offload/nvme_blockwise_moments.hpp"
+#include "zero/offload/nvme_residuals.hpp"
 #include "zero/offload/subgroup_plan.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
+#include "zero/optim/split_master.hpp"
 #include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
 #include "zero/shard/layer_gather.hpp"
 #include "zero/shard/policy.hpp"
@@ -40,6 +47,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,12 +66,16 @@ class NvmeOptimizerStore {
   // Where 8-bit moments can be swapped: Adam's, updated by the host's threads.
   static constexpr bool can_quantize =
       std::same_as<typename Opt::update_type, AdamUpdate> && !StreamSpace<Exec>;
+  // Where split masters can be swapped: element-wise updates by the host's threads.
+  static constexpr bool can_split =
+      !TrustRatioUpdate<typename Opt::update_type> && !StreamSpace<Exec>;
 
  public:
   template <class Comm>
   NvmeOptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
       : model_(model), exec_(exec), options_(supported(options).nvme.optimizer),
         eight_bit_(options.moments == MomentStorage::blockwise_8bit),
+        split_(options.master != MasterStorage::fp32),
         // Opening the directory and locking buffers in RAM can fail on one rank only: agreed, so
         // that the others do not go on to wait in the tensors' collectives.
         tier_(agreed(shard, "opening the optimizer states' swap directory",
@@ -80,7 +92,12 @@ class NvmeOptimizerStore {
                          return tier_.make_bounce_buffers(options_.buffer_count,
                                                           tensors * slot_elements_ * sizeof(float));
                        })),
-        tensors_(make_tensors(shard, tier_, eight_bit_ ? 1 : tensors)) {
+        tensors_(make_tensors(shard, tier_, split_ ? 1 : 0, eight_bit_ ? 1 : tensors)) {
+    if (split_)
+      residuals_.emplace(agreed(shard, "creating the split masters' residual file", [&] {
+        return NvmeResiduals(tier_, *model.sharded, model.rank, model.layers(), options.master,
+                             options.compute_dtype);
+      }));
     if constexpr (can_quantize)
       if (eight_bit_)
         moments_.emplace(agreed(shard, "creating the 8-bit moments' swap files", [&] {
@@ -96,6 +113,7 @@ class NvmeOptimizerStore {
           for_each_chunk(l, [&](Range part) { t.write(l, part, slot_tensor(0, 0)).wait(); });
       if constexpr (can_quantize)
         if (moments_) moments_->write_zeros(slot_bytes(0, 1));
+      if (residuals_) residuals_->write_zeros(slot_bytes(0, 0));
     });
   }
 
@@ -105,10 +123,23 @@ class NvmeOptimizerStore {
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
     for_each_chunk(l, [&](Range part) {
+      if (residuals_) {
+        std::vector<float> masters(part.size());
+        model_.pack_my_block(l, values.data(), masters.data(), part);
+        residuals_->split(l, part, View<const float>(masters), slot_bytes(0, 0));
+        residuals_->write(l, part, slot_bytes(0, 0)).wait();
+        return;
+      }
       const View<float> buffer = slot_tensor(0, 0);
       model_.pack_my_block(l, values.data(), buffer.data(), part);
-      master().write(l, part, buffer).wait();
+      tensor(0).write(l, part, buffer).wait();
     });
+  }
+
+  // Split masters: where the compute copy of this rank's block of layer l is (the parameter
+  // store's, in memory), read and written by the cold paths. Does nothing otherwise.
+  void bind_compute_copy(std::function<SplitComputeBlock<>(std::size_t)> compute_copy) {
+    if (residuals_) residuals_->bind_compute_copy(std::move(compute_copy));
   }
 
   // Layer l's master weights, all of them, in order. Collective.
@@ -116,9 +147,15 @@ class NvmeOptimizerStore {
   std::vector<float> layer(Comm& shard, std::size_t l) {
     std::vector<float> block(model_.my_block_size(l));
     for_each_chunk(l, [&](Range part) {
+      const View<float> into(block.data() + part.begin, part.size());
+      if (residuals_) {
+        residuals_->read(l, part, slot_bytes(0, 0)).wait();
+        residuals_->reconstruct(l, part, slot_bytes(0, 0), into);
+        return;
+      }
       const View<float> buffer = slot_tensor(0, 0);
-      master().read(l, part, buffer).wait();
-      std::copy_n(buffer.data(), part.size(), block.data() + part.begin);
+      tensor(0).read(l, part, buffer).wait();
+      std::copy_n(buffer.data(), part.size(), into.data());
     });
     std::vector<float> image(model_.sharded->layer(l).flat_numel);
     gather_layer_image(shard, *model_.sharded, l, View<const float>(block), View<float>(image))
@@ -135,7 +172,8 @@ class NvmeOptimizerStore {
   // out as codes and scales where f takes them (f(t, l, part, QuantizedMomentView): a checkpoint's
   // save), or dequantized (in slot 0's master region, which the master weights have left by
   // then); values written are requantized into the codes (requantize: a dequantized moment's codes
-  // and scales come back as they were).
+  // and scales come back as they were). Split masters are read as the masters they reconstruct,
+  // and written split into the compute copy and the residuals.
   template <class F>
   void read_states(F&& f) {
     constexpr bool takes_codes =
@@ -143,6 +181,13 @@ class NvmeOptimizerStore {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
+          if (residuals_ && t == 0) {
+            std::vector<float> masters(part.size());
+            residuals_->read(l, part, slot_bytes(0, 0)).wait();
+            residuals_->reconstruct(l, part, slot_bytes(0, 0), View<float>(masters));
+            f(t, l, part, View<const float>(masters));
+            continue;
+          }
           if constexpr (can_quantize)
             if (moments_ && t > 0) {
               moments_->read(t - 1, l, part, slot_bytes(0, t)).wait();
@@ -156,7 +201,7 @@ class NvmeOptimizerStore {
               f(t, l, part, View<const float>(values));
               continue;
             }
-          tensors_[t].read(l, part, slot_tensor(0, t)).wait();
+          tensor(t).read(l, part, slot_tensor(0, t)).wait();
           f(t, l, part, View<const float>(slot_tensor(0, t).subview(0, part.size())));
         }
       });
@@ -166,6 +211,13 @@ class NvmeOptimizerStore {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
+          if (residuals_ && t == 0) {
+            std::vector<float> masters(part.size());
+            f(t, l, part, View<float>(masters));
+            residuals_->split(l, part, View<const float>(masters), slot_bytes(0, 0));
+            residuals_->write(l, part, slot_bytes(0, 0)).wait();
+            continue;
+          }
           if constexpr (can_quantize)
             if (moments_ && t > 0) {
               const View<float> values = slot_tensor(0, 0).subview(0, part.size());
@@ -175,7 +227,7 @@ class NvmeOptimizerStore {
               continue;
             }
           f(t, l, part, slot_tensor(0, t).subview(0, part.size()));
-          tensors_[t].write(l, part, slot_tensor(0, t)).wait();
+          tensor(t).write(l, part, slot_tensor(0, t)).wait();
         }
       });
   }
@@ -199,6 +251,15 @@ class NvmeOptimizerStore {
       wait_all(mine.reads);
       mine.reads.clear();
       for (const SubGroupPiece& piece : plan_[k].pieces) {
+        if constexpr (can_split)
+          if (residuals_) {
+            step_split(update, k % slots, piece,
+                       grads(piece.layer).subview(piece.part.begin, piece.part.size()),
+                       grad_multiplier,
+                       out(piece.layer).subview(piece.part.begin, piece.part.size()));
+            if (plan_.completes(k, piece.layer)) finish_layers_through(piece.layer);
+            continue;
+          }
         if constexpr (can_quantize)
           if (moments_) {
             moments_->step(update, piece.layer, piece.part,
@@ -233,28 +294,35 @@ class NvmeOptimizerStore {
       wait_all(t.writes);
   }
 
-  StateBytes master_bytes() const noexcept { return {0, tensors_[0].bytes_stored()}; }
+  StateBytes master_bytes() const noexcept {
+    if (residuals_) return {0, residuals_->file_bytes()};
+    return {0, tensor(0).bytes_stored()};
+  }
   // With 8-bit moments: the codes (and the fp32 layers' values) on NVMe, the scales in memory.
   StateBytes state_bytes() const noexcept {
     if constexpr (can_quantize)
       if (moments_) return {moments_->scale_bytes(), moments_->file_bytes()};
     std::size_t bytes = 0;
-    for (std::size_t t = 1; t < tensors_.size(); ++t)
-      bytes += tensors_[t].bytes_stored();
+    for (std::size_t t = 1; t < tensors; ++t)
+      bytes += tensor(t).bytes_stored();
     return {0, bytes};
   }
   IoStats nvme_traffic() const { return tier_.stats(); }
   std::size_t buffer_bytes() const noexcept { return bounce_.count() * bounce_.bytes(); }
 
  private:
-  // 8-bit moments are Adam's, updated by the host's threads (as in memory): others refuse them.
-  // Split masters are not built on the tier.
+  // 8-bit moments are Adam's, updated by the host's threads (as in memory): others refuse them;
+  // split masters are built for element-wise updates by the host's threads.
   static const EngineOptions& supported(const EngineOptions& options) {
-    if (options.master != MasterStorage::fp32)
+    if (options.master != MasterStorage::fp32 && !can_split)
       fail_on_every_rank(ErrorKind::unsupported,
                          std::string("engine: split master weights (EngineOptions::master = ") +
                              to_string(options.master) +
-                             ") are not built for optimizer states on the NVMe tier yet");
+                             ") on the NVMe tier are built for element-wise optimizers (Adam, "
+                             "AdamW, SGD) updated by the host's threads; this engine's NVMe "
+                             "optimizer store runs " +
+                             std::string(Opt::name) +
+                             (StreamSpace<Exec> ? " on a stream space" : ""));
     if (options.moments == MomentStorage::blockwise_8bit && !can_quantize)
       fail_on_every_rank(ErrorKind::unsupported,
                          std::string("engine: 8-bit moments (EngineOptions::moments) are built for "
@@ -264,29 +332,59 @@ class NvmeOptimizerStore {
                              (StreamSpace<Exec> ? " on a stream space" : ""));
     return options;
   }
-  // Sub-groups are cut on whole units of the states swapped: 1024 fp32 values, or 4096 codes.
+  // Sub-groups are cut on whole units of the states swapped: 1024 fp32 values, or 4096 codes or
+  // 8-bit residuals (2048 16-bit ones), of which 4096 is a multiple.
   std::size_t unit() const noexcept {
-    return eight_bit_ ? NvmeBlockwiseMoments::unit_elements : NvmeSlice<float>::unit_elements;
+    return eight_bit_ || split_ ? NvmeBlockwiseMoments::unit_elements
+                                : NvmeSlice<float>::unit_elements;
   }
 
   struct Transfers {
     std::vector<Work> reads, writes;
   };
 
-  // The master weights, and the fp32 moments unless NvmeBlockwiseMoments keeps them.
+  // Tensors [first, end): the master weights (0) unless NvmeResiduals keeps them split, and the
+  // fp32 moments unless NvmeBlockwiseMoments keeps them.
   template <class Comm>
-  std::vector<Tensor> make_tensors(Comm& shard, NvmeTier& tier, std::size_t count) const {
+  std::vector<Tensor> make_tensors(Comm& shard, NvmeTier& tier, std::size_t first,
+                                   std::size_t end) const {
     auto name = [](std::size_t t) {
       return t == 0 ? std::string("optimizer.master")
                     : "optimizer." + std::string(Opt::state_names[t - 1]);
     };
     std::vector<Tensor> made;
-    made.reserve(count);
-    for (std::size_t t = 0; t < count; ++t)
+    made.reserve(end - std::min(first, end));
+    for (std::size_t t = first; t < end; ++t)
       made.emplace_back(shard, model_.sharded, typename K::policy{.space = {&tier, name(t)}});
     return made;
   }
-  Tensor& master() noexcept { return tensors_[0]; }
+  // Tensor t (0: the master weights, then the moments) of those swapped as fp32 values.
+  Tensor& tensor(std::size_t t) { return tensors_.at(t - (split_ ? 1 : 0)); }
+  const Tensor& tensor(std::size_t t) const { return tensors_.at(t - (split_ ? 1 : 0)); }
+
+  // One piece's update over split masters: the compute copy `copy` holds the masters' high parts
+  // and receives the new ones; the residuals are in slot `slot`'s master region.
+  template <ElementwiseUpdate U, class G, class Out>
+  void step_split(const U& update, std::size_t slot, const SubGroupPiece& piece, View<G> grad,
+                  float grad_multiplier, View<Out> copy) {
+    if constexpr (SplitComputeType<Out>) {
+      residuals_->with_masters(
+          copy, piece_bytes(slot, 0, piece), [&]<class R>(SplitMasterView<Out, R> master) {
+            if constexpr (can_quantize)
+              if (moments_)
+                return moments_->step(update, piece.layer, piece.part,
+                                      {piece_bytes(slot, 1, piece), piece_bytes(slot, 2, piece)},
+                                      master, grad, grad_multiplier);
+            std::array<View<float>, states> moments;
+            for (std::size_t s = 0; s < states; ++s)
+              moments[s] = piece_view(slot, 1 + s, piece);
+            split_fused_step(update, master, moments, grad, grad_multiplier);
+          });
+    } else {
+      fail(ErrorKind::unsupported, "engine: split master weights need a float16 or bfloat16 "
+                                   "compute copy to write");
+    }
+  }
 
   // Tensor t's region of bounce slot `slot`: the whole sub-group, at aligned offsets.
   View<float> slot_tensor(std::size_t slot, std::size_t t) {
@@ -324,19 +422,29 @@ class NvmeOptimizerStore {
     slot.writes.clear();
     for (std::size_t t = 0; t < tensors; ++t)
       for (const SubGroupPiece& piece : plan_[k].pieces) {
+        if (residuals_ && t == 0) {
+          slot.reads.push_back(residuals_->read(piece.layer, piece.part,
+                                                piece_bytes(k % bounce_.count(), 0, piece)));
+          continue;
+        }
         if constexpr (can_quantize)
           if (moments_ && t > 0) {
             slot.reads.push_back(moments_->read(t - 1, piece.layer, piece.part,
                                                 piece_bytes(k % bounce_.count(), t, piece)));
             continue;
           }
-        slot.reads.push_back(tensors_[t].read(piece.layer, piece.part,
-                                              piece_transfer(k % bounce_.count(), t, piece)));
+        slot.reads.push_back(
+            tensor(t).read(piece.layer, piece.part, piece_transfer(k % bounce_.count(), t, piece)));
       }
   }
   void write(std::size_t k, Transfers& slot) {
     for (std::size_t t = 0; t < tensors; ++t)
       for (const SubGroupPiece& piece : plan_[k].pieces) {
+        if (residuals_ && t == 0) {
+          slot.writes.push_back(residuals_->write(piece.layer, piece.part,
+                                                  piece_bytes(k % bounce_.count(), 0, piece)));
+          continue;
+        }
         if constexpr (can_quantize)
           if (moments_ && t > 0) {
             slot.writes.push_back(moments_->write(t - 1, piece.layer, piece.part,
@@ -344,8 +452,8 @@ class NvmeOptimizerStore {
             continue;
           }
         slot.writes.push_back(
-            tensors_[t].write(piece.layer, piece.part,
-                              View<const float>(piece_transfer(k % bounce_.count(), t, piece))));
+            tensor(t).write(piece.layer, piece.part,
+                            View<const float>(piece_transfer(k % bounce_.count(), t, piece))));
       }
   }
 
@@ -353,11 +461,14 @@ class NvmeOptimizerStore {
   Exec exec_;
   OptimizerOffload options_;
   bool eight_bit_;
+  bool split_;
   NvmeTier tier_;
   SubGroupPlan plan_;
   std::size_t slot_elements_;
   BounceBuffers bounce_;
-  std::vector<Tensor> tensors_; // the master weights, then the fp32 moments (none when 8-bit)
+  // The master weights (none when split), then the fp32 moments (none when 8-bit).
+  std::vector<Tensor> tensors_;
+  std::optional<NvmeResiduals> residuals_; // split masters' residuals
   // 8-bit moments' files, named only where they can exist.
   template <bool Can, class = void>
   struct moments_member {
