@@ -7,10 +7,8 @@
 // then shares (offload/ has the same store with the states on NVMe).
 //
 // An optimizer whose step scales each parameter by norms over the whole parameter (LAMB: a
-// TrustRatioUpdate) takes three passes instead: every layer's moments and partial sums of squares,
-// one all-gather of every rank's sums over the shard group (2 doubles per parameter from each
-// rank, added in rank order on every rank, so the order is fixed whatever the transport), then
-// every layer's weights. Element-wise optimizers never reach that code.
+// TrustRatioUpdate) takes three passes instead (engine/trust_ratio_passes.hpp). Element-wise
+// optimizers never reach that code.
 //
 // Adam's and AdamW's moments may be kept in 8 bits (EngineOptions::moments,
 // engine/blockwise_moments.hpp), in the store's memory: host memory (ZeRO-Offload's host store
@@ -30,9 +28,9 @@
 #include "zero/engine/kept.hpp"
 #include "zero/engine/model_layout.hpp"
 #include "zero/engine/options.hpp"
-#include "zero/engine/parameter_pieces.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/engine/split_masters.hpp"
+#include "zero/engine/trust_ratio_passes.hpp"
 #include "zero/optim/fused_step.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
@@ -118,7 +116,8 @@ requires HostAccessibleSpace<typename K::space> ||
       for (std::size_t k = 0; k < states; ++k)
         states_.push_back(make(shard));
     }
-    if constexpr (TrustRatioUpdate<typename Opt::update_type>) pieces_.emplace(model, !K::sharded);
+    if constexpr (TrustRatioUpdate<typename Opt::update_type>)
+      trust_ratio_.emplace(model, K::sharded);
   }
 
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
@@ -200,50 +199,11 @@ requires HostAccessibleSpace<typename K::space> ||
     static_assert(HostAccessibleSpace<Space>,
                   "zero: LAMB's step runs on the host; its device passes (lamb_prepare, "
                   "lamb_apply) have no stream-space overloads yet: keep its states in host memory");
-    const ShardLayout& layout = *model_.sharded;
-    const std::size_t row = 2 * layout.parameter_count(); // one rank's sums: (w^2, u^2) each
-    std::vector<double> sums(static_cast<std::size_t>(layout.world_size()) * row, 0.0);
-    for (std::size_t l = 0; l < model_.layers(); ++l) {
-      const auto g = handed_out(grads(l)); // host views of pinned memory too
-      for (const ParameterPiece& piece : pieces_->layer(l)) {
-        const auto part = [&](auto view) { return view.subview(piece.position, piece.length); };
-        const ParameterSums s = trust_ratio_prepare(
-            update, View<const float>(part(handed_out(master_->block(l)))),
-            {part(handed_out(states_[0].block(l))), part(handed_out(states_[1].block(l)))}, part(g),
-            grad_multiplier);
-        double* into = sums.data() + static_cast<std::size_t>(piece.rank) * row;
-        into[2 * piece.parameter] += s.param;
-        into[2 * piece.parameter + 1] += s.direction;
-      }
-    }
-    if constexpr (K::sharded) shard.all_gather(sums).wait(); // this rank's row is in place
-    std::vector<float> neg_step(layout.parameter_count());
-    for (std::size_t p = 0; p < neg_step.size(); ++p) {
-      ParameterSums total;
-      for (std::size_t r = 0; r < static_cast<std::size_t>(layout.world_size()); ++r)
-        total += ParameterSums{sums[r * row + 2 * p], sums[r * row + 2 * p + 1]};
-      neg_step[p] = update.neg_step(total.param, total.direction);
-    }
-    for (std::size_t l = 0; l < model_.layers(); ++l) {
-      const View<float> master = handed_out(master_->block(l));
-      const auto copy = handed_out(out(l));
-      const View<const float> m = handed_out(states_[0].block(l));
-      const View<const float> v = handed_out(states_[1].block(l));
-      std::size_t next = 0; // padding between pieces is zero: its compute copy is converted
-      const auto copy_gap = [&](std::size_t end) {
-        if (!copy.empty() && end > next)
-          convert_n(master.data() + next, copy.data() + next, end - next);
-      };
-      for (const ParameterPiece& piece : pieces_->by_position(l)) {
-        copy_gap(piece.position);
-        const auto part = [&](auto view) { return view.subview(piece.position, piece.length); };
-        trust_ratio_apply(update, neg_step[piece.parameter], part(master), {part(m), part(v)},
-                          copy.empty() ? copy : part(copy));
-        next = piece.position + piece.length;
-      }
-      copy_gap(master.size());
-      done(l);
-    }
+    trust_ratio_->template step<K::sharded>(
+        shard, update, grad_multiplier,
+        [&](std::size_t l) { return handed_out(master_->block(l)); },
+        [&](std::size_t l, std::size_t k) { return handed_out(states_[k].block(l)); }, grads, out,
+        done);
   }
 
   // --- checkpoints ------------------------------------------------------------------------------
@@ -399,7 +359,7 @@ requires HostAccessibleSpace<typename K::space> ||
   std::vector<Tensor> states_;   // the fp32 moments; none when blockwise_ keeps them
   [[no_unique_address]] MaybeBlockwise blockwise_;
   [[no_unique_address]] MaybeSplit split_;
-  std::optional<ParameterPieces> pieces_; // for a TrustRatioUpdate only
+  std::optional<TrustRatioPasses> trust_ratio_; // for a TrustRatioUpdate only
   // Over a stream space: the events of the last two layers queued (step()); nothing otherwise.
   template <class E>
   struct LayerEvents {};
