@@ -7,6 +7,7 @@
 #include "training.hpp"
 
 #include <zero/comm/mpi_communicator.hpp>
+#include <zero/estimate/memory.hpp>
 
 #include <sys/resource.h>
 
@@ -119,9 +120,17 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
                 mb(double(m.buffers)));
   }
   const char* formula[] = {"(2P+K)Psi", "2P Psi + K Psi/N", "P Psi + (P+K) Psi/N", "(2P+K) Psi/N"};
-  std::printf("  paper formula: %s with P = %zu bytes, K = %d bytes (fp32 master + optimizer "
+  // K as the engine's formula takes it: the master's bytes (4, or the split's residual) and the
+  // moments' (8-bit ones with their block scales).
+  const double moment_bytes = f.optimizer == "sgd" ? 4.0
+                              : moment_storage(f) == zero::MomentStorage::blockwise_8bit
+                                  ? zero::estimate::eight_bit_adam_moment_bytes
+                                  : 8.0;
+  std::printf("  paper formula: %s with P = %zu bytes, K = %.4g bytes (%s master + %s optimizer "
               "state), N = %d\n",
-              formula[f.stage], zero::size_of(f.dtype), f.optimizer == "sgd" ? 8 : 12,
+              formula[f.stage], zero::size_of(f.dtype),
+              zero::master_bytes_per_parameter(master_storage(f)) + moment_bytes,
+              zero::to_string(master_storage(f)), zero::to_string(moment_storage(f)),
               h.shard_ranks);
   std::printf("  K measured (master + optim state per parameter of the rank's share, %s master, "
               "%s moments):",
