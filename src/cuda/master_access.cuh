@@ -85,7 +85,9 @@ struct Masters<Out, R> {
     *reinterpret_cast<FourOf<Out>*>(weights + i) = w;
     *reinterpret_cast<FourOf<R>*>(residuals + i) = r;
   }
-  __device__ float load(std::size_t i) const { return reconstruct_master(weights[i], residuals[i]); }
+  __device__ float load(std::size_t i) const {
+    return reconstruct_master(weights[i], residuals[i]);
+  }
   __device__ void store(std::size_t i, float param) const {
     split_master(param, weights[i], residuals[i]);
   }

@@ -84,15 +84,13 @@ struct Problem {
     for (int k = 0; k < 2; ++k) {
       codes[k].resize(n);
       scales[k].resize(zero::quantized_blocks(n));
-      zero::quantize(k == 0 ? zero::DynamicMap::signed_map() : zero::DynamicMap::unsigned_map(),
-                     zero::View<const float>(state[k]),
-                     zero::QuantizedMoment{zero::View<std::uint8_t>(codes[k]),
-                                           zero::View<float>(scales[k])});
+      zero::quantize(
+          k == 0 ? zero::DynamicMap::signed_map() : zero::DynamicMap::unsigned_map(),
+          zero::View<const float>(state[k]),
+          zero::QuantizedMoment{zero::View<std::uint8_t>(codes[k]), zero::View<float>(scales[k])});
     }
   }
-  zero::SplitMasterView<T, R> split() {
-    return {zero::View<T>(weights), zero::View<R>(residuals)};
-  }
+  zero::SplitMasterView<T, R> split() { return {zero::View<T>(weights), zero::View<R>(residuals)}; }
   zero::QuantizedMoment moment(int k) {
     return {zero::View<std::uint8_t>(codes[k]), zero::View<float>(scales[k])};
   }
@@ -113,8 +111,9 @@ struct DeviceProblem {
   DeviceProblem(const Problem<Grad, T, R>& p, std::size_t offset_)
       : n(p.weights.size()), offset(offset_), weights(shifted(p.weights)),
         residuals(shifted(p.residuals)), state{shifted(p.state[0]), shifted(p.state[1])},
-        codes{shifted(p.codes[0]), shifted(p.codes[1])},
-        scales{to_device(p.scales[0]), to_device(p.scales[1])}, grad(shifted(p.grad)) {}
+        codes{shifted(p.codes[0]), shifted(p.codes[1])}, scales{to_device(p.scales[0]),
+                                                                to_device(p.scales[1])},
+        grad(shifted(p.grad)) {}
 
   template <class E>
   zero::Buffer<E, zero::cuda> shifted(const std::vector<E>& values) const {
@@ -189,9 +188,8 @@ void expect_quantized_split_step_equals_host(float multiplier) {
                                  multiplier, nullptr);
     }
     ZERO_CHECK_CUDA(cudaDeviceSynchronize());
-    const std::string what = std::string("8-bit moments, ") +
-                             zero::to_string(zero::dtype_of<T>) + ", " +
-                             std::to_string(8 * sizeof(R)) + "-bit residuals, " +
+    const std::string what = std::string("8-bit moments, ") + zero::to_string(zero::dtype_of<T>) +
+                             ", " + std::to_string(8 * sizeof(R)) + "-bit residuals, " +
                              std::to_string(n) + " elements";
     EXPECT_EQ(bits_of(device.read(device.weights)), bits_of(host.weights)) << what;
     EXPECT_EQ(device.read(device.residuals), host.residuals) << what;
@@ -229,8 +227,7 @@ TEST(CudaSplitStep, RefusesMismatchedViews) {
   zero::Buffer<float, zero::cuda> g(8);
   const zero::SplitMasterView<bfloat16, std::int8_t, zero::cuda> split{w.view(), r.view()};
   EXPECT_THROW(zero::split_fused_step(zero::Adam().begin_step(), split, {m.view(), v.view()},
-                                      zero::View<const float, zero::cuda>(g.view()), 1.0f,
-                                      nullptr),
+                                      zero::View<const float, zero::cuda>(g.view()), 1.0f, nullptr),
                zero::Error);
 }
 

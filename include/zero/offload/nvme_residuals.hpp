@@ -90,8 +90,9 @@ class NvmeResiduals {
   // the step reads and writes) and the residuals of the part in `bytes`: the step's masters.
   template <SplitComputeType T, class F>
   void with_masters(View<T> weights, std::span<std::byte> bytes, F&& f) {
-    with_residuals(bytes, weights.size(),
-                   [&]<class R>(View<R> residuals) { f(SplitMasterView<T, R>{weights, residuals}); });
+    with_residuals(bytes, weights.size(), [&]<class R>(View<R> residuals) {
+      f(SplitMasterView<T, R>{weights, residuals});
+    });
   }
 
   // The masters of positions `part` of layer l from the bound compute copy and the residuals in
@@ -112,8 +113,8 @@ class NvmeResiduals {
     std::visit(
         [&]<class T>(View<T> weights) {
           with_residuals(bytes, part.size(), [&]<class R>(View<R> residuals) {
-            split_masters(values,
-                          SplitMasterView<T, R>{weights.subview(part.begin, part.size()), residuals});
+            split_masters(
+                values, SplitMasterView<T, R>{weights.subview(part.begin, part.size()), residuals});
           });
         },
         bound(l));
