@@ -123,16 +123,9 @@ class NvmeOptimizerStore {
   // Layer l's weights (its parameters in order): this rank's part becomes its master weights.
   void set_layer(std::size_t l, View<const float> values) {
     for_each_chunk(l, [&](Range part) {
-      if (residuals_) {
-        std::vector<float> masters(part.size());
-        model_.pack_my_block(l, values.data(), masters.data(), part);
-        residuals_->split(l, part, View<const float>(masters), slot_bytes(0, 0));
-        residuals_->write(l, part, slot_bytes(0, 0)).wait();
-        return;
-      }
-      const View<float> buffer = slot_tensor(0, 0);
-      model_.pack_my_block(l, values.data(), buffer.data(), part);
-      tensor(0).write(l, part, buffer).wait();
+      write_masters(l, part, [&](View<float> into) {
+        model_.pack_my_block(l, values.data(), into.data(), part);
+      });
     });
   }
 
@@ -147,15 +140,9 @@ class NvmeOptimizerStore {
   std::vector<float> layer(Comm& shard, std::size_t l) {
     std::vector<float> block(model_.my_block_size(l));
     for_each_chunk(l, [&](Range part) {
-      const View<float> into(block.data() + part.begin, part.size());
-      if (residuals_) {
-        residuals_->read(l, part, slot_bytes(0, 0)).wait();
-        residuals_->reconstruct(l, part, slot_bytes(0, 0), into);
-        return;
-      }
-      const View<float> buffer = slot_tensor(0, 0);
-      tensor(0).read(l, part, buffer).wait();
-      std::copy_n(buffer.data(), part.size(), into.data());
+      read_masters(l, part, [&](View<const float> masters) {
+        std::copy_n(masters.data(), part.size(), block.data() + part.begin);
+      });
     });
     std::vector<float> image(model_.sharded->layer(l).flat_numel);
     gather_layer_image(shard, *model_.sharded, l, View<const float>(block), View<float>(image))
@@ -181,16 +168,13 @@ class NvmeOptimizerStore {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
-          if (residuals_ && t == 0) {
-            std::vector<float> masters(part.size());
-            residuals_->read(l, part, slot_bytes(0, 0)).wait();
-            residuals_->reconstruct(l, part, slot_bytes(0, 0), View<float>(masters));
-            f(t, l, part, View<const float>(masters));
+          if (t == 0) {
+            read_masters(l, part, [&](View<const float> masters) { f(t, l, part, masters); });
             continue;
           }
+          swap_in(t, l, part, slot_bytes(0, t)).wait();
           if constexpr (can_quantize)
-            if (moments_ && t > 0) {
-              moments_->read(t - 1, l, part, slot_bytes(0, t)).wait();
+            if (moments_) {
               if constexpr (takes_codes)
                 if (moments_->eight_bit(l)) {
                   f(t, l, part, moments_->codes_and_scales(t - 1, l, part, slot_bytes(0, t)));
@@ -201,7 +185,6 @@ class NvmeOptimizerStore {
               f(t, l, part, View<const float>(values));
               continue;
             }
-          tensor(t).read(l, part, slot_tensor(0, t)).wait();
           f(t, l, part, View<const float>(slot_tensor(0, t).subview(0, part.size())));
         }
       });
@@ -211,23 +194,21 @@ class NvmeOptimizerStore {
     for (std::size_t l = 0; l < model_.layers(); ++l)
       for_each_chunk(l, [&](Range part) {
         for (std::size_t t = 0; t < tensors; ++t) {
-          if (residuals_ && t == 0) {
-            std::vector<float> masters(part.size());
-            f(t, l, part, View<float>(masters));
-            residuals_->split(l, part, View<const float>(masters), slot_bytes(0, 0));
-            residuals_->write(l, part, slot_bytes(0, 0)).wait();
+          if (t == 0) {
+            write_masters(l, part, [&](View<float> masters) { f(t, l, part, masters); });
             continue;
           }
           if constexpr (can_quantize)
-            if (moments_ && t > 0) {
+            if (moments_) { // values in the master region, which the masters have left, codes in
+                            // t's
               const View<float> values = slot_tensor(0, 0).subview(0, part.size());
               f(t, l, part, values);
               moments_->from_fp32(t - 1, l, part, View<const float>(values), slot_bytes(0, t));
-              moments_->write(t - 1, l, part, slot_bytes(0, t)).wait();
+              swap_out(t, l, part, slot_bytes(0, t)).wait();
               continue;
             }
           f(t, l, part, slot_tensor(0, t).subview(0, part.size()));
-          tensor(t).write(l, part, slot_tensor(0, t)).wait();
+          swap_out(t, l, part, slot_bytes(0, t)).wait();
         }
       });
   }
@@ -394,9 +375,6 @@ class NvmeOptimizerStore {
   View<float> piece_view(std::size_t slot, std::size_t t, const SubGroupPiece& piece) {
     return slot_tensor(slot, t).subview(piece.at, piece.part.size());
   }
-  View<float> piece_transfer(std::size_t slot, std::size_t t, const SubGroupPiece& piece) {
-    return slot_tensor(slot, t).subview(piece.at, NvmeSlice<float>::transfer_elements(piece.part));
-  }
   // Tensor t's region of a slot as bytes, and a piece's part of it (its 4 bytes an element).
   std::span<std::byte> slot_bytes(std::size_t slot, std::size_t t) {
     const View<float> region = slot_tensor(slot, t);
@@ -416,45 +394,64 @@ class NvmeOptimizerStore {
       f(Range{begin, std::min(block, begin + chunk)});
   }
 
+  // Positions `part` of layer l's state t (0: the master weights, then the moments) between the
+  // tier and `bytes` (a slot's region of t, or a piece's part of it), as the state is swapped:
+  // fp32 values, 8-bit moments' codes, or split masters' residuals.
+  Work swap_in(std::size_t t, std::size_t l, Range part, std::span<std::byte> bytes) {
+    if (residuals_ && t == 0) return residuals_->read(l, part, bytes);
+    if constexpr (can_quantize)
+      if (moments_ && t > 0) return moments_->read(t - 1, l, part, bytes);
+    return tensor(t).read(l, part, floats(bytes, part));
+  }
+  Work swap_out(std::size_t t, std::size_t l, Range part, std::span<std::byte> bytes) {
+    if (residuals_ && t == 0) return residuals_->write(l, part, bytes);
+    if constexpr (can_quantize)
+      if (moments_ && t > 0) return moments_->write(t - 1, l, part, bytes);
+    return tensor(t).write(l, part, View<const float>(floats(bytes, part)));
+  }
+  // fp32 values of `part` in `bytes`, whole units.
+  static View<float> floats(std::span<std::byte> bytes, Range part) {
+    return {reinterpret_cast<float*>(bytes.data()), NvmeSlice<float>::transfer_elements(part)};
+  }
+
+  // use(masters) with positions `part` of layer l's master weights, read through slot 0 (split
+  // ones reconstructed from the compute copy and the residuals).
+  template <class Use>
+  void read_masters(std::size_t l, Range part, Use&& use) {
+    swap_in(0, l, part, slot_bytes(0, 0)).wait();
+    if (!residuals_) return use(View<const float>(slot_tensor(0, 0).first(part.size())));
+    std::vector<float> masters(part.size()); // the slot holds the residuals
+    residuals_->reconstruct(l, part, slot_bytes(0, 0), View<float>(masters));
+    use(View<const float>(masters));
+  }
+  // fill(into) writes positions `part` of layer l's master weights, which go out through slot 0
+  // (split ones into the compute copy and the residuals).
+  template <class Fill>
+  void write_masters(std::size_t l, Range part, Fill&& fill) {
+    if (residuals_) {
+      std::vector<float> masters(part.size()); // the slot takes the residuals
+      fill(View<float>(masters));
+      residuals_->split(l, part, View<const float>(masters), slot_bytes(0, 0));
+    } else {
+      fill(slot_tensor(0, 0).first(part.size()));
+    }
+    swap_out(0, l, part, slot_bytes(0, 0)).wait();
+  }
+
   // Sub-group k into its slot, once the slot's previous sub-group is written back.
   void read(std::size_t k, Transfers& slot) {
     wait_all(slot.writes);
     slot.writes.clear();
     for (std::size_t t = 0; t < tensors; ++t)
-      for (const SubGroupPiece& piece : plan_[k].pieces) {
-        if (residuals_ && t == 0) {
-          slot.reads.push_back(residuals_->read(piece.layer, piece.part,
-                                                piece_bytes(k % bounce_.count(), 0, piece)));
-          continue;
-        }
-        if constexpr (can_quantize)
-          if (moments_ && t > 0) {
-            slot.reads.push_back(moments_->read(t - 1, piece.layer, piece.part,
-                                                piece_bytes(k % bounce_.count(), t, piece)));
-            continue;
-          }
+      for (const SubGroupPiece& piece : plan_[k].pieces)
         slot.reads.push_back(
-            tensor(t).read(piece.layer, piece.part, piece_transfer(k % bounce_.count(), t, piece)));
-      }
+            swap_in(t, piece.layer, piece.part, piece_bytes(k % bounce_.count(), t, piece)));
   }
   void write(std::size_t k, Transfers& slot) {
     for (std::size_t t = 0; t < tensors; ++t)
-      for (const SubGroupPiece& piece : plan_[k].pieces) {
-        if (residuals_ && t == 0) {
-          slot.writes.push_back(residuals_->write(piece.layer, piece.part,
-                                                  piece_bytes(k % bounce_.count(), 0, piece)));
-          continue;
-        }
-        if constexpr (can_quantize)
-          if (moments_ && t > 0) {
-            slot.writes.push_back(moments_->write(t - 1, piece.layer, piece.part,
-                                                  piece_bytes(k % bounce_.count(), t, piece)));
-            continue;
-          }
+      for (const SubGroupPiece& piece : plan_[k].pieces)
         slot.writes.push_back(
-            tensor(t).write(piece.layer, piece.part,
-                            View<const float>(piece_transfer(k % bounce_.count(), t, piece))));
-      }
+            swap_out(t, piece.layer, piece.part, piece_bytes(k % bounce_.count(), t, piece)));
   }
 
   const ModelLayout& model_;
