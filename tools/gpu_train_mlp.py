@@ -29,6 +29,10 @@ CPU; docs/zero-offload.md):
                against the same moments offloaded (stepped by the CPU's): ZeRO-3, the same losses
                bit for bit (the CUDA step computes the host's bits); device memory flat
   result       the optimizer states' bytes with 8-bit moments against fp32 ones
+  correctness  split masters (--master-residual-bits 8) with 8-bit moments in device memory,
+               stepped by the CUDA split step, against the same states offloaded: ZeRO-3, the
+               same losses bit for bit; device memory flat
+  result       the states' bytes with split masters against fp32 ones (both with 8-bit moments)
   result       the offloaded step on the speed model: forward, backward, update (the gradients'
                trip to the host, the CPU's Adam and the weights' trip back), against the step
                that keeps everything on the GPU, and the step against forward + backward + update
@@ -226,6 +230,27 @@ def main():
                  f"parameter) against {m32['master_weights']} + {m32['optimizer_states']} "
                  f"({m32['optimizer_bytes_per_parameter']:.3f}); loss {dev8['loss'][-1]:.4f} "
                  f"against {gpu3['loss'][-1]:.4f} after 100 steps")
+
+        # Split masters (an 8-bit residual beside the bf16 weight) with 8-bit moments in device
+        # memory, stepped by the CUDA split step, against the same states offloaded (the CPU's
+        # split step): both compute the host's bits, so the same losses bit for bit.
+        split = ["--master-residual-bits", "8", *eight]
+        devs = train(tmp, "split-stage3", ["--stage", "3", "--steps", "100", *small, *cuda, *split])
+        offs = train(tmp, "split-offload-stage3", ["--stage", "3", "--steps", "100", *small,
+                                                   *cuda, *offload, *split])
+        if devs and offs:
+            same = devs["loss"] == offs["loss"] and None not in devs["loss"]
+            verdict("split-device-vs-offload", same,
+                    "100 steps, bf16, ZeRO-3: the same losses bit for bit" if same
+                    else f"largest relative gap {relative_gap(devs['loss'], offs['loss']):.2e}")
+            memory_flat("split-memory-flat", devs)
+        if devs and dev8:
+            ms, m8 = devs["memory"][0], dev8["memory"][0]
+            line(f"result split-states: master weights and moments {ms['master_weights']} + "
+                 f"{ms['optimizer_states']} bytes ({ms['optimizer_bytes_per_parameter']:.3f} per "
+                 f"parameter) against {m8['master_weights']} + {m8['optimizer_states']} "
+                 f"({m8['optimizer_bytes_per_parameter']:.3f}) with fp32 masters; loss "
+                 f"{devs['loss'][-1]:.4f} against {dev8['loss'][-1]:.4f} after 100 steps")
 
         # Speed: stage 3 against stage 0, and stage 0 against torch, on a larger model; with
         # train_mlp's reduction bucket (65536 elements: many buckets, so that reduction overlaps
