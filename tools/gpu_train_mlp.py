@@ -10,6 +10,8 @@ the build's under `local`). Only the standard library. Each check prints one lin
                every step's loss within --bound (relative; cuBLAS and OpenBLAS order their sums
                differently, and bf16 weights round the difference into the next step)
   correctness  the GPU's stages 0 and 3 at one rank: the same losses, bit for bit
+  correctness  the same GPU run twice: the same losses, bit for bit (the loss is summed in a
+               fixed order on the device)
   correctness  2 and 3 ranks sharing the GPU (StagedCommunicator) against one rank, within --bound
   correctness  device memory flat over 100 steps (cudaMemGetInfo after the first and last step)
   correctness  fp16 with a loss scale of 2^32: the first steps overflow and are skipped, at 1 and
@@ -148,6 +150,13 @@ def main():
             verdict("stages-0-and-3", same,
                     "the same losses bit for bit" if same
                     else f"largest relative gap {relative_gap(gpu0['loss'], gpu3['loss']):.2e}")
+        # The loss is summed in a fixed order on the device: the same run again, the same bits.
+        again = train(tmp, "gpu-stage3-again", ["--stage", "3", "--steps", "100", *small, *cuda])
+        if again and gpu3:
+            same = again["loss"] == gpu3["loss"] and None not in again["loss"]
+            verdict("same-run-twice", same,
+                    "the same losses bit for bit" if same
+                    else f"largest relative gap {relative_gap(again['loss'], gpu3['loss']):.2e}")
         for ranks in (2, 3):
             shared = train(tmp, f"gpu-stage3-np{ranks}",
                            ["--stage", "3", "--steps", "100", *small, *cuda], ranks=ranks)

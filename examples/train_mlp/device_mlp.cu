@@ -27,9 +27,10 @@ cublasHandle_t handle(void* blas) {
 }
 
 constexpr int threads = 256;
+constexpr std::size_t max_blocks = 4096;
 // Enough blocks to fill the device with a grid-stride loop, never more than the elements need.
 unsigned blocks(std::size_t n) {
-  return unsigned(std::clamp<std::size_t>((n + threads - 1) / threads, 1, 4096));
+  return unsigned(std::clamp<std::size_t>((n + threads - 1) / threads, 1, max_blocks));
 }
 
 void check_launch() {
@@ -83,12 +84,10 @@ __global__ void activation_backward_kernel(Activation a, const float* z, const f
   for_each_index(n, [&](std::size_t i) { delta[i] *= slope_one(a, z[i], value[i]); });
 }
 
-// Each block sums its share of the squared differences and adds it to *loss_sum once. The
-// blocks' additions come in no fixed order, so the reported loss (not the gradients, nor the
-// training) may differ in its last bits from run to run: a fixed-order sum of the blocks'
-// partials is to do (docs/gpu-engine.md).
+// The sum of the block sums of squares in block_sums[blockIdx.x], each a fixed-order tree over
+// the block's threads (the grid depends on n only); fixed_order_sum_kernel adds them in order.
 __global__ void mse_kernel(const float* prediction, const float* target, float* gradient,
-                           std::size_t n, float scale, double* loss_sum) {
+                           std::size_t n, float scale, double* block_sums) {
   __shared__ double partial[threads];
   double mine = 0;
   for_each_index(n, [&](std::size_t i) {
@@ -102,13 +101,14 @@ __global__ void mse_kernel(const float* prediction, const float* target, float* 
     if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) atomicAdd(loss_sum, partial[0] / double(n));
+  if (threadIdx.x == 0) block_sums[blockIdx.x] = partial[0];
 }
 
-// Softmax cross-entropy against a target distribution: a thread per row.
+// Softmax cross-entropy against a target distribution: a thread per row, each row's loss into
+// row_losses[r].
 __global__ void cross_entropy_kernel(const float* prediction, const float* target, float* gradient,
                                      std::size_t rows, std::size_t outputs, float scale,
-                                     double* loss_sum) {
+                                     double* row_losses) {
   for_each_index(rows, [&](std::size_t r) {
     const float* p = prediction + r * outputs;
     float top = p[0];
@@ -124,13 +124,33 @@ __global__ void cross_entropy_kernel(const float* prediction, const float* targe
       total -= t * log_softmax;
       gradient[r * outputs + o] = static_cast<float>((exp(log_softmax) - t) / double(rows)) * scale;
     }
-    atomicAdd(loss_sum, total / double(rows));
+    row_losses[r] = total;
   });
+}
+
+// *sum += (values[0] + ... + values[count - 1]) / divisor, in an order fixed whatever the device
+// (one block: thread t adds values t, t + 256, ... in turn, then a fixed tree over the threads),
+// so that the reported loss is the same bits from run to run, where atomic additions of the
+// blocks' sums came in any order.
+__global__ void fixed_order_sum_kernel(const double* values, std::size_t count, double divisor,
+                                       double* sum) {
+  __shared__ double partial[threads];
+  double mine = 0;
+  for (std::size_t i = threadIdx.x; i < count; i += blockDim.x)
+    mine += values[i];
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *sum += partial[0] / divisor;
 }
 
 } // namespace
 
-DeviceModel::DeviceModel(cudaStream_t stream, std::size_t max_rows) : stream_(stream) {
+DeviceModel::DeviceModel(cudaStream_t stream, std::size_t max_rows)
+    : stream_(stream), max_rows_(max_rows) {
   cublasHandle_t h = nullptr;
   check_blas(cublasCreate(&h), "cublasCreate");
   blas_ = h;
@@ -142,6 +162,10 @@ DeviceModel::DeviceModel(cudaStream_t stream, std::size_t max_rows) : stream_(st
     check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     ZERO_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ones_),
                                std::max<std::size_t>(max_rows, 1) * sizeof(float)));
+    // The loss's partial sums: one per block of the MSE kernel (at most blocks()'s 4096), or
+    // one per row of cross-entropy.
+    ZERO_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&loss_partials_),
+                               std::max<std::size_t>(max_rows, max_blocks) * sizeof(double)));
     fill_kernel<<<blocks(max_rows), threads, 0, stream_>>>(ones_, max_rows, 1.0f);
     check_launch();
   } catch (...) {
@@ -156,6 +180,7 @@ DeviceModel::~DeviceModel() {
 
 void DeviceModel::release() noexcept {
   if (ones_) ZERO_LOG_CUDA(cudaFree(std::exchange(ones_, nullptr)));
+  if (loss_partials_) ZERO_LOG_CUDA(cudaFree(std::exchange(loss_partials_, nullptr)));
   if (blas_) cublasDestroy(handle(std::exchange(blas_, nullptr)));
 }
 
@@ -221,12 +246,23 @@ void DeviceModel::loss_and_gradient(Loss loss, const float* prediction, const fl
                                     float* gradient, std::size_t rows, std::size_t outputs,
                                     float scale, double* loss_sum) const {
   if (rows == 0) return;
-  if (loss == Loss::mse)
-    mse_kernel<<<blocks(rows * outputs), threads, 0, stream_>>>(prediction, target, gradient,
-                                                                rows * outputs, scale, loss_sum);
-  else
+  if (loss == Loss::mse) {
+    const std::size_t n = rows * outputs;
+    mse_kernel<<<blocks(n), threads, 0, stream_>>>(prediction, target, gradient, n, scale,
+                                                   loss_partials_);
+    check_launch();
+    fixed_order_sum_kernel<<<1, threads, 0, stream_>>>(loss_partials_, blocks(n), double(n),
+                                                       loss_sum);
+  } else {
+    zero::require(rows <= max_rows_, "DeviceModel::loss_and_gradient: " + std::to_string(rows) +
+                                         " rows, more than the " + std::to_string(max_rows_) +
+                                         " it was built for");
     cross_entropy_kernel<<<blocks(rows), threads, 0, stream_>>>(prediction, target, gradient, rows,
-                                                                outputs, scale, loss_sum);
+                                                                outputs, scale, loss_partials_);
+    check_launch();
+    fixed_order_sum_kernel<<<1, threads, 0, stream_>>>(loss_partials_, rows, double(rows),
+                                                       loss_sum);
+  }
   check_launch();
 }
 

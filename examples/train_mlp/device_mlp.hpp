@@ -41,15 +41,19 @@ class DeviceModel {
   void activation_backward(Activation a, const float* z, const float* value, float* delta,
                            std::size_t n) const;
   // The loss's gradient (scaled by `scale`, mean over rows, and over outputs for MSE) into
-  // `gradient`, and the loss itself added to *loss_sum (one double in device memory).
+  // `gradient`, and the loss itself added to *loss_sum (one double in device memory), summed in
+  // an order fixed whatever the device: the same bits from run to run.
   void loss_and_gradient(Loss loss, const float* prediction, const float* target, float* gradient,
                          std::size_t rows, std::size_t outputs, float scale,
                          double* loss_sum) const;
 
  private:
   cudaStream_t stream_;
+  std::size_t max_rows_;
   void* blas_ = nullptr;  // cublasHandle_t, bound to stream_ (cuBLAS stays out of this header)
   float* ones_ = nullptr; // max_rows ones: the bias gradient is a product with them
+  // The loss's partial sums (a block's or a row's), added in a fixed order into the loss.
+  double* loss_partials_ = nullptr;
 
   void release() noexcept;
 };
