@@ -108,11 +108,15 @@ requires HostAccessibleSpace<Space> ||
                            [this](std::size_t layer) { --holders_[layer]; });
   }
 
-  // Where the step writes the new values of what this rank updates of layer l.
+  // Where the step writes the new values of what this rank updates of layer l. No gather of the
+  // layer is in flight once it is handed out: the gather writes the whole image, this rank's
+  // block too, and a reader between steps (split masters read their high parts here) would race
+  // with it.
   View<T, ViewMemory> update_target(std::size_t l) {
     if constexpr (!Updated::sharded) {
       return handed_out(copy_.block(l));
     } else {
+      finish_gather(l);
       const Range mine = model_.my_flat_range(l);
       return image(l).subview(mine.begin, mine.size());
     }
