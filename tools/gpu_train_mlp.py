@@ -113,6 +113,23 @@ def memory_flat(name, run):
             f"{d['memory_after_last_step']} after the last, {d['name']}")
 
 
+def same_losses(name, a, b, what):
+    """The verdict that runs a and b (`what` says which) gave the same losses, bit for bit."""
+    same = a["loss"] == b["loss"] and None not in a["loss"]
+    verdict(name, same, f"{what}: the same losses bit for bit" if same
+            else f"{what}: largest relative gap {relative_gap(a['loss'], b['loss']):.2e}")
+
+
+def states_line(name, run, reference, reference_is):
+    """A result line: `run`'s master-weight and optimizer-state bytes against `reference`'s."""
+    m, r = run["memory"][0], reference["memory"][0]
+    line(f"result {name}: master weights and moments {m['master_weights']} + "
+         f"{m['optimizer_states']} bytes ({m['optimizer_bytes_per_parameter']:.3f} per parameter) "
+         f"against {r['master_weights']} + {r['optimizer_states']} "
+         f"({r['optimizer_bytes_per_parameter']:.3f}) {reference_is}; loss {run['loss'][-1]:.4f} "
+         f"against {reference['loss'][-1]:.4f} after 100 steps")
+
+
 def median_step(run, warmup):
     return statistics.median(run["step_seconds"][warmup:])
 
@@ -146,17 +163,11 @@ def main():
             memory_flat("memory-flat", gpu3)
         gpu0 = train(tmp, "gpu-stage0", ["--stage", "0", "--steps", "100", *small, *cuda])
         if gpu0 and gpu3:
-            same = gpu0["loss"] == gpu3["loss"] and None not in gpu0["loss"]
-            verdict("stages-0-and-3", same,
-                    "the same losses bit for bit" if same
-                    else f"largest relative gap {relative_gap(gpu0['loss'], gpu3['loss']):.2e}")
+            same_losses("stages-0-and-3", gpu0, gpu3, "stage 0 against stage 3, 100 steps")
         # The loss is summed in a fixed order on the device: the same run again, the same bits.
         again = train(tmp, "gpu-stage3-again", ["--stage", "3", "--steps", "100", *small, *cuda])
         if again and gpu3:
-            same = again["loss"] == gpu3["loss"] and None not in again["loss"]
-            verdict("same-run-twice", same,
-                    "the same losses bit for bit" if same
-                    else f"largest relative gap {relative_gap(again['loss'], gpu3['loss']):.2e}")
+            same_losses("same-run-twice", again, gpu3, "ZeRO-3, 100 steps, run twice")
         for ranks in (2, 3):
             shared = train(tmp, f"gpu-stage3-np{ranks}",
                            ["--stage", "3", "--steps", "100", *small, *cuda], ranks=ranks)
@@ -216,10 +227,7 @@ def main():
                                                    *cuda, "--nvme", swap], timeout=150,
                       unavailable="needs io_uring")
         if nvme3 and off3:
-            same = nvme3["loss"] == off3["loss"] and None not in nvme3["loss"]
-            verdict("offload-nvme-vs-cpu", same,
-                    "the same losses bit for bit" if same
-                    else f"largest relative gap {relative_gap(nvme3['loss'], off3['loss']):.2e}")
+            same_losses("offload-nvme-vs-cpu", nvme3, off3, "offloaded to NVMe against to host")
 
         # 8-bit moments in device memory against the same moments offloaded to the CPU.
         eight = ["--moment-bits", "8"]
@@ -227,18 +235,10 @@ def main():
         off8 = train(tmp, "8bit-offload-stage3", ["--stage", "3", "--steps", "100", *small, *cuda,
                                                   *offload, *eight])
         if dev8 and off8:
-            same = dev8["loss"] == off8["loss"] and None not in dev8["loss"]
-            verdict("8bit-device-vs-offload", same,
-                    "100 steps, bf16, ZeRO-3: the same losses bit for bit" if same
-                    else f"largest relative gap {relative_gap(dev8['loss'], off8['loss']):.2e}")
+            same_losses("8bit-device-vs-offload", dev8, off8, "100 steps, bf16, ZeRO-3")
             memory_flat("8bit-memory-flat", dev8)
         if dev8 and gpu3:
-            m8, m32 = dev8["memory"][0], gpu3["memory"][0]
-            line(f"result 8bit-states: master weights and moments {m8['master_weights']} + "
-                 f"{m8['optimizer_states']} bytes ({m8['optimizer_bytes_per_parameter']:.3f} per "
-                 f"parameter) against {m32['master_weights']} + {m32['optimizer_states']} "
-                 f"({m32['optimizer_bytes_per_parameter']:.3f}); loss {dev8['loss'][-1]:.4f} "
-                 f"against {gpu3['loss'][-1]:.4f} after 100 steps")
+            states_line("8bit-states", dev8, gpu3, "with fp32 moments")
 
         # Split masters (an 8-bit residual beside the bf16 weight) with 8-bit moments in device
         # memory, stepped by the CUDA split step, against the same states offloaded (the CPU's
@@ -248,18 +248,10 @@ def main():
         offs = train(tmp, "split-offload-stage3", ["--stage", "3", "--steps", "100", *small,
                                                    *cuda, *offload, *split])
         if devs and offs:
-            same = devs["loss"] == offs["loss"] and None not in devs["loss"]
-            verdict("split-device-vs-offload", same,
-                    "100 steps, bf16, ZeRO-3: the same losses bit for bit" if same
-                    else f"largest relative gap {relative_gap(devs['loss'], offs['loss']):.2e}")
+            same_losses("split-device-vs-offload", devs, offs, "100 steps, bf16, ZeRO-3")
             memory_flat("split-memory-flat", devs)
         if devs and dev8:
-            ms, m8 = devs["memory"][0], dev8["memory"][0]
-            line(f"result split-states: master weights and moments {ms['master_weights']} + "
-                 f"{ms['optimizer_states']} bytes ({ms['optimizer_bytes_per_parameter']:.3f} per "
-                 f"parameter) against {m8['master_weights']} + {m8['optimizer_states']} "
-                 f"({m8['optimizer_bytes_per_parameter']:.3f}) with fp32 masters; loss "
-                 f"{devs['loss'][-1]:.4f} against {dev8['loss'][-1]:.4f} after 100 steps")
+            states_line("split-states", devs, dev8, "with fp32 masters")
 
         # Speed: stage 3 against stage 0, and stage 0 against torch, on a larger model; with
         # train_mlp's reduction bucket (65536 elements: many buckets, so that reduction overlaps
