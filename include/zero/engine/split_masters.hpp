@@ -43,6 +43,16 @@ namespace zero {
 template <MemorySpace Space = host>
 using SplitComputeBlock = std::variant<View<half, Space>, View<bfloat16, Space>>;
 
+// Split masters' compute copy is float16 or bfloat16: the stores that keep residuals refuse any
+// other type (EngineOptions::validate refuses float32 first).
+inline void require_split_compute_type(DType compute) {
+  require(
+      compute == DType::float16 || compute == DType::bfloat16,
+      std::string("engine: split master weights need a float16 or bfloat16 compute copy, not ") +
+          to_string(compute),
+      ErrorKind::unsupported);
+}
+
 // The residuals in memory of `Space`: host memory (pinned too) updated on the host's threads, or
 // a stream space's memory, whose step `exec` queues; the cold paths then go through host copies
 // (detail/host_staging.hpp).
@@ -57,11 +67,7 @@ class SplitMasters {
   SplitMasters(const ShardLayout& kept, int kept_rank, std::size_t layers, MasterStorage storage,
                DType compute, Exec exec = {})
       : sixteen_bits_(storage == MasterStorage::split_16bit), compute_(compute), exec_(exec) {
-    require(compute == DType::float16 || compute == DType::bfloat16,
-            std::string("engine: split master weights need a float16 or bfloat16 compute copy, "
-                        "not ") +
-                to_string(compute),
-            ErrorKind::unsupported);
+    require_split_compute_type(compute);
     for (std::size_t l = 0; l < layers; ++l) {
       const std::size_t n = kept.block(l, kept_rank).size();
       if (sixteen_bits_)

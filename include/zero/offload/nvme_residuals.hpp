@@ -45,11 +45,7 @@ class NvmeResiduals {
   NvmeResiduals(NvmeTier& tier, const ShardLayout& layout, int rank, std::size_t layers,
                 MasterStorage storage, DType compute)
       : element_bytes_(storage == MasterStorage::split_16bit ? 2 : 1) {
-    require(compute == DType::float16 || compute == DType::bfloat16,
-            std::string("engine: split master weights need a float16 or bfloat16 compute copy, "
-                        "not ") +
-                to_string(compute),
-            ErrorKind::unsupported);
+    require_split_compute_type(compute);
     std::size_t at = 0;
     for (std::size_t l = 0; l < layers; ++l) {
       blocks_.push_back({layout.block(l, rank).size(), at});
