@@ -97,6 +97,7 @@ struct Outcome {
   std::vector<std::vector<float>> weights;
   std::vector<double> norms;
   std::vector<bool> applied;
+  std::vector<std::size_t> offloaded_in_backward; // StepResult::gradients_offloaded_in_backward
 };
 
 inline zero::EngineOptions options_for(const Scenario& run) {
@@ -171,6 +172,7 @@ void record_step(EngineType& engine, Outcome& outcome) {
   const zero::StepResult result = engine.step();
   outcome.norms.push_back(result.grad_norm);
   outcome.applied.push_back(result.applied);
+  outcome.offloaded_in_backward.push_back(result.gradients_offloaded_in_backward);
 }
 
 // Steps `first` to `first + count - 1` of the scenario.

@@ -110,6 +110,38 @@ TEST(Offload, AnOverflowSkipsTheStepOnEveryRank) {
   expect_same_weights(device, host, "overflow at step 1");
 }
 
+// During backward each layer's reduced gradient leaves for the host once its last bucket landed
+// (the step only waits for it): every layer, at every stage, with the last micro-step's buckets;
+// none in a step skipped for an overflow. Where the plan averages the shards over replica groups
+// after they landed (shard_within<1> beyond one rank), they leave at the step instead. The host
+// engine's bits throughout.
+template <class Plan>
+void expect_gradients_offloaded_in_backward(StagedSetup& s, const Scenario& run,
+                                            std::size_t per_step, const std::string& what) {
+  SCOPED_TRACE(what);
+  const Outcome host = train_on_host<Plan, zero::bfloat16>(run);
+  const Outcome device = train_on_device<Plan, zero::bfloat16, Offloaded>(s, run);
+  expect_same_norms(device, host, what);
+  expect_same_weights(device, host, what);
+  for (std::size_t k = 0; k < device.applied.size(); ++k)
+    EXPECT_EQ(device.offloaded_in_backward[k], device.applied[k] ? per_step : 0)
+        << what << ": step " << k << ", layers whose gradient left during backward";
+}
+
+TEST(Offload, GradientsLeaveDuringBackwardAtEveryStage) {
+  StagedSetup s;
+  constexpr std::size_t layers = 5; // model()'s
+  const Scenario run{.dtype = DType::bfloat16, .accumulation = 2, .overflow_step = 1};
+  expect_gradients_offloaded_in_backward<zero::Stage<0>>(s, run, layers, "stage 0");
+  expect_gradients_offloaded_in_backward<zero::Stage<1>>(s, run, layers, "stage 1");
+  expect_gradients_offloaded_in_backward<zero::Stage<2>>(s, run, layers, "stage 2");
+  expect_gradients_offloaded_in_backward<zero::Stage<3>>(s, run, layers, "stage 3");
+  using OwnGroups = zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                                       zero::shard_within<1>>;
+  expect_gradients_offloaded_in_backward<OwnGroups>(
+      s, {.dtype = DType::bfloat16}, world().size() == 1 ? layers : 0, "shard_within<1>");
+}
+
 // LAMB's three passes run on the host over the staged gradients, its per-parameter sums combined
 // over the host communicator.
 TEST(Offload, LambGivesTheHostEnginesBits) {
@@ -283,6 +315,101 @@ TEST(Offload, StoreHandsOnTheHostStoresCopyAtEachDone) {
       }
       EXPECT_EQ(next_done, layers);
       s.compute().fence(); // what a store that did not wait left queued runs before the buffers go
+    }
+  }
+}
+
+// During backward each layer's reduced gradient leaves for the host as soon as the store is told
+// it is final (gradient_reduced), on the store's copy stream, ordered after the work queued on the
+// engine's stream so far (its delivery). Each step's gradients are written there while the stream
+// defers its work (the twin): a copy not ordered after the write reads the step before's gradient,
+// every run. The host store's bits: after a step skipped between two (its copies sent, never
+// used), and under the delayed update, whose running update reads the staging while the next
+// backward runs: none is sent early then, the step sends them.
+TEST(Offload, GradientsLeaveDuringBackwardAfterTheirDelivery) {
+  using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
+  using HostStore = zero::OptimizerStore<zero::Adam, Kept, zero::HostThreads>;
+  using T = zero::bfloat16;
+  const int rank = world().rank();
+  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, model()), rank,
+                                 rank);
+  const std::size_t layers = layout.layers();
+  StagedSetup s;
+  for (const bool delayed : {false, true}) {
+    const std::string run = delayed ? "delayed update, " : "";
+    zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
+    options.delayed_parameter_update_after = delayed ? 0 : -1;
+    HostStore on_host(world(), layout, options, {});
+    zero::OffloadedOptimizerStore<HostStore, Kept, DeviceSpace> offloaded(world(), layout, options,
+                                                                          s.compute());
+    std::vector<std::vector<T>> host_out(layers);
+    std::vector<zero::Buffer<T, DeviceMemory>> device_grads, device_out;
+    for (std::size_t l = 0; l < layers; ++l) {
+      std::vector<float> values(layout.sharded->layer(l).numel);
+      for (std::size_t i = 0; i < values.size(); ++i)
+        values[i] = initial_value(l, i);
+      on_host.set_layer(l, values);
+      offloaded.set_layer(l, values);
+      const std::size_t n = Kept::layout(layout)->block(l, Kept::rank(layout)).size();
+      host_out[l].resize(n);
+      device_grads.push_back(s.upload(std::vector<T>(n, T(0.0f))));
+      device_out.emplace_back(n);
+    }
+    const auto gradient = [&](int step, std::size_t l) {
+      std::vector<T> g(host_out[l].size());
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] =
+            T(static_cast<float>((i * 7 + l * 3 + std::size_t(rank) + std::size_t(step) * 5) % 23) *
+                  0.1f -
+              1.1f);
+      return g;
+    };
+    const auto device_grad = [&](std::size_t l) { return std::as_const(device_grads[l]).view(); };
+    const auto out = [&](std::size_t l) { return device_out[l].view(); };
+    const auto nothing = [](std::size_t) {};
+    zero::Adam host_adam = adam(), device_adam = adam();
+    // Step 1 is skipped (an overflow elsewhere): its gradients are sent and never read.
+    for (int step = 0; step < 4; ++step) {
+      const bool skipped = !delayed && step == 1;
+      std::vector<zero::Buffer<T, zero::pinned_host>> pinned;
+      {
+        const ComputeHold held(s, true);
+        for (std::size_t l = layers; l-- > 0;) { // backward: each layer's delivery, then its news
+          const std::vector<T> g = gradient(step, l);
+          pinned.emplace_back(g.size(), zero::uninitialized);
+          std::copy(g.begin(), g.end(), pinned.back().data());
+          copy(s.compute(), zero::View<const T, zero::pinned_host>(pinned.back().view()),
+               device_grads[l].view());
+          offloaded.gradient_reduced(l, device_grad(l));
+        }
+        if (!skipped) {
+          offloaded.step(device_adam.begin_step(), 1.0f / 8, device_grad, out, nothing);
+          // A delayed update still running through the next backward takes nothing early.
+          EXPECT_EQ(offloaded.gradients_sent_in_backward(), delayed && step > 0 ? 0 : layers)
+              << run << "step " << step;
+        }
+        offloaded.end_step();
+        s.compute().fence(); // the pinned sources outlive the copies
+      }
+      if (skipped) continue;
+      std::vector<std::vector<T>> grads(layers);
+      for (std::size_t l = 0; l < layers; ++l)
+        grads[l] = gradient(step, l);
+      on_host.step(
+          host_adam.begin_step(), 1.0f / 8,
+          [&](std::size_t l) { return zero::View<const T>(grads[l]); },
+          [&](std::size_t l) { return zero::View<T>(host_out[l]); }, nothing);
+      if (delayed) { // the last update compared once it is sent; the others run through backward
+        if (step < 3) continue;
+        offloaded.finish_delayed_update(out, nothing);
+      }
+      for (std::size_t l = 0; l < layers; ++l) {
+        const std::vector<T> got = s.read(device_out[l]);
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i].bits, host_out[l][i].bits)
+              << run << "step " << step << ", layer " << l << " element " << i
+              << ": not the host store's compute copy (a gradient sent before its delivery?)";
+      }
     }
   }
 }

@@ -69,11 +69,14 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+class CudaSideStream;
+
 class CudaStreamSpace {
  public:
   using execution_space = CudaStreamSpace;
   using memory_space = cuda;
   using event_type = CudaEvent;
+  using side_stream = CudaSideStream;
   static constexpr const char* name = "cuda_stream";
 
   // The default stream unless one is given; the space never destroys it. The device current at
@@ -81,6 +84,8 @@ class CudaStreamSpace {
   explicit CudaStreamSpace(cudaStream_t stream = nullptr) : stream_(stream) {
     ZERO_CHECK_CUDA(cudaGetDevice(&device_));
   }
+  // A stream of `device`, whichever is current.
+  CudaStreamSpace(cudaStream_t stream, int device) noexcept : stream_(stream), device_(device) {}
 
   cudaStream_t stream() const noexcept { return stream_; }
   int device() const noexcept { return device_; }
@@ -92,6 +97,33 @@ class CudaStreamSpace {
 
  private:
   cudaStream_t stream_;
+  int device_ = 0;
+};
+
+// A non-blocking CUDA stream of its own on the device of the space it is built beside
+// (SideStreams): a copy stream, whose copies run on the copy engines while the space's kernels
+// run. Destroyed once its work has run.
+class CudaSideStream {
+ public:
+  CudaSideStream(const CudaStreamSpace& beside, const std::string& /*name*/) {
+    int current = 0;
+    ZERO_CHECK_CUDA(cudaGetDevice(&current));
+    ZERO_CHECK_CUDA(cudaSetDevice(beside.device()));
+    const cudaError_t created = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    ZERO_CHECK_CUDA(cudaSetDevice(current));
+    ZERO_CHECK_CUDA(created);
+    device_ = beside.device();
+  }
+  CudaSideStream(const CudaSideStream&) = delete;
+  CudaSideStream& operator=(const CudaSideStream&) = delete;
+  ~CudaSideStream() {
+    ZERO_LOG_CUDA(cudaStreamSynchronize(stream_));
+    ZERO_LOG_CUDA(cudaStreamDestroy(stream_));
+  }
+  CudaStreamSpace space() const noexcept { return {stream_, device_}; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
   int device_ = 0;
 };
 
@@ -180,6 +212,6 @@ void accumulate_runs(const CudaStreamSpace& space, View<const From, cuda> from,
                                 space.stream());
 }
 
-static_assert(StreamSpace<CudaStreamSpace>);
+static_assert(SideStreams<CudaStreamSpace>);
 
 } // namespace zero

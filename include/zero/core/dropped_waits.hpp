@@ -48,6 +48,8 @@ inline constexpr std::string_view dropped_wait_sites[] = {
     "replicated_parameters.caller",
     // ShardedParameters::acquire in host memory: the host reads a layer after its queued unpacking.
     "sharded_parameters.unpacked",
+    // OffloadedOptimizerStore: a layer's gradient leaves during backward after its delivery.
+    "offload.gradient_reduced",
     // OffloadedOptimizerStore: the host update reads a layer's gradient once its copy has run.
     "offload.gradients_arrived",
     // OffloadedOptimizerStore: done(l) once layer l's new compute copy has reached the device.

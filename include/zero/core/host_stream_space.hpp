@@ -23,8 +23,12 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace zero {
+
+template <class Space>
+class HostSideStream;
 
 class HostStreamSpace {
  public:
@@ -32,6 +36,7 @@ class HostStreamSpace {
   using memory_space = host;
   using event_type = HostEvent;
   static constexpr const char* name = "host_stream";
+  using side_stream = HostSideStream<HostStreamSpace>;
 
   explicit HostStreamSpace(HostStream& stream) noexcept : stream_(&stream) {}
   // The process's default host stream, as CudaStreamSpace{} is CUDA's default stream: what a store
@@ -152,7 +157,22 @@ inline void wait(const HostStreamSpace& space, const HostEvent& event) {
   space.stream().wait(event);
 }
 
-static_assert(StreamSpace<HostStreamSpace>);
+// A host stream of its own beside a space's (SideStreams): its worker thread runs the work queued
+// on space() concurrently with the other streams', ordered against them by events only. Space is
+// HostStreamSpace or DeviceTwinSpace, whose memory the stream's work reaches alike.
+template <class Space>
+class HostSideStream {
+ public:
+  HostSideStream(const Space& /*beside*/, std::string name) : stream_(std::move(name)) {}
+  HostSideStream(const HostSideStream&) = delete;
+  HostSideStream& operator=(const HostSideStream&) = delete;
+  Space space() noexcept { return Space(stream_); }
+
+ private:
+  HostStream stream_; // its destructor runs what is queued before the worker stops
+};
+
+static_assert(SideStreams<HostStreamSpace>);
 
 // DeviceTwinSpace: a host stream whose memory is device_twin, the CPU twin of CudaStreamSpace and
 // its device memory. Its kernels, copies, events and fence are HostStreamSpace's; what changes is
@@ -165,11 +185,12 @@ class DeviceTwinSpace : public HostStreamSpace {
   using execution_space = DeviceTwinSpace;
   using memory_space = device_twin;
   static constexpr const char* name = "device_twin_stream";
+  using side_stream = HostSideStream<DeviceTwinSpace>;
 
   using HostStreamSpace::HostStreamSpace;
   DeviceTwinSpace() = default; // the default host stream
 };
 
-static_assert(StreamSpace<DeviceTwinSpace>);
+static_assert(SideStreams<DeviceTwinSpace>);
 
 } // namespace zero

@@ -12,6 +12,8 @@
 //   copy(space, from, to)             an asynchronous copy between Views, sizes checked at the call
 //   space.fence()                     the host waits for everything queued on `space`
 //   event.synchronize(), query()      the host waits for, or polls, the event's point
+//   typename S::side_stream           a stream of one's own beside a space's stream, owned:
+//                                     side_stream(space, name), .space() (SideStreams below)
 //
 // The buffers behind queued work must outlive it: until fence() or an event recorded after it.
 
@@ -36,6 +38,17 @@ concept StreamSpace = ExecutionSpace<S> &&
   copy(space, from, to);
   done.synchronize();
   { done.query() } -> std::convertible_to<bool>;
+};
+
+// A space whose stores can own a stream beside the caller's: built from the caller's space (on its
+// device) and a name, it owns the stream (fenced and released when it goes), and space() is a
+// handle to it, ordered against the caller's stream through events only. What a copy stream is
+// for: copies on it overlap the work on the caller's stream (a GPU's copy engines run beside its
+// kernels; a stream's own work runs in order).
+template <class S>
+concept SideStreams = StreamSpace<S> && requires(typename S::side_stream& side) {
+  requires std::constructible_from<typename S::side_stream, const S&, std::string>;
+  { side.space() } -> std::same_as<S>;
 };
 
 // A communicator whose collectives start after the work queued on a caller stream of Exec once

@@ -183,6 +183,7 @@ StepResult Engine<Plan, Comm, Where, Opt, Scaler, Compute>::step() {
           options_.gradient_clipping > 0 ? clip_coefficient(norm, options_.gradient_clipping) : 1.0;
       s.update(optimizer_, static_cast<float>(result.clip_coefficient * unscale));
       result.seconds.update = clock.lap();
+      result.gradients_offloaded_in_backward = s.gradients_offloaded_in_backward();
     }
     scaler_.update(!norm.finite);
     s.end_step();

@@ -137,6 +137,13 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
     return gradient_buffer(l);
   }
 
+  // `f(l)` is called once layer l's reduced block is final (in the last micro-step, when its last
+  // bucket landed; over a stream space in stream order, after its delivery and its share of the
+  // norm are queued), on the thread that hands the gradients over: ZeRO-Offload sends the block to
+  // the host from there, while backward goes on. Layers the reducer has no bucket of are not
+  // reported. The reduced gradient may still change afterwards only in average_over_replicas().
+  void on_layer_reduced(std::function<void(std::size_t)> f) { layer_reduced_ = std::move(f); }
+
   // Layer l's gradient of this micro-step is complete: it is reduced (or accumulated) now.
   void ready(std::size_t l, MicroSteps::Arrival arrival) {
     if (arrival.opens_micro_step) begin_micro_step(arrival.in_last_micro_step);
@@ -272,7 +279,11 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
     finish(); // the previous micro-step's buckets, if still in flight
     if (accumulate_locally_ && !boundary) return;
     std::function<void(std::size_t)> on_layer;
-    if (boundary) on_layer = [this](std::size_t l) { sum_layer(l); };
+    if (boundary)
+      on_layer = [this](std::size_t l) {
+        sum_layer(l);
+        if (layer_reduced_) layer_reduced_(l);
+      };
     if (in_place_)
       in_place_->begin(std::move(on_layer));
     else
@@ -405,6 +416,7 @@ requires std::same_as<typename Reduced::space, typename Written::space> &&
   std::unique_ptr<Reducer> reducer_; // or, for stage 0:
   std::unique_ptr<InPlaceAllReduce<Comm, T, Exec>> in_place_;
   bool reducing_ = false;
+  std::function<void(std::size_t)> layer_reduced_; // on_layer_reduced()
   std::vector<double> layer_sums_;
   std::vector<RunTable<ViewMemory>> my_block_runs_; // stages 0/1, out-of-order: my_block_runs()
   Buffer<std::byte, ViewMemory> block_scratch_;

@@ -183,6 +183,17 @@ class ModelStates {
              "(Adam, AdamW, SGD) in host memory; with LAMB (whose sums are a collective) or "
              "on the NVMe tier it is not built");
     }
+    // ZeRO-Offload: each layer's reduced gradient leaves for the host once it is final, during
+    // backward.
+    if constexpr (sends_gradients_early)
+      gradients_.on_layer_reduced([this](std::size_t l) {
+        if (!send_gradients_early_) return;
+        gradients_.visit_reduced([&](auto& reduced) {
+          using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
+          if constexpr (GradientElement<G>)
+            optimizer_.gradient_reduced(l, handed_out(std::as_const(reduced).block(l)));
+        });
+      });
     // The offloaded store sized its staging for the reduced gradient the gradient store keeps.
     if constexpr (offloaded)
       gradients_.visit_reduced([&](auto& reduced) {
@@ -216,7 +227,15 @@ class ModelStates {
   // The gradients of the step, reduced; `replica` completes the average of shard_within plans.
   void finish_reduction(Comm* replica) {
     gradients_.finish();
-    if (replica) gradients_.average_over_replicas(*replica);
+    if (replica) {
+      // The average changes what was final when each layer landed: the offloaded store sends the
+      // blocks at the step instead, from this step on.
+      if constexpr (sends_gradients_early) {
+        optimizer_.gradients_changed();
+        send_gradients_early_ = false;
+      }
+      gradients_.average_over_replicas(*replica);
+    }
   }
   double local_sum_of_squares() { return gradients_.local_sum_of_squares(); }
 
@@ -249,6 +268,7 @@ class ModelStates {
     parameters_.end_update();
   }
   void end_step() {
+    if constexpr (sends_gradients_early) optimizer_.end_step();
     gradients_.clear();
     parameters_.end_step();
   }
@@ -298,6 +318,14 @@ class ModelStates {
   }
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
+  // ZeRO-Offload: how many layers' reduced gradients left for the host during the last step's
+  // backward (0 for any other placement).
+  std::size_t gradients_offloaded_in_backward() const noexcept {
+    if constexpr (sends_gradients_early)
+      return optimizer_.gradients_sent_in_backward();
+    else
+      return 0;
+  }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
   GatherCounts gather_counts() const noexcept { return parameters_.gather_counts(); }
   // Everything the NVMe tier moved for this rank so far.
@@ -327,13 +355,20 @@ class ModelStates {
       return shard;
   }
 
+  // Whether the optimizer store takes each layer's reduced gradient as it lands (ZeRO-Offload's).
+  static constexpr bool sends_gradients_early =
+      requires(OptimizerStates & o, View<const T, GradientMemory> block) {
+    o.gradient_reduced(std::size_t{}, block);
+  };
+
   Comm& shard_;
   Control& control_;
   Exec exec_;
   Parameters parameters_;
   Gradients gradients_;
   OptimizerStates optimizer_;
-  IoStats outside_steps_; // NVMe traffic of set_layer and loads
+  IoStats outside_steps_;            // NVMe traffic of set_layer and loads
+  bool send_gradients_early_ = true; // false once the reduced gradients change after landing
 };
 
 } // namespace zero

@@ -80,6 +80,9 @@ struct StepResult {
   // What the NVMe tier moved for this rank since the last step (the step's sub-groups, and stage
   // 3's parameter blocks read for forward and backward); zero without states on NVMe.
   IoStats nvme;
+  // ZeRO-Offload (docs/zero-offload.md): the layers whose reduced gradient left for the host during
+  // backward, before step() (the others left in it); zero for any other placement or when skipped.
+  std::size_t gradients_offloaded_in_backward = 0;
 };
 
 // The running totals a step's report subtracts: what the groups and the stores had counted when

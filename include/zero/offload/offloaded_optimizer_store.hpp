@@ -3,10 +3,15 @@
 // gradients are in the memory of a device stream space (Exec: CudaStreamSpace, or its CPU twin);
 // the fp32 master weights and the optimizer's moments stay on the host, in `Inner`, the host
 // engine's own store run by the host's threads: in host memory (pinned or not) or on the NVMe
-// tier (GPU -> pinned host -> NVMe). A step:
-//   1. queues every layer's reduced gradient block device-to-host on the engine's stream, into
-//      pinned staging memory, an event after each: the update of a layer starts once its own
-//      block is there, while the later ones are still on their way;
+// tier (GPU -> pinned host -> NVMe). During backward, each layer's reduced gradient block leaves
+// for the host as soon as it is final (gradient_reduced(), from the gradient store's
+// on_layer_reduced): device-to-host on a copy stream of the store's own, after the layer's
+// delivery on the engine's stream, into pinned staging memory, an event after each; the copies
+// run beside backward's kernels. A step then:
+//   1. queues the blocks that have not left yet (a layer the reducer had no bucket of, or all of
+//      them when a delayed update was still reading the staging during backward) on the engine's
+//      stream, an event after each: the update of a layer starts once its own block is there,
+//      while the later ones are still on their way;
 //   2. runs Inner's step on the host over the staged gradients; it writes each layer's new compute
 //      copy into pinned staging memory;
 //   3. as each layer's update completes, queues its compute copy host-to-device on the stream, and
@@ -41,6 +46,7 @@
 #include "zero/engine/report.hpp"
 #include "zero/optim/optimizer.hpp"
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -53,7 +59,7 @@
 
 namespace zero {
 
-template <class Inner, KeptState K, StreamSpace Exec>
+template <class Inner, KeptState K, SideStreams Exec>
 class OffloadedOptimizerStore {
   // The host views Inner's step takes: its own memory space, or host for the NVMe tier's (whose
   // step runs over its bounce buffers in host memory).
@@ -73,7 +79,8 @@ class OffloadedOptimizerStore {
         staged_gradients_(offsets_.back() * size_of(gradient_dtype_), uninitialized),
         staged_weights_(staged_weights(offsets_.back() * size_of(compute_dtype_), options)),
         gradients_arrived_(model.layers()), weights_sent_(model.layers()),
-        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0) {
+        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0),
+        sent_early_(model.layers(), 0) {
     // Split masters: the staged weights are the compute copy last sent to the device, which the
     // host's step reads as the masters' high parts (the device's copy is never read back).
     if constexpr (requires(Inner & inner) { inner.bind_compute_copy({}); })
@@ -117,6 +124,42 @@ class OffloadedOptimizerStore {
     });
     ++updates_;
   }
+
+  // --- gradients during backward ---------------------------------------------------------------
+  // Layer l's reduced gradient block, `block` (what grads(l) will give the step), is final: it
+  // leaves for the host now, on the copy stream, after the work queued on the engine's stream so
+  // far (its delivery). Called on the thread that runs the steps. Not while a delayed update may
+  // still read the staging (its next step stages every block itself).
+  template <class G, class Memory>
+  void gradient_reduced(std::size_t l, View<const G, Memory> block) {
+    if (pending_.valid()) return;
+    require_gradient_type<G>();
+    const Exec copies = copy_stream_.space();
+    record(exec_, reduced_);
+    if (!detail::wait_dropped("offload.gradient_reduced")) wait(copies, reduced_);
+    copy(copies, block, staged<G>(staged_gradients_, l));
+    record(copies, gradients_arrived_.at(l));
+    record(copies, early_copies_read_);
+    sent_early_[l] = 1;
+  }
+  // The reduced gradients changed after they were final (averaged over the replica group): the
+  // blocks sent early are sent again by the step. The host waits for their copies first, so that
+  // the change does not race with their reads.
+  void gradients_changed() {
+    for (std::size_t l = 0; l < sent_early_.size(); ++l)
+      if (std::exchange(sent_early_[l], 0) != 0) gradients_arrived_[l].synchronize();
+  }
+  // After a step, applied or skipped: later work on the engine's stream (the next step's deliveries
+  // into the reduced gradients) is ordered after the copies that read them. No result depends on
+  // it (a skipped step's staging is never read, and the next copies overwrite it in stream order),
+  // so it is not a site of dropped waits: it keeps the two streams' accesses ordered, which is
+  // what a race detector checks over the twin.
+  void end_step() {
+    wait(exec_, early_copies_read_);
+    std::fill(sent_early_.begin(), sent_early_.end(), 0);
+  }
+  // How many layers' gradients left for the host during the last step's backward.
+  std::size_t gradients_sent_in_backward() const noexcept { return sent_in_backward_; }
 
   // --- the delayed parameter update (docs/zero-offload.md) ---------------------------------------
   // Whether an update still runs on the host, its weights not sent yet.
@@ -187,10 +230,7 @@ class OffloadedOptimizerStore {
     using T = typename decltype(out(std::size_t{}))::value_type;
     require_staging_types<G, T>();
     const std::size_t layers = offsets_.size() - 1;
-    for (std::size_t l = 0; l < layers; ++l) {
-      copy(exec_, grads(l), staged<G>(staged_gradients_, l));
-      record(exec_, gradients_arrived_[l]);
-    }
+    stage_gradients(grads);
     std::vector<char> arrived(layers, 0);
     auto host_grads = [&](std::size_t l) {
       if (arrived.at(l) == 0) {
@@ -238,14 +278,11 @@ class OffloadedOptimizerStore {
     require_staging_types<G, T>();
     finish_delayed_update(out, done);
     const std::size_t layers = offsets_.size() - 1;
+    stage_gradients(grads);
     for (std::size_t l = 0; l < layers; ++l) {
-      copy(exec_, grads(l), staged<G>(staged_gradients_, l));
       writes_copy_[l] = out(l).empty() ? 0 : 1;
-    }
-    if (layers > 0) {
-      record(exec_, gradients_arrived_[0]);
       if (!detail::wait_dropped("offload.delayed_gradients_arrived"))
-        gradients_arrived_[0].synchronize(); // after every layer's copy, in stream order
+        gradients_arrived_[l].synchronize();
     }
     // The update is copied in (an ElementwiseUpdate is trivially copyable): the optimizer begins
     // its next step before this one ends.
@@ -263,6 +300,31 @@ class OffloadedOptimizerStore {
     ++updates_;
   }
 
+  // Queues the copy of every block that did not leave during backward on the engine's stream, an
+  // event after each (layer l's block has arrived once gradients_arrived_[l] passed), and counts
+  // those that did.
+  template <class Grads>
+  void stage_gradients(Grads& grads) {
+    using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
+    sent_in_backward_ = 0;
+    for (std::size_t l = 0; l + 1 < offsets_.size(); ++l) {
+      if (sent_early_[l] != 0) {
+        ++sent_in_backward_;
+        continue;
+      }
+      copy(exec_, grads(l), staged<G>(staged_gradients_, l));
+      record(exec_, gradients_arrived_[l]);
+    }
+  }
+
+  template <class G>
+  void require_gradient_type() const {
+    require(dtype_of<G> == gradient_dtype_,
+            std::string("offloaded optimizer: staging was sized for ") +
+                to_string(gradient_dtype_) + " gradients, the reduced gradient is " +
+                to_string(dtype_of<G>),
+            ErrorKind::mismatch);
+  }
   template <class G, class T>
   void require_staging_types() const {
     require(dtype_of<G> == gradient_dtype_ && dtype_of<T> == compute_dtype_,
@@ -286,7 +348,13 @@ class OffloadedOptimizerStore {
   std::uint64_t updates_ = 0;             // step() calls so far
   std::vector<char> writes_copy_;         // the pending update writes layer l's compute copy
   std::future<void> pending_;             // the update running on the host (DPU); joined first
-  DrainOnDestruction<Exec> drain_{exec_}; // last: queued copies finish before the staging goes
+  Event reduced_;                         // gradient_reduced(): the layer's delivery was queued
+  Event early_copies_read_;               // after the last copy queued on the copy stream
+  std::vector<char> sent_early_;          // layer l's block left during this step's backward
+  std::size_t sent_in_backward_ = 0;      // of the last step
+  DrainOnDestruction<Exec> drain_{exec_}; // queued copies finish before the staging goes
+  // Last: destroyed first, once the copies queued on it ran, before the staging goes.
+  typename Exec::side_stream copy_stream_{exec_, "offload.gradients"};
 };
 
 namespace detail {
