@@ -78,6 +78,7 @@ NAMES = {
         r"std::(memcpy|memset|memcmp|memmove|strlen|strerror)\b",
     ],
     "ctime": [r"std::(strftime|time_t|tm|time|localtime_r|gmtime_r)\b"],
+    "bitset": [r"std::bitset\b"],
     "deque": [r"std::deque\b"],
     "exception": [
         r"std::uncaught_exceptions\b",

@@ -17,8 +17,11 @@
 // the 8-bit step's parts on one block in cache (one thread), nanoseconds a value.
 // split_master_vs_fp32_master alternates the step over split masters (a bf16 weight plus an 8- or
 // 16-bit residual, optim/split_master.hpp) with the same step over fp32 masters, with 8-bit or
-// fp32 moments.
+// fp32 moments. snapshot_then_step_vs_step alternates ZeRO-Offload's speculative update on the
+// CPU (offload/speculative_update.hpp: the states copied into a snapshot, then the step) with the
+// step alone.
 
+#include <zero/offload/speculative_update.hpp>
 #include <zero/optim/adam.hpp>
 #include <zero/optim/fused_step.hpp>
 #include <zero/optim/lamb.hpp>
@@ -293,6 +296,51 @@ void split_master_vs_fp32_master(benchmark::State& state) {
   state.counters["vs_fp32_master"] = benchmark::Counter(split_seconds / fp32_seconds);
 }
 
+// What the speculative update's snapshot costs the CPU: the fp32 master weights and both moments
+// copied into a snapshot (copy_bytes_in_parallel, as SpeculativeUpdate saves a layer) and then the
+// bf16 Adam step, against the step alone, in alternation; the time is the pair's, `vs_step` the
+// ratio of its time to the step's. Bytes per element: the step's 28 and the copy's 24.
+void snapshot_then_step_vs_step(benchmark::State& state) {
+  const std::size_t n = parameter_count;
+  auto master = huge_array<float>(n, 0.5f);
+  auto m = huge_array<float>(n, 0.0f);
+  auto v = huge_array<float>(n, 0.0f);
+  auto snapshot = huge_array<std::uint8_t>(3 * n * sizeof(float), 0.0f);
+  auto grad = huge_array<zero::bfloat16>(n, 0.01f);
+  auto copy = huge_array<zero::bfloat16>(n, 0.0f);
+  zero::Adam adam;
+  double pair_seconds = 0.0, step_seconds = 0.0;
+  using clock = std::chrono::steady_clock;
+  const zero::View<const zero::bfloat16> grad_view(grad.get(), n);
+  const auto step = [&](const zero::AdamUpdate& update) {
+    zero::fused_step(update, view_of(master, n), {view_of(m, n), view_of(v, n)}, grad_view, 1.0f,
+                     view_of(copy, n));
+    benchmark::ClobberMemory();
+  };
+  for (auto _ : state) {
+    const zero::AdamUpdate update = adam.begin_step();
+    const auto start = clock::now();
+    step(update);
+    const auto middle = clock::now();
+    std::size_t at = 0;
+    for (float* state_tensor : {master.get(), m.get(), v.get()}) {
+      const zero::View<std::byte> bytes = zero::writable_bytes(zero::View<float>(state_tensor, n));
+      zero::copy_bytes_in_parallel(
+          zero::View<const std::byte>(bytes.data(), bytes.size()),
+          zero::writable_bytes(zero::View<std::uint8_t>(snapshot.get() + at, bytes.size())));
+      at += bytes.size();
+    }
+    step(update);
+    const auto end = clock::now();
+    const double pair = std::chrono::duration<double>(end - middle).count();
+    state.SetIterationTime(pair);
+    pair_seconds += pair;
+    step_seconds += std::chrono::duration<double>(middle - start).count();
+  }
+  report(state, n, 28.0 + 24.0);
+  state.counters["vs_step"] = benchmark::Counter(pair_seconds / step_seconds);
+}
+
 // The parts of the 8-bit step on one block of 2048 elements held in cache, one thread: what bounds
 // the step once memory does not. Each iteration times every part; the counters are nanoseconds a
 // value (both moments' dequantization, the Adam update with master weights and bf16 copy, both
@@ -406,6 +454,7 @@ void register_all() {
         split_master_vs_fp32_master<std::int8_t, false>);
   split("split_master_vs_fp32_master/16bit_residual/fp32_moments",
         split_master_vs_fp32_master<std::int16_t, false>);
+  split("snapshot_then_step_vs_step/bf16_grad/bf16_copy", snapshot_then_step_vs_step);
   add("lamb_step/fp16_grad/fp16_copy", lamb_fp16);
   add("adam_step/fp32_grad/no_copy", adam_fp32);
   add("adamw_step/fp16_grad/fp16_copy", adamw_fp16);

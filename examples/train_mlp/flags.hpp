@@ -157,6 +157,8 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.optimizer_on_cpu = true;
     else if (flag == "--delayed-update-after")
       f.delayed_update_after = int(whole(0, int_max));
+    else if (flag == "--speculative-update")
+      f.speculative_update = true;
     else if (flag == "--sub-group-size")
       f.sub_group_size = std::size_t(whole(1, size_max));
     else if (flag == "--remove-stale-swap")
@@ -265,6 +267,11 @@ inline void describe(CLI::App& app) {
                               "optimizer states in host memory, updated by the CPU (also\n"
                               "offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
                               "on NVMe through the host)");
+  flag("--speculative-update",
+       "with --offload-optimizer: each layer's CPU update starts once its\n"
+       "gradient has reached the host, during backward, and is undone when\n"
+       "the step is skipped or clipped (also offload_optimizer.super_offload\n"
+       "in --config; docs/zero-offload.md)");
   option("--delayed-update-after", "N",
          "with --offload-optimizer: after N updates, each step's CPU\n"
          "update overlaps the next step, which uses the weights before it\n"
@@ -398,6 +405,7 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
     const auto& z = c.zero_optimization;
     f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
     f.optimizer_on_cpu = z.offload_optimizer.device == OffloadDevice::cpu;
+    f.speculative_update = z.offload_optimizer.super_offload;
     f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
   }
   apply_flags(f, pairs);
@@ -474,6 +482,9 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
   zero::require(f.communicator == "auto" || f.device == "cuda",
                 "--communicator " + f.communicator + " needs --device cuda");
   // A config's "cpu" is where a host run keeps the states anyway; the flag asks for the GPU's.
+  zero::require(!f.speculative_update || (f.device == "cuda" && f.optimizer_on_cpu),
+                "--speculative-update needs --device cuda and --offload-optimizer (the update it "
+                "starts early is the CPU's)");
   zero::require(f.delayed_update_after < 0 || (f.device == "cuda" && f.optimizer_on_cpu),
                 "--delayed-update-after needs --device cuda and --offload-optimizer (the update it "
                 "delays is the CPU's)");

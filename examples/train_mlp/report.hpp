@@ -98,6 +98,29 @@ inline int expected_psi(const Flags& f) {
 }
 
 // `quantizes_on_wire`: whether quantized gradients were quantized (across nodes only).
+// ZeRO-Offload (rank 0): how many layers' gradients left for the host during backward, and what the
+// speculative update did: steps that kept it, rollbacks, and whether it turned itself off.
+inline void print_offload_steps(const Flags& f, const History& h) {
+  if (!f.optimizer_on_cpu || f.device != "cuda") return;
+  std::size_t early = 0, layers = 0, kept = 0, rolled_back = 0;
+  for (const zero::StepResult& s : h.steps) {
+    early += s.offload.gradients_in_backward;
+    layers += s.offload.speculation.layers;
+    kept += s.offload.speculation.layers > 0 && !s.offload.speculation.rolled_back ? 1 : 0;
+    rolled_back += s.offload.speculation.rolled_back ? 1 : 0;
+  }
+  const double n = double(h.steps.size());
+  std::printf("ZeRO-Offload (rank 0): %.1f layers' gradients left for the host during backward per "
+              "step\n",
+              double(early) / n);
+  if (!f.speculative_update) return;
+  const zero::SpeculationReport& last = h.steps.back().offload.speculation;
+  std::printf("speculative update: %zu of %zu steps kept it, %zu rolled back (skipped or clipped), "
+              "%.1f layers updated speculatively per step%s%s\n",
+              kept, h.steps.size(), rolled_back, double(layers) / n, last.off ? "; off: " : "",
+              last.why_off.c_str());
+}
+
 inline void print_summary(const Flags& f, const History& h, const std::vector<RankMemory>& memory,
                           int ranks, bool quantizes_on_wire) {
   const double psi = double(h.psi);
@@ -196,6 +219,7 @@ inline void print_summary(const Flags& f, const History& h, const std::vector<Ra
     if (read + written > 0)
       std::printf("NVMe tier (rank 0): %.3f MB read and %.3f MB written per step\n",
                   mb(double(read) / n), mb(double(written) / n));
+    print_offload_steps(f, h);
     const double after = h.step_times.after_reduction() / n;
     std::printf("step() once the gradients were reduced: %.3f ms (norm %.3f, update %.3f)",
                 after * 1e3, h.step_times.norm / n * 1e3, h.step_times.update / n * 1e3);
@@ -269,7 +293,11 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
         << ", \"nvme_bytes_read\": " << h.steps[s].nvme.bytes_read
         << ", \"nvme_bytes_written\": " << h.steps[s].nvme.bytes_written
         << ", \"step_update_seconds\": " << h.steps[s].seconds.update
-        << ", \"step_after_reduction_seconds\": " << h.steps[s].seconds.after_reduction() << "}";
+        << ", \"step_after_reduction_seconds\": " << h.steps[s].seconds.after_reduction()
+        << ", \"gradients_offloaded_in_backward\": " << h.steps[s].offload.gradients_in_backward
+        << ", \"speculated_layers\": " << h.steps[s].offload.speculation.layers
+        << ", \"rolled_back\": " << (h.steps[s].offload.speculation.rolled_back ? "true" : "false")
+        << "}";
   }
   out << "]";
   if (!h.device_name.empty()) // --device cuda: cudaMemGetInfo's bytes in use (print_device_memory)

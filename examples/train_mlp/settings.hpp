@@ -48,8 +48,9 @@ struct Flags {
   // ZeRO-Offload with --device cuda: the optimizer states in host memory, updated by the
   // CPU (--offload-optimizer, or the config's offload_optimizer.device "cpu").
   bool optimizer_on_cpu = false;
-  int delayed_update_after = -1; // --delayed-update-after N: ZeRO-Offload's DPU after N updates
-  std::string nvme_path;         // --nvme: both stores' directory, over the config's nvme_path keys
+  int delayed_update_after = -1;   // --delayed-update-after N: ZeRO-Offload's DPU after N updates
+  bool speculative_update = false; // --speculative-update (or offload_optimizer.super_offload)
+  std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
   bool quantized_weights = false;   // --quantized-weights (or the config's zero_quantized_weights)

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -63,6 +64,8 @@ struct Scenario {
   std::filesystem::path nvme_path = {};
   // EngineOptions::delayed_parameter_update_after (the device engine's; -1: off).
   std::int64_t delayed_after = -1;
+  // EngineOptions::speculative_update (the device engine's: the host engine's run never has it).
+  bool speculative = false;
   // The host engine's run only: from the step after this one on, each step's gradients are those
   // of the weights read one step earlier, as under a delayed parameter update (-1: never).
   int gradients_lag_after = -1;
@@ -97,7 +100,8 @@ struct Outcome {
   std::vector<std::vector<float>> weights;
   std::vector<double> norms;
   std::vector<bool> applied;
-  std::vector<std::size_t> offloaded_in_backward; // StepResult::gradients_offloaded_in_backward
+  std::vector<std::size_t> offloaded_in_backward;   // StepResult::offload.gradients_in_backward
+  std::vector<zero::SpeculationReport> speculation; // StepResult::offload.speculation
 };
 
 inline zero::EngineOptions options_for(const Scenario& run) {
@@ -110,6 +114,7 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.allgather_bucket_elements = 700;
   options.prefetch_elements = 3000;
   options.delayed_parameter_update_after = run.delayed_after;
+  options.speculative_update = run.speculative;
   options.master = run.master;
   if (run.eight_bit_moments) {
     options.moments = zero::MomentStorage::blockwise_8bit;
@@ -163,8 +168,10 @@ inline zero::Adam adam() {
 
 template <class Plan, class T, class Opt = zero::Adam>
 HostEngine<Plan, T, Opt> host_engine(const Scenario& run) {
+  zero::EngineOptions options = options_for(run);
+  options.speculative_update = false; // ZeRO-Offload's: the reference steps without it
   return HostEngine<Plan, T, Opt>(world(), model(), make_optimizer<Opt>(), zero::StaticLossScaler{},
-                                  options_for(run));
+                                  options);
 }
 
 template <class EngineType>
@@ -172,7 +179,8 @@ void record_step(EngineType& engine, Outcome& outcome) {
   const zero::StepResult result = engine.step();
   outcome.norms.push_back(result.grad_norm);
   outcome.applied.push_back(result.applied);
-  outcome.offloaded_in_backward.push_back(result.gradients_offloaded_in_backward);
+  outcome.offloaded_in_backward.push_back(result.offload.gradients_in_backward);
+  outcome.speculation.push_back(result.offload.speculation);
 }
 
 // Steps `first` to `first + count - 1` of the scenario.
@@ -201,9 +209,10 @@ void host_steps(EngineType& engine, const Scenario& run, int first, int count, O
 // The same over the device engine: the weights are read ("forward") and the gradients written
 // ("backward") by copies on the compute stream, as a trainer's kernels would: the engine must
 // order its collectives and the step after the gradients' copies, which it does not wait for.
+// `after_backward(step)`, when given, runs between each step's backward and its step().
 template <class T, class EngineType>
 void device_steps(StagedSetup& s, EngineType& engine, const Scenario& run, int first, int count,
-                  Outcome& outcome) {
+                  Outcome& outcome, const std::function<void(int)>& after_backward = {}) {
   for (int step = first; step < first + count; ++step) {
     std::vector<std::vector<T>> weights(engine.layers());
     for (std::size_t l = 0; l < engine.layers(); ++l) {
@@ -228,6 +237,7 @@ void device_steps(StagedSetup& s, EngineType& engine, const Scenario& run, int f
         engine.grads_ready(l); // the copy may not have run yet
       }
     // example-end device-backward
+    if (after_backward) after_backward(step);
     record_step(engine, outcome);
     s.compute().fence();
   }

@@ -11,6 +11,7 @@
 #include "device_engine_scenario.hpp"
 #include "test_outcome.hpp"
 
+#include <zero/config/json.hpp>
 #include <zero/engine/kept.hpp>
 #include <zero/engine/model_layout.hpp>
 #include <zero/engine/optimizer_store.hpp>
@@ -24,6 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,6 +145,202 @@ TEST(Offload, GradientsLeaveDuringBackwardAtEveryStage) {
       s, {.dtype = DType::bfloat16}, world().size() == 1 ? layers : 0, "shard_within<1>");
 }
 
+// The speculative update: each layer's update starts once its gradient has reached the host,
+// before the step knows the norm and the overflow check, and is undone from its snapshot when the
+// step turns out skipped or clipped. The host engine's bits, whichever. Which steps roll back
+// follows from the host run's norms (those skipped, those clipped); from the fourth rollback on
+// speculation is off, and says so.
+// Returns how many steps kept what was speculated.
+template <class Plan, class Where = Offloaded>
+std::size_t expect_speculation_gives_the_host_engines_bits(StagedSetup& s, const Scenario& run,
+                                                           const std::string& what) {
+  SCOPED_TRACE(what);
+  constexpr std::size_t layers = 5; // model()'s
+  const Outcome host = train_on_host<Plan, zero::bfloat16>(run);
+  const Outcome device = train_on_device<Plan, zero::bfloat16, Where>(s, run);
+  expect_same_norms(device, host, what);
+  expect_same_weights(device, host, what);
+  std::size_t rollbacks = 0, kept = 0;
+  for (std::size_t k = 0; k < host.applied.size(); ++k) {
+    const zero::SpeculationReport& r = device.speculation[k];
+    const std::string at = what + ": step " + std::to_string(k);
+    if (rollbacks >= 4) { // off: nothing speculated
+      EXPECT_EQ(r.layers, 0u) << at;
+      EXPECT_FALSE(r.rolled_back) << at;
+      EXPECT_TRUE(r.off) << at;
+      continue;
+    }
+    const bool clipped = run.clipping > 0 && host.norms[k] + 1e-6 > run.clipping;
+    const bool rolled_back = !host.applied[k] || clipped;
+    rollbacks += rolled_back ? 1 : 0;
+    EXPECT_EQ(r.layers, layers) << at << ", layers updated speculatively";
+    EXPECT_EQ(r.rolled_back, rolled_back) << at << " (norm " << host.norms[k] << ")";
+    EXPECT_EQ(r.off, rollbacks >= 4) << at << ": " << r.why_off;
+    kept += rolled_back ? 0 : 1;
+  }
+  return kept;
+}
+
+// Every stage with micro-steps, an overflow at step 1, and a threshold between the norms of a run
+// that does not clip: some steps clip (and roll back), others keep what was speculated.
+TEST(Offload, SpeculativeUpdateGivesTheHostEnginesBits) {
+  StagedSetup s;
+  Scenario run{.dtype = DType::bfloat16,
+               .accumulation = 2,
+               .steps = 5,
+               .overflow_step = 1,
+               .speculative = true};
+  std::vector<double> norms;
+  for (double norm : train_on_host<zero::Stage<2>, zero::bfloat16>(run).norms)
+    if (std::isfinite(norm)) norms.push_back(norm);
+  std::sort(norms.begin(), norms.end());
+  run.clipping = (norms[norms.size() / 2 - 1] + norms[norms.size() / 2]) / 2;
+  const std::size_t kept =
+      expect_speculation_gives_the_host_engines_bits<zero::Stage<0>>(s, run, "stage 0") +
+      expect_speculation_gives_the_host_engines_bits<zero::Stage<1>>(s, run, "stage 1") +
+      expect_speculation_gives_the_host_engines_bits<zero::Stage<2>>(s, run, "stage 2") +
+      expect_speculation_gives_the_host_engines_bits<zero::Stage<3>>(s, run, "stage 3");
+  EXPECT_GT(kept, 0u) << "no step kept its speculative update: the threshold clips every step";
+  // Clipped on every step, past the fourth rollback: off, saying why, and still the host's bits.
+  Scenario always_clipped = run;
+  always_clipped.clipping = 0.05;
+  always_clipped.steps = 6;
+  expect_speculation_gives_the_host_engines_bits<zero::Stage<3>>(s, always_clipped,
+                                                                 "always clipped, stage 3");
+}
+
+// The snapshot holds every kind of state the host store keeps: 8-bit moments (codes and scales)
+// and split masters (residuals, and the staged compute copy that holds their high parts), in
+// pinned memory too; and the compute stream deferred through backward (the twin): a layer is
+// updated only once its gradient has arrived. Each kept (an overflow at step 1 rolled back) and
+// rolled back on every step (always clipped).
+TEST(Offload, SpeculativeUpdateUndoesEveryKindOfState) {
+  StagedSetup s;
+  const auto both_ways = [&]<class Plan, class Where>(Scenario run, const std::string& what) {
+    run.speculative = true;
+    run.steps = 4;
+    run.overflow_step = 1;
+    const auto kept = [&](const Scenario& r, const std::string& w) {
+      return expect_speculation_gives_the_host_engines_bits<Plan, Where>(s, r, w);
+    };
+    EXPECT_EQ(kept(run, what), 3u) << what;
+    run.steps = 3;
+    run.overflow_step = -1;
+    run.clipping = 0.05;
+    EXPECT_EQ(kept(run, what + ", clipped"), 0u) << what;
+  };
+  both_ways.operator()<zero::Stage<2>, Offloaded>({.dtype = DType::bfloat16,
+                                                   .accumulation = 2,
+                                                   .eight_bit_moments = true,
+                                                   .master = zero::MasterStorage::split_8bit},
+                                                  "8-bit moments, 8-bit residuals, stage 2");
+  both_ways.operator()<zero::Stage<3>, OffloadedPinned>(
+      {.dtype = DType::bfloat16, .master = zero::MasterStorage::split_16bit},
+      "pinned, 16-bit residuals, stage 3");
+#if ZERO_TEST_TWIN
+  constexpr std::size_t everything = 1 << 20;
+  both_ways.operator()<zero::Stage<1>, Offloaded>(
+      {.dtype = DType::bfloat16, .bucket = everything, .persistence = everything, .held = true},
+      "held, stage 1");
+#endif
+}
+
+// Reading the weights between the last backward and its step (get_layer) sees the states from
+// before the step: what was speculated is undone first (not counted as a rollback), and the step
+// then updates as without speculation: the host engine's bits.
+TEST(Offload, ReadingTheWeightsMidStepUndoesTheSpeculation) {
+  StagedSetup s;
+  const Scenario run{.dtype = DType::bfloat16, .steps = 3, .speculative = true};
+  const Outcome host = train_on_host<zero::Stage<2>, zero::bfloat16>(run);
+  DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
+  set_weights(engine);
+  Outcome device;
+  std::vector<float> before;
+  device_steps<zero::bfloat16>(s, engine, run, 0, run.steps, device, [&](int step) {
+    if (step != 1) return;
+    before = engine.get_layer(2);
+    EXPECT_NE(before[0], initial_value(2, 0)) << "step 0 trained";
+  });
+  device = finish(engine, std::move(device));
+  expect_same_norms(device, host, "read mid-step");
+  expect_same_weights(device, host, "read mid-step");
+  EXPECT_EQ(device.speculation[0].layers, 5u);
+  EXPECT_EQ(device.speculation[1].layers, 0u) << "undone by the read";
+  EXPECT_FALSE(device.speculation[1].rolled_back);
+  EXPECT_EQ(device.speculation[2].layers, 5u);
+}
+
+// What the speculative update cannot do is refused when the engine is built, naming the option:
+// without offloaded states, with LAMB, with the delayed update, with weigh_by_samples, and on the
+// NVMe tier; a config's offload_optimizer.super_offload asks for it.
+TEST(Offload, SpeculationIsRefusedWhereItCannotRun) {
+  StagedSetup s;
+  const auto refused = [&](auto build, const std::string& expected, const std::string& what) {
+    try {
+      build();
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  zero::EngineOptions options = options_for({.dtype = DType::bfloat16, .speculative = true});
+  refused(
+      [&] {
+        DeviceEngine<zero::Stage<2>, zero::bfloat16> engine(
+            world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+      },
+      "speculative_update: the speculative update runs the CPU's update during the device's "
+      "backward; it needs the optimizer states offloaded",
+      "states in device memory");
+  refused(
+      [&] {
+        DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded, zero::Lamb> engine(
+            world(), s.comm, model(), make_optimizer<zero::Lamb>(), zero::StaticLossScaler{},
+            options, s.compute());
+      },
+      "speculative_update: LAMB's trust ratios", "LAMB");
+  for (const bool weigh : {false, true}) {
+    zero::EngineOptions both = options;
+    (weigh ? both.weigh_by_samples : both.speculative_update) = true;
+    if (!weigh) both.delayed_parameter_update_after = 2;
+    refused(
+        [&] {
+          DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
+              world(), s.comm, model(), adam(), zero::StaticLossScaler{}, both, s.compute());
+        },
+        weigh ? "speculative_update needs the gradient multiplier before the step"
+              : "speculative_update starts each step's update before its step",
+        weigh ? "weigh_by_samples" : "delayed update");
+  }
+#if ZERO_TEST_NVME
+  SharedDir swap("zero-offload-speculative-");
+  zero::EngineOptions on_nvme =
+      options_for({.dtype = DType::bfloat16, .nvme_path = swap.path, .speculative = true});
+  refused(
+      [&] {
+        DeviceEngine<
+            zero::Stage<2>, zero::bfloat16,
+            zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>>
+            engine(world(), s.comm, model(), adam(), zero::StaticLossScaler{}, on_nvme,
+                   s.compute());
+      },
+      "speculative_update updates layer by layer in host memory", "NVMe");
+#endif
+  const zero::config::Config config = zero::config::from_json_string(R"({"zero_optimization":
+      {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": true}}})");
+  EXPECT_TRUE(zero::EngineOptions::from_config(config).speculative_update);
+  try {
+    (void)zero::config::from_json_string(R"({"zero_optimization": {"stage": 2,
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "super_offload": true}}})");
+    ADD_FAILURE() << "super_offload with device nvme was accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_optimizer.super_offload"), std::string::npos)
+        << e.what();
+  }
+}
+
 // LAMB's three passes run on the host over the staged gradients, its per-parameter sums combined
 // over the host communicator.
 TEST(Offload, LambGivesTheHostEnginesBits) {
@@ -250,6 +449,23 @@ TEST(Offload, DelayedParameterUpdateLagsOneStep) {
   expect_same_weights(split_device, split_host, "DPU with split masters, stage 3");
 }
 
+// The same initial weights in a host store and the offloaded store that wraps its kind; returns
+// the size of each layer's block this rank updates.
+template <class Kept, class HostStore, class OffloadedStore>
+std::vector<std::size_t> set_both(const zero::ModelLayout& layout, HostStore& on_host,
+                                  OffloadedStore& offloaded) {
+  std::vector<std::size_t> blocks;
+  for (std::size_t l = 0; l < layout.layers(); ++l) {
+    std::vector<float> values(layout.sharded->layer(l).numel);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = initial_value(l, i);
+    on_host.set_layer(l, values);
+    offloaded.set_layer(l, values);
+    blocks.push_back(Kept::layout(layout)->block(l, Kept::rank(layout)).size());
+  }
+  return blocks;
+}
+
 // The offloaded store on its own, its states sharded, against the host store it wraps given the
 // same gradients: at every done(l) layer l's new compute copy is in device memory (read there
 // through another stream) and holds the host store's bits, in layer order, for two steps; with the
@@ -274,13 +490,9 @@ TEST(Offload, StoreHandsOnTheHostStoresCopyAtEachDone) {
     const std::size_t layers = layout.layers();
     std::vector<std::vector<zero::bfloat16>> grads(layers), host_out(layers);
     std::vector<zero::Buffer<zero::bfloat16, DeviceMemory>> device_grads, device_out;
+    const std::vector<std::size_t> blocks = set_both<Kept>(layout, on_host, offloaded);
     for (std::size_t l = 0; l < layers; ++l) {
-      std::vector<float> values(layout.sharded->layer(l).numel);
-      for (std::size_t i = 0; i < values.size(); ++i)
-        values[i] = initial_value(l, i);
-      on_host.set_layer(l, values);
-      offloaded.set_layer(l, values);
-      const std::size_t n = Kept::layout(layout)->block(l, Kept::rank(layout)).size();
+      const std::size_t n = blocks[l];
       for (std::size_t i = 0; i < n; ++i)
         grads[l].push_back(zero::bfloat16(
             static_cast<float>((i * 7 + l * 3 + std::size_t(rank)) % 23) * 0.1f - 1.1f));
@@ -344,13 +556,9 @@ TEST(Offload, GradientsLeaveDuringBackwardAfterTheirDelivery) {
                                                                           s.compute());
     std::vector<std::vector<T>> host_out(layers);
     std::vector<zero::Buffer<T, DeviceMemory>> device_grads, device_out;
+    const std::vector<std::size_t> blocks = set_both<Kept>(layout, on_host, offloaded);
     for (std::size_t l = 0; l < layers; ++l) {
-      std::vector<float> values(layout.sharded->layer(l).numel);
-      for (std::size_t i = 0; i < values.size(); ++i)
-        values[i] = initial_value(l, i);
-      on_host.set_layer(l, values);
-      offloaded.set_layer(l, values);
-      const std::size_t n = Kept::layout(layout)->block(l, Kept::rank(layout)).size();
+      const std::size_t n = blocks[l];
       host_out[l].resize(n);
       device_grads.push_back(s.upload(std::vector<T>(n, T(0.0f))));
       device_out.emplace_back(n);
@@ -384,11 +592,13 @@ TEST(Offload, GradientsLeaveDuringBackwardAfterTheirDelivery) {
         }
         if (!skipped) {
           offloaded.step(device_adam.begin_step(), 1.0f / 8, device_grad, out, nothing);
-          // A delayed update still running through the next backward takes nothing early.
-          EXPECT_EQ(offloaded.gradients_sent_in_backward(), delayed && step > 0 ? 0 : layers)
-              << run << "step " << step;
         }
         offloaded.end_step();
+        // A delayed update still running through the next backward takes nothing early; a
+        // skipped step counts nothing.
+        EXPECT_EQ(offloaded.step_report().gradients_in_backward,
+                  skipped || (delayed && step > 0) ? 0 : layers)
+            << run << "step " << step;
         s.compute().fence(); // the pinned sources outlive the copies
       }
       if (skipped) continue;

@@ -34,8 +34,9 @@ struct OffloadOptimizerConfig {
   std::int64_t buffer_count = 4;
   bool pipeline_read = false;
   bool pipeline_write = false;
-  bool fast_init = false; // accepted; the NVMe store initialises its states directly either way
-  double ratio = 1.0;     // share of the optimizer states offloaded; below 1 only with stage 3
+  bool fast_init = false;     // accepted; the NVMe store initialises its states directly either way
+  double ratio = 1.0;         // share of the optimizer states offloaded; below 1 only with stage 3
+  bool super_offload = false; // SuperOffload: its speculative update (device "cpu" only)
   friend bool operator==(const OffloadOptimizerConfig&, const OffloadOptimizerConfig&) = default;
 };
 

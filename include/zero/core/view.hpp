@@ -99,6 +99,15 @@ constexpr View<T, HandedOutMemory<Space>> handed_out(View<T, Space> v) noexcept 
   return {v.data(), v.size()};
 }
 
+// The bytes behind a view of trivially copyable elements, in the same memory (to copy them as they
+// are: a snapshot).
+template <class T, class Space>
+requires std::is_trivially_copyable_v<T> View<std::byte, Space> writable_bytes(View<T, Space> v)
+noexcept {
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): any object's bytes may be accessed
+  return {reinterpret_cast<std::byte*>(v.data()), v.size_bytes()};
+}
+
 } // namespace zero
 
 template <class T, class Space>

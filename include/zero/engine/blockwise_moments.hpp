@@ -151,6 +151,20 @@ class BlockwiseMoments {
     });
   }
 
+  // f(bytes) with each buffer of layer l's moments as it is kept (fp32 values, or codes and
+  // scales), in a fixed order: what a snapshot of the layer copies.
+  template <class F>
+  void for_each_block(std::size_t l, F&& f) {
+    Layer& layer = layers_[l];
+    for (std::size_t k = 0; k < 2; ++k)
+      if (layer.eight_bit) {
+        f(writable_bytes(layer.codes[k].view()));
+        f(writable_bytes(layer.scales[k].view()));
+      } else {
+        f(writable_bytes(layer.fp32[k].view()));
+      }
+  }
+
   // Both moments: codes and scales of the 8-bit layers, fp32 values of the others.
   StateBytes bytes() const noexcept {
     std::size_t total = 0;

@@ -148,7 +148,16 @@ template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossSca
 void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::grads_ready(std::size_t l) {
   model_.check_layer(l);
   if (const auto arrival = micro_.arrive(l))
-    states_->visit([&](auto& s) { s.grads_ready(l, *arrival); });
+    states_->visit([&](auto& s) {
+      // The speculative update (ZeRO-Offload) starts with the last micro-step's backward, with the
+      // multiplier step() takes when it does not clip: the same expression, so the same bits.
+      if (options_.speculative_update && arrival->opens_micro_step && arrival->in_last_micro_step) {
+        const double unscale =
+            (1.0 / options_.gradient_accumulation_steps) / scaler_.scale(); // no weigh_by_samples
+        s.speculate(optimizer_, static_cast<float>(1.0 * unscale));
+      }
+      s.grads_ready(l, *arrival);
+    });
 }
 
 template <ShardingPlanType Plan, class Comm, class Where, Optimizer Opt, LossScaler Scaler,
@@ -183,10 +192,10 @@ StepResult Engine<Plan, Comm, Where, Opt, Scaler, Compute>::step() {
           options_.gradient_clipping > 0 ? clip_coefficient(norm, options_.gradient_clipping) : 1.0;
       s.update(optimizer_, static_cast<float>(result.clip_coefficient * unscale));
       result.seconds.update = clock.lap();
-      result.gradients_offloaded_in_backward = s.gradients_offloaded_in_backward();
     }
     scaler_.update(!norm.finite);
     s.end_step();
+    result.offload = s.offload_report();
     const StepBaseline now{groups_.total(), groups_.hpz_total(), s.gather_exposed_seconds(),
                            s.gather_counts(), s.nvme_traffic_in_steps()};
     baseline_.advance(result, now);

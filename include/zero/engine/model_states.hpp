@@ -170,6 +170,13 @@ class ModelStates {
                 ") read their high parts from the compute copy in memory; with the parameters "
                 "on NVMe (offload_param) the step writes a staging buffer instead: keep the "
                 "parameters in memory, or fp32 master weights");
+    if (options.speculative_update) {
+      if constexpr (!offloaded)
+        fail_on_every_rank(ErrorKind::unsupported,
+                           "speculative_update: the speculative update runs the CPU's update "
+                           "during the device's backward; it needs the optimizer states offloaded "
+                           "from a device (docs/zero-offload.md)");
+    }
     if (options.delayed_parameter_update_after >= 0) {
       if constexpr (!offloaded)
         fail(ErrorKind::unsupported,
@@ -222,6 +229,22 @@ class ModelStates {
   }
   LayerParameters acquire(std::size_t l) { return parameters_.acquire(l); }
   View<T, GradientMemory> gradients(std::size_t l) { return gradients_.gradients(l); }
+
+  // ZeRO-Offload's speculative update: at the start of the last micro-step's backward, the update
+  // and the gradient multiplier the step will take unless it is skipped or clipped (`optimizer`'s
+  // next update: its counter moves only in update()). Nothing for another placement.
+  template <Optimizer O>
+  void speculate(const O& optimizer, float grad_multiplier) {
+    if constexpr (sends_gradients_early && ElementwiseUpdate<typename O::update_type>) {
+      O next = optimizer;
+      const auto update = next.begin_step();
+      gradients_.visit_reduced([&](auto& reduced) {
+        using G = typename std::remove_reference_t<decltype(reduced)>::value_type;
+        if constexpr (GradientElement<G>)
+          optimizer_.template speculate<G, T>(update, grad_multiplier);
+      });
+    }
+  }
   void grads_ready(std::size_t l, MicroSteps::Arrival arrival) { gradients_.ready(l, arrival); }
 
   // The gradients of the step, reduced; `replica` completes the average of shard_within plans.
@@ -318,13 +341,12 @@ class ModelStates {
   }
 
   const ReducerStats& reduction() const noexcept { return gradients_.stats(); }
-  // ZeRO-Offload: how many layers' reduced gradients left for the host during the last step's
-  // backward (0 for any other placement).
-  std::size_t gradients_offloaded_in_backward() const noexcept {
+  // What ZeRO-Offload's store did in the step that ended last (zeros for any other placement).
+  OffloadStepReport offload_report() const {
     if constexpr (sends_gradients_early)
-      return optimizer_.gradients_sent_in_backward();
+      return optimizer_.step_report();
     else
-      return 0;
+      return {};
   }
   double gather_exposed_seconds() const noexcept { return parameters_.gather_exposed_seconds(); }
   GatherCounts gather_counts() const noexcept { return parameters_.gather_counts(); }

@@ -86,6 +86,8 @@ requires HostAccessibleSpace<typename K::space> ||
   using MaybeSplit = typename split_member<can_split>::type;
 
  public:
+  using update_type = typename Opt::update_type;
+
   template <class Comm>
   OptimizerStore(Comm& shard, const ModelLayout& model, const EngineOptions& options, Exec exec)
       : model_(model), exec_(exec) {
@@ -166,19 +168,8 @@ requires HostAccessibleSpace<typename K::space> ||
   // worker) runs the next layer while the caller shares this one; everything has run on return.
   template <ElementwiseUpdate U, class Grads, class Out, class Done>
   void step(const U& update, float grad_multiplier, Grads&& grads, Out&& out, Done&& done) {
-    const auto step_layer = [&](std::size_t l) {
-      if constexpr (can_split)
-        if (split_) return step_split(update, l, grads(l), grad_multiplier, out(l));
-      if constexpr (can_quantize)
-        if (blockwise_)
-          return blockwise_->step(update, l, master_->block(l), grads(l), grad_multiplier, out(l));
-      std::array<View<float, Space>, states> moments;
-      for (std::size_t k = 0; k < states; ++k)
-        moments[k] = states_[k].block(l);
-      fused_step(exec_, update, master_->block(l), moments, grads(l), grad_multiplier, out(l));
-    };
     for (std::size_t l = 0; l < model_.layers(); ++l) {
-      step_layer(l);
+      update_layer(update, grad_multiplier, l, grads(l), out(l));
       if constexpr (StreamSpace<Exec>) {
         record(exec_, layer_stepped_.at[l % 2]);
         if (l > 0) done_after_step(l - 1, done);
@@ -188,6 +179,38 @@ requires HostAccessibleSpace<typename K::space> ||
     }
     if constexpr (StreamSpace<Exec>)
       if (model_.layers() > 0) done_after_step(model_.layers() - 1, done);
+  }
+
+  // Layer l's part of step(): its update from its reduced gradient block `grad`, its new compute
+  // copy into `out` (queued over a stream space). Layers are independent: updating them one by one
+  // in any order gives step()'s bits (ZeRO-Offload's speculative update runs them as they land).
+  template <ElementwiseUpdate U, class G, class GradSpace, class Out, class OutSpace>
+  void update_layer(const U& update, float grad_multiplier, std::size_t l, View<G, GradSpace> grad,
+                    View<Out, OutSpace> out) {
+    if constexpr (can_split)
+      if (split_) return step_split(update, l, grad, grad_multiplier, out);
+    if constexpr (can_quantize)
+      if (blockwise_)
+        return blockwise_->step(update, l, master_->block(l), grad, grad_multiplier, out);
+    std::array<View<float, Space>, states> moments;
+    for (std::size_t k = 0; k < states; ++k)
+      moments[k] = states_[k].block(l);
+    fused_step(exec_, update, master_->block(l), moments, grad, grad_multiplier, out);
+  }
+
+  // f(bytes) with each buffer of layer l's states as this store keeps them (master weights or
+  // their residuals, then the moments as fp32 values or codes and scales), in a fixed order: what
+  // a snapshot that can undo update_layer() copies. Split masters' high parts are the compute
+  // copy's, which the caller saves itself.
+  template <class F>
+  void for_each_state_block(std::size_t l, F&& f) {
+    if constexpr (can_split)
+      if (split_) split_->for_each_block(l, f);
+    if (master_) f(writable_bytes(master_->block(l)));
+    if constexpr (can_quantize)
+      if (blockwise_) return blockwise_->for_each_block(l, f);
+    for (Tensor& state : states_)
+      f(writable_bytes(state.block(l)));
   }
 
   // The same for a TrustRatioUpdate (LAMB), in three passes; collective over `shard` when the

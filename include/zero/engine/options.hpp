@@ -129,6 +129,14 @@ struct EngineOptions {
   // weights of the step before; -1: never (the default). Needs the optimizer states offloaded
   // from a device. Not a DeepSpeed setting (DeepSpeed dropped DPU).
   std::int64_t delayed_parameter_update_after = -1;
+  // ZeRO-Offload's speculative update (docs/zero-offload.md): each layer's CPU update starts once
+  // its gradient has reached the host, during backward, before the step knows the global norm and
+  // the overflow check; a step that turns out skipped or clipped undoes it exactly and updates
+  // again. The result is the step's without it, bit for bit. A config's
+  // offload_optimizer.super_offload (DeepSpeed's SuperOffload, whose speculation this is). Needs
+  // the optimizer states offloaded to host memory and an element-wise optimizer; not with the
+  // delayed update or weigh_by_samples (whose factor is known only at the step).
+  bool speculative_update = false;
   // Adam's and AdamW's moments in fp32 or in 8 bits (the optimizer's "moment_bits" in a config;
   // not a DeepSpeed setting). With 8 bits the layout puts every rank's block of a layer on a
   // multiple of 2048 elements, so that every stage quantizes the same blocks; layers of fewer
@@ -159,7 +167,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 26> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 27> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -181,6 +189,7 @@ struct EngineOptions {
              {"gradient_quantization_bits", std::uint64_t(gradient_quantization_bits)},
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)},
              {"delayed_parameter_update_after", std::uint64_t(delayed_parameter_update_after)},
+             {"speculative_update", std::uint64_t(speculative_update)},
              {"offload_optimizer", std::uint64_t(offload_optimizer)},
              {"offload_param", std::uint64_t(offload_param)},
              {"moments", std::uint64_t(moments)},
@@ -200,6 +209,14 @@ struct EngineOptions {
     require(gradient_clipping >= 0, "engine: gradient_clipping must be non-negative");
     require(delayed_parameter_update_after >= -1,
             "engine: delayed_parameter_update_after must be -1 (off) or a number of updates");
+    require(!speculative_update || delayed_parameter_update_after < 0,
+            "engine: speculative_update starts each step's update before its step, "
+            "delayed_parameter_update_after runs it after: choose one",
+            ErrorKind::unsupported);
+    require(!speculative_update || !weigh_by_samples,
+            "engine: speculative_update needs the gradient multiplier before the step; with "
+            "weigh_by_samples it is known only there (the ranks' samples are summed by the step)",
+            ErrorKind::unsupported);
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
     require(allgather_bucket_elements >= 1, "engine: allgather_bucket_elements must be at least 1");
     require(reduce_scatter || !quantized_gradients,
@@ -250,6 +267,7 @@ struct EngineOptions {
     o.quantized_gradients = c.zero_optimization.zero_quantized_gradients;
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
+    o.speculative_update = c.zero_optimization.offload_optimizer.super_offload;
     o.nvme = NvmeOptions::from_config(c);
     if (c.optimizer && c.optimizer->moment_bits == 8) o.moments = MomentStorage::blockwise_8bit;
     if (c.optimizer && c.optimizer->master_residual_bits != 0)

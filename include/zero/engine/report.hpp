@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace zero {
 
@@ -60,6 +61,22 @@ struct StepTimes {
   double after_reduction() const noexcept { return total - reduction_wait; }
 };
 
+// What ZeRO-Offload's speculative update did in a step (docs/zero-offload.md).
+struct SpeculationReport {
+  std::size_t layers = 0;   // layers updated speculatively (kept, or undone when rolled_back)
+  bool rolled_back = false; // the step was skipped or clipped: the speculative updates undone
+  bool off = false;         // asked for, and off: it turned itself off or the plan refused it
+  std::string why_off;      // why, once off
+};
+
+// What ZeRO-Offload's store did in a step.
+struct OffloadStepReport {
+  // The layers whose reduced gradient left for the host during backward, before step() (the others
+  // left in it); zero in a skipped step.
+  std::size_t gradients_in_backward = 0;
+  SpeculationReport speculation;
+};
+
 struct StepResult {
   bool applied = false;    // false: an overflow on some rank skipped the step on every rank
   double loss_scale = 1.0; // the scale the gradients carried
@@ -80,9 +97,7 @@ struct StepResult {
   // What the NVMe tier moved for this rank since the last step (the step's sub-groups, and stage
   // 3's parameter blocks read for forward and backward); zero without states on NVMe.
   IoStats nvme;
-  // ZeRO-Offload (docs/zero-offload.md): the layers whose reduced gradient left for the host during
-  // backward, before step() (the others left in it); zero for any other placement or when skipped.
-  std::size_t gradients_offloaded_in_backward = 0;
+  OffloadStepReport offload; // ZeRO-Offload's store; zeros for any other placement
 };
 
 // The running totals a step's report subtracts: what the groups and the stores had counted when

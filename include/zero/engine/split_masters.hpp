@@ -90,6 +90,16 @@ class SplitMasters {
     return f(handed_out(narrow_[l].view()));
   }
 
+  // f(bytes) with layer l's residuals as they are kept (what a snapshot of the layer copies; the
+  // masters' high parts are the compute copy's, the owner's to save).
+  template <class F>
+  void for_each_block(std::size_t l, F&& f) {
+    if (sixteen_bits_)
+      f(writable_bytes(wide_[l].view()));
+    else
+      f(writable_bytes(narrow_[l].view()));
+  }
+
   // f(SplitMasterView<T, R, ViewMemory>) over layer l's compute block `weights` and its
   // residuals.
   template <SplitComputeType T, class F>

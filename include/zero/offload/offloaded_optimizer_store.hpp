@@ -17,10 +17,13 @@
 //   3. as each layer's update completes, queues its compute copy host-to-device on the stream, and
 //      hands the layer on (to the parameter store, which shares it) once that copy has run, one
 //      layer behind, so that the copy overlaps the next layer's update.
+// With the speculative update (EngineOptions::speculative_update, offload/speculative_update.hpp)
+// step 2 starts during backward instead: each layer is updated on a thread of its own once its
+// block has arrived, with the update the step will make unless it is skipped or clipped; the step
+// keeps those updates when its own update and multiplier are the same bits, and otherwise undoes
+// them from their snapshots and runs as above.
 // The update is the host store's own, so the weights are the host engine's bits given the same
-// reduced gradients. The host waits on the events of its own copies only, never on the device.
-// The staging memory (one block of gradients and one of compute copy per element this rank
-// updates, in their element types) is allocated once, here, and reported as buffers.
+// reduced gradients. The copies and their staging are offload/offload_staging.hpp's.
 //
 // A program whose placement offloads the optimizer states includes this header (the NVMe tier's
 // stores, <zero/offload/nvme_stores.hpp>, include it for GPU -> pinned host -> NVMe):
@@ -30,8 +33,6 @@
 //   using Where = zero::Placement<zero::execute_on<zero::CudaStreamSpace>,
 //                                 zero::optimizer_states_in<zero::host>>;
 
-#include "zero/core/buffer.hpp"
-#include "zero/core/dropped_waits.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/execution_space.hpp"
@@ -44,20 +45,44 @@
 #include "zero/engine/optimizer_store.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/report.hpp"
+#include "zero/offload/offload_staging.hpp"
+#include "zero/offload/speculative_update.hpp"
 #include "zero/optim/optimizer.hpp"
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <future>
 #include <optional>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace zero {
+
+namespace detail {
+// A host store whose update can be speculated: layer by layer, its states' bytes reachable for a
+// snapshot, its update comparable bit for bit (the in-memory store with Adam, AdamW or SGD; not
+// the NVMe tier's, whose states move in sub-groups).
+template <class Inner>
+concept SpeculatingStore = requires(Inner& inner) {
+  typename Inner::update_type;
+  inner.for_each_state_block(std::size_t{}, [](auto) {});
+}
+&&ComparableUpdate<typename Inner::update_type>;
+// ... whose update is U.
+template <class Inner, class U>
+concept SpeculatesWith = SpeculatingStore<Inner> && std::same_as<U, typename Inner::update_type>;
+
+template <class Inner, bool = SpeculatingStore<Inner>>
+struct speculation_of {
+  struct type {};
+};
+template <class Inner>
+struct speculation_of<Inner, true> {
+  using type = std::optional<SpeculativeUpdate<typename Inner::update_type>>;
+};
+} // namespace detail
 
 template <class Inner, KeptState K, SideStreams Exec>
 class OffloadedOptimizerStore {
@@ -65,7 +90,7 @@ class OffloadedOptimizerStore {
   // step runs over its bounce buffers in host memory).
   using HostSpace =
       std::conditional_t<HostAccessibleSpace<typename K::space>, typename K::space, host>;
-  using Event = typename Exec::event_type;
+  static constexpr bool can_speculate = detail::SpeculatingStore<Inner>;
 
  public:
   // `control`: a host communicator of the shard group (the states are host memory, which a
@@ -74,30 +99,43 @@ class OffloadedOptimizerStore {
   OffloadedOptimizerStore(Comm& control, const ModelLayout& model, const EngineOptions& options,
                           Exec exec)
       : inner_(control, model, options, HostThreads{}), exec_(exec),
-        gradient_dtype_(options.reduced_gradient_dtype()), compute_dtype_(options.compute_dtype),
-        offsets_(block_offsets(model)),
-        staged_gradients_(offsets_.back() * size_of(gradient_dtype_), uninitialized),
-        staged_weights_(staged_weights(offsets_.back() * size_of(compute_dtype_), options)),
-        gradients_arrived_(model.layers()), weights_sent_(model.layers()),
-        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0),
-        sent_early_(model.layers(), 0) {
+        staging_(block_sizes(model), options.reduced_gradient_dtype(), options.compute_dtype,
+                 options.master != MasterStorage::fp32, exec),
+        delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0) {
     // Split masters: the staged weights are the compute copy last sent to the device, which the
     // host's step reads as the masters' high parts (the device's copy is never read back).
     if constexpr (requires(Inner & inner) { inner.bind_compute_copy({}); })
       if (options.master != MasterStorage::fp32)
         inner_.bind_compute_copy([this](std::size_t l) -> SplitComputeBlock<> {
-          if (compute_dtype_ == DType::bfloat16)
-            return handed_out(staged<bfloat16>(staged_weights_, l));
-          return handed_out(staged<half>(staged_weights_, l));
+          if (staging_.compute_dtype() == DType::bfloat16)
+            return handed_out(staging_.template weights<bfloat16>(l));
+          return handed_out(staging_.template weights<half>(l));
         });
+    if (options.speculative_update) {
+      if constexpr (can_speculate)
+        speculation_.emplace(snapshot_bytes(options), speculation_layers(options));
+      else if constexpr (requires { typename Inner::update_type; })
+        fail_on_every_rank(ErrorKind::unsupported,
+                           "speculative_update: LAMB's trust ratios need norms over whole "
+                           "parameters, summed over the ranks at the step; the speculative "
+                           "update is built for element-wise optimizers (Adam, AdamW, SGD)");
+      else
+        fail_on_every_rank(ErrorKind::unsupported,
+                           "speculative_update updates layer by layer in host memory; on the NVMe "
+                           "tier the states move in sub-groups: keep them in host memory");
+    }
   }
 
   OffloadedOptimizerStore(const OffloadedOptimizerStore&) = delete;
   OffloadedOptimizerStore& operator=(const OffloadedOptimizerStore&) = delete;
 
-  void set_layer(std::size_t l, View<const float> values) { inner_.set_layer(l, values); }
+  void set_layer(std::size_t l, View<const float> values) {
+    cancel_speculation();
+    inner_.set_layer(l, values);
+  }
   template <class Comm>
   std::vector<float> layer(Comm& control, std::size_t l) {
+    cancel_speculation();
     return inner_.layer(control, l);
   }
 
@@ -110,9 +148,10 @@ class OffloadedOptimizerStore {
       delayed_step(update, grad_multiplier, grads, out, done);
       return;
     }
-    staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
-      inner_.step(update, grad_multiplier, host_grads, host_out, host_done);
-    });
+    if (!speculated_step(update, grad_multiplier, grads, out, done))
+      staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
+        inner_.step(update, grad_multiplier, host_grads, host_out, host_done);
+      });
     ++updates_;
   }
   // A TrustRatioUpdate (LAMB): Inner combines its per-parameter sums over `control`.
@@ -127,39 +166,62 @@ class OffloadedOptimizerStore {
 
   // --- gradients during backward ---------------------------------------------------------------
   // Layer l's reduced gradient block, `block` (what grads(l) will give the step), is final: it
-  // leaves for the host now, on the copy stream, after the work queued on the engine's stream so
-  // far (its delivery). Called on the thread that runs the steps. Not while a delayed update may
-  // still read the staging (its next step stages every block itself).
+  // leaves for the host now (OffloadStaging::send_early), and, when this step speculates, is
+  // updated once it has arrived. Called on the thread that runs the steps. Not while a delayed
+  // update may still read the staging (its next step stages every block itself).
   template <class G, class Memory>
   void gradient_reduced(std::size_t l, View<const G, Memory> block) {
     if (pending_.valid()) return;
-    require_gradient_type<G>();
-    const Exec copies = copy_stream_.space();
-    record(exec_, reduced_);
-    if (!detail::wait_dropped("offload.gradient_reduced")) wait(copies, reduced_);
-    copy(copies, block, staged<G>(staged_gradients_, l));
-    record(copies, gradients_arrived_.at(l));
-    record(copies, early_copies_read_);
-    sent_early_[l] = 1;
+    staging_.send_early(l, block);
+    if constexpr (can_speculate)
+      if (speculation_ && speculation_->active()) speculation_->landed(l);
   }
   // The reduced gradients changed after they were final (averaged over the replica group): the
-  // blocks sent early are sent again by the step. The host waits for their copies first, so that
-  // the change does not race with their reads.
+  // step sends them again, and speculation, which they would always undo, turns off.
   void gradients_changed() {
-    for (std::size_t l = 0; l < sent_early_.size(); ++l)
-      if (std::exchange(sent_early_[l], 0) != 0) gradients_arrived_[l].synchronize();
+    if constexpr (can_speculate)
+      if (speculation_ && speculation_->on())
+        speculation_->turn_off("the plan averages the reduced gradients over replica groups "
+                               "after they land (shard_within), so they are final only at the "
+                               "step");
+    staging_.forget_early();
   }
-  // After a step, applied or skipped: later work on the engine's stream (the next step's deliveries
-  // into the reduced gradients) is ordered after the copies that read them. No result depends on
-  // it (a skipped step's staging is never read, and the next copies overwrite it in stream order),
-  // so it is not a site of dropped waits: it keeps the two streams' accesses ordered, which is
-  // what a race detector checks over the twin.
+  // After a step, applied or skipped (what a skipped step speculated is undone here).
   void end_step() {
-    wait(exec_, early_copies_read_);
-    std::fill(sent_early_.begin(), sent_early_.end(), 0);
+    if constexpr (can_speculate)
+      if (speculation_ && speculation_->active()) {
+        speculation_->finish();
+        speculation_->roll_back();
+      }
+    report_ = {staging_.end_step(), speculation_report()};
+    if constexpr (can_speculate)
+      if (speculation_) speculation_->end_step();
   }
-  // How many layers' gradients left for the host during the last step's backward.
-  std::size_t gradients_sent_in_backward() const noexcept { return sent_in_backward_; }
+  // What the step that ended last did.
+  const OffloadStepReport& step_report() const noexcept { return report_; }
+
+  // --- the speculative update ------------------------------------------------------------------
+  // The step's update and gradient multiplier unless it is skipped or clipped, at the start of the
+  // last micro-step's backward: each layer whose block leaves from now on (gradient_reduced) is
+  // updated on the host as soon as it has arrived, G the reduced gradient's type and T the compute
+  // copy's. Nothing happens without speculation, once it turned itself off, or while a delayed
+  // update runs.
+  template <class G, class T, ElementwiseUpdate U>
+  void speculate(const U& update, float grad_multiplier) {
+    if constexpr (detail::SpeculatesWith<Inner, U>) {
+      if (!speculation_ || !speculation_->on() || pending_.valid()) return;
+      staging_.template require_types<G, T>();
+      speculation_->begin(
+          update, grad_multiplier, [this](std::size_t l, const U& speculated, float multiplier) {
+            // A thread of its own starts on device 0: the stream's device first.
+            if constexpr (requires { exec_.make_current(); }) exec_.make_current();
+            staging_.arrived(l);
+            inner_.update_layer(speculated, multiplier, l,
+                                View<const G, HostSpace>(staging_.template gradients<G>(l)),
+                                staging_.template weights<T>(l));
+          });
+    }
+  }
 
   // --- the delayed parameter update (docs/zero-offload.md) ---------------------------------------
   // Whether an update still runs on the host, its weights not sent yet.
@@ -169,11 +231,7 @@ class OffloadedOptimizerStore {
   void finish_delayed_update(Out&& out, Done&& done) {
     if (!pending_.valid()) return;
     std::exchange(pending_, {}).get();
-    using T = typename decltype(out(std::size_t{}))::value_type;
-    std::optional<std::size_t> sent;
-    for (std::size_t l = 0; l + 1 < offsets_.size(); ++l)
-      send<T>(l, out, done, sent);
-    hand_on(done, sent);
+    send_all<typename decltype(out(std::size_t{}))::value_type>(out, done);
   }
 
   // --- checkpoints: the host store's own --------------------------------------------------------
@@ -181,10 +239,12 @@ class OffloadedOptimizerStore {
   int kept_rank() const noexcept { return inner_.kept_rank(); }
   template <class F>
   void read_states(F&& f) { // not const: the NVMe tier's reads go through its bounce buffers
+    cancel_speculation();
     inner_.read_states(std::forward<F>(f));
   }
   template <class F>
   void write_states(F&& f) {
+    cancel_speculation();
     inner_.write_states(std::forward<F>(f));
   }
   std::size_t state_record_bytes() const noexcept requires requires(const Inner& inner) {
@@ -195,76 +255,143 @@ class OffloadedOptimizerStore {
   StateBytes master_bytes() const noexcept { return inner_.master_bytes(); }
   StateBytes state_bytes() const noexcept { return inner_.state_bytes(); }
   IoStats nvme_traffic() const { return inner_.nvme_traffic(); }
+  // The host store's, the staging, and the speculative update's snapshots.
   std::size_t buffer_bytes() const noexcept {
-    return inner_.buffer_bytes() + staged_gradients_.size() + staged_weights_.size();
+    std::size_t snapshots = 0;
+    if constexpr (can_speculate)
+      if (speculation_) snapshots = speculation_->snapshot_bytes();
+    return inner_.buffer_bytes() + staging_.bytes() + snapshots;
   }
 
  private:
-  // The staging of the compute copy sent to the device: zeros, as the device's copy starts, where
-  // split masters read it as the weights' high parts.
-  static Buffer<std::byte, pinned_host> staged_weights(std::size_t bytes,
-                                                       const EngineOptions& options) {
-    if (options.master != MasterStorage::fp32) return Buffer<std::byte, pinned_host>(bytes);
-    return Buffer<std::byte, pinned_host>(bytes, uninitialized);
-  }
-
-  // Where each layer's block starts among the elements this rank updates (the last entry: all).
-  static std::vector<std::size_t> block_offsets(const ModelLayout& model) {
-    std::vector<std::size_t> offsets{0};
+  // The elements of each layer this rank updates.
+  static std::vector<std::size_t> block_sizes(const ModelLayout& model) {
+    std::vector<std::size_t> blocks;
     for (std::size_t l = 0; l < model.layers(); ++l)
-      offsets.push_back(offsets.back() + K::layout(model)->block(l, K::rank(model)).size());
-    return offsets;
+      blocks.push_back(K::layout(model)->block(l, K::rank(model)).size());
+    return blocks;
   }
 
-  // Layer l's block of staging memory as elements of E.
-  template <class E>
-  View<E, HostSpace> staged(Buffer<std::byte, pinned_host>& bytes, std::size_t l) {
-    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the buffer was sized for E
-    E* first = reinterpret_cast<E*>(bytes.data()) + offsets_[l];
-    return {first, offsets_[l + 1] - offsets_[l]};
+  // Every layer's staged compute copy sent, done(l) in layer order.
+  template <class T, class Out, class Done>
+  void send_all(Out& out, Done& done) {
+    std::optional<std::size_t> sent;
+    for (std::size_t l = 0; l < staging_.layers(); ++l)
+      staging_.template send<T>(l, out, done, sent);
+    staging_.hand_on(done, sent);
   }
 
+  // The step: the gradients staged, Inner's step run over them (by `run`), each layer's compute
+  // copy sent as its update completes.
   template <class Grads, class Out, class Done, class Run>
   void staged_step(Grads& grads, Out& out, Done& done, Run&& run) {
     using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
     using T = typename decltype(out(std::size_t{}))::value_type;
-    require_staging_types<G, T>();
-    const std::size_t layers = offsets_.size() - 1;
-    stage_gradients(grads);
-    std::vector<char> arrived(layers, 0);
+    staging_.template require_types<G, T>();
+    staging_.stage(grads);
+    std::vector<char> arrived(staging_.layers(), 0);
     auto host_grads = [&](std::size_t l) {
       if (arrived.at(l) == 0) {
-        if (!detail::wait_dropped("offload.gradients_arrived")) gradients_arrived_[l].synchronize();
+        staging_.arrived(l);
         arrived[l] = 1;
       }
-      return View<const G, HostSpace>(staged<G>(staged_gradients_, l));
+      return View<const G, HostSpace>(staging_.template gradients<G>(l));
     };
     auto host_out = [&](std::size_t l) {
-      return out(l).empty() ? View<T, HostSpace>{} : staged<T>(staged_weights_, l);
+      return out(l).empty() ? View<T, HostSpace>{} : staging_.template weights<T>(l);
     };
     std::optional<std::size_t> sent;
-    auto host_done = [&](std::size_t l) { send<T>(l, out, done, sent); };
+    auto host_done = [&](std::size_t l) { staging_.template send<T>(l, out, done, sent); };
     run(host_grads, host_out, host_done);
-    hand_on(done, sent);
+    staging_.hand_on(done, sent);
   }
 
-  // Queues layer l's new compute copy host-to-device, then hands on the layer sent before it
-  // (`sent`: queued, not handed on yet), whose copy has run once its event passed: one layer
-  // behind, so that a copy overlaps the next layer's update.
-  template <class T, class Out, class Done>
-  void send(std::size_t l, Out& out, Done& done, std::optional<std::size_t>& sent) {
-    const auto target = out(l);
-    if (!target.empty())
-      copy(exec_, View<const T, HostSpace>(staged<T>(staged_weights_, l)), target);
-    record(exec_, weights_sent_.at(l));
-    hand_on(done, sent);
-    sent = l;
+  // The speculative step: when this step's update and multiplier are the speculated ones, the
+  // layers updated during backward stand, the others are updated now, and every layer's compute
+  // copy is sent; true then. Otherwise whatever was speculated is undone, and the caller steps.
+  template <class U, class Grads, class Out, class Done>
+  bool speculated_step(const U& update, float grad_multiplier, Grads& grads, Out& out, Done& done) {
+    if constexpr (detail::SpeculatesWith<Inner, U>) {
+      if (!speculation_ || !speculation_->active()) return false;
+      using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
+      using T = typename decltype(out(std::size_t{}))::value_type;
+      speculation_->finish();
+      bool same = speculation_->matches(update, grad_multiplier);
+      for (std::size_t l = 0; l < staging_.layers() && same; ++l) // the targets it wrote for
+        same = out(l).size() == staging_.block_size(l);
+      if (!same) {
+        speculation_->roll_back();
+        return false;
+      }
+      staging_.stage(grads);
+      for (std::size_t l = 0; l < staging_.layers(); ++l)
+        if (!speculation_->updated(l)) {
+          staging_.arrived(l);
+          inner_.update_layer(update, grad_multiplier, l,
+                              View<const G, HostSpace>(staging_.template gradients<G>(l)),
+                              staging_.template weights<T>(l));
+        }
+      speculation_->keep();
+      send_all<T>(out, done);
+      return true;
+    } else {
+      return false;
+    }
   }
-  template <class Done>
-  void hand_on(Done& done, std::optional<std::size_t>& sent) {
-    if (!sent) return;
-    if (!detail::wait_dropped("offload.weights_sent")) weights_sent_[*sent].synchronize();
-    done(*std::exchange(sent, std::nullopt));
+
+  // Between steps the states are read or written as they stand: what a step begun
+  // speculatively updated is undone (its step will update it again).
+  void cancel_speculation() {
+    if constexpr (can_speculate)
+      if (speculation_ && speculation_->active()) speculation_->cancel();
+  }
+  // What speculation did in this step (all zero without it).
+  SpeculationReport speculation_report() const {
+    if constexpr (can_speculate)
+      if (speculation_) return speculation_->report();
+    return {};
+  }
+
+  // A layer's snapshot: its states as the host store keeps them, and, with split masters, the
+  // compute copy's block in staging (the masters' high parts).
+  std::vector<std::size_t> snapshot_bytes(const EngineOptions& options) {
+    std::vector<std::size_t> bytes;
+    for (std::size_t l = 0; l < staging_.layers(); ++l) {
+      std::size_t n = 0;
+      inner_.for_each_state_block(l, [&](auto block) { n += block.size(); });
+      if (options.master != MasterStorage::fp32)
+        n += staging_.block_size(l) * size_of(staging_.compute_dtype());
+      bytes.push_back(n);
+    }
+    return bytes;
+  }
+  template <class S = typename detail::speculation_of<Inner>::type>
+  auto speculation_layers(const EngineOptions& options) {
+    using Layers = typename S::value_type::Layers;
+    const bool split = options.master != MasterStorage::fp32;
+    // f(state bytes, where in the snapshot) over layer l's blocks in the snapshot's order.
+    const auto each_block = [this, split](std::size_t l, auto&& f) {
+      std::size_t at = 0;
+      const auto next = [&](auto block) {
+        const View<std::byte> bytes = handed_out(block); // pinned memory too
+        f(bytes, at);
+        at += bytes.size();
+      };
+      inner_.for_each_state_block(l, next);
+      if (split) // a 16-bit compute copy: the masters' high parts
+        next(writable_bytes(staging_.template weights<std::uint16_t>(l)));
+    };
+    return Layers{[each_block](std::size_t l, View<std::byte> snapshot) {
+                    each_block(l, [&](View<std::byte> block, std::size_t at) {
+                      copy_bytes_in_parallel(View<const std::byte>(block.data(), block.size()),
+                                             snapshot.subview(at, block.size()));
+                    });
+                  },
+                  [each_block](std::size_t l, View<const std::byte> snapshot) {
+                    each_block(l, [&](View<std::byte> block, std::size_t at) {
+                      copy_bytes_in_parallel(snapshot.subview(at, block.size()), block);
+                    });
+                  }};
   }
 
   // The delayed parameter update (DPU): the update of the step before sends its weights now
@@ -275,86 +402,38 @@ class OffloadedOptimizerStore {
   void delayed_step(const U& update, float grad_multiplier, Grads& grads, Out& out, Done& done) {
     using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
     using T = typename decltype(out(std::size_t{}))::value_type;
-    require_staging_types<G, T>();
+    staging_.template require_types<G, T>();
     finish_delayed_update(out, done);
-    const std::size_t layers = offsets_.size() - 1;
-    stage_gradients(grads);
-    for (std::size_t l = 0; l < layers; ++l) {
+    staging_.stage(grads);
+    for (std::size_t l = 0; l < staging_.layers(); ++l)
       writes_copy_[l] = out(l).empty() ? 0 : 1;
-      if (!detail::wait_dropped("offload.delayed_gradients_arrived"))
-        gradients_arrived_[l].synchronize();
-    }
+    staging_.all_arrived();
     // The update is copied in (an ElementwiseUpdate is trivially copyable): the optimizer begins
     // its next step before this one ends.
     pending_ = std::async(std::launch::async, [this, update, grad_multiplier] {
       inner_.step(
           update, grad_multiplier,
           [this](std::size_t l) {
-            return View<const G, HostSpace>(staged<G>(staged_gradients_, l));
+            return View<const G, HostSpace>(staging_.template gradients<G>(l));
           },
           [this](std::size_t l) {
-            return writes_copy_[l] != 0 ? staged<T>(staged_weights_, l) : View<T, HostSpace>{};
+            return writes_copy_[l] != 0 ? staging_.template weights<T>(l) : View<T, HostSpace>{};
           },
           [](std::size_t) {});
     });
     ++updates_;
   }
 
-  // Queues the copy of every block that did not leave during backward on the engine's stream, an
-  // event after each (layer l's block has arrived once gradients_arrived_[l] passed), and counts
-  // those that did.
-  template <class Grads>
-  void stage_gradients(Grads& grads) {
-    using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
-    sent_in_backward_ = 0;
-    for (std::size_t l = 0; l + 1 < offsets_.size(); ++l) {
-      if (sent_early_[l] != 0) {
-        ++sent_in_backward_;
-        continue;
-      }
-      copy(exec_, grads(l), staged<G>(staged_gradients_, l));
-      record(exec_, gradients_arrived_[l]);
-    }
-  }
-
-  template <class G>
-  void require_gradient_type() const {
-    require(dtype_of<G> == gradient_dtype_,
-            std::string("offloaded optimizer: staging was sized for ") +
-                to_string(gradient_dtype_) + " gradients, the reduced gradient is " +
-                to_string(dtype_of<G>),
-            ErrorKind::mismatch);
-  }
-  template <class G, class T>
-  void require_staging_types() const {
-    require(dtype_of<G> == gradient_dtype_ && dtype_of<T> == compute_dtype_,
-            std::string("offloaded optimizer step: staging was sized for ") +
-                to_string(gradient_dtype_) + " gradients and a " + to_string(compute_dtype_) +
-                " compute copy, the step has " + to_string(dtype_of<G>) + " and " +
-                to_string(dtype_of<T>),
-            ErrorKind::mismatch);
-  }
-
   Inner inner_;
   Exec exec_;
-  DType gradient_dtype_;
-  DType compute_dtype_;
-  std::vector<std::size_t> offsets_;
-  Buffer<std::byte, pinned_host> staged_gradients_;
-  Buffer<std::byte, pinned_host> staged_weights_;
-  std::vector<Event> gradients_arrived_;  // layer l's gradient block is in staging memory
-  std::vector<Event> weights_sent_;       // layer l's new compute copy is in device memory
-  std::int64_t delay_after_;              // updates before the DPU starts (-1: never)
-  std::uint64_t updates_ = 0;             // step() calls so far
-  std::vector<char> writes_copy_;         // the pending update writes layer l's compute copy
-  std::future<void> pending_;             // the update running on the host (DPU); joined first
-  Event reduced_;                         // gradient_reduced(): the layer's delivery was queued
-  Event early_copies_read_;               // after the last copy queued on the copy stream
-  std::vector<char> sent_early_;          // layer l's block left during this step's backward
-  std::size_t sent_in_backward_ = 0;      // of the last step
-  DrainOnDestruction<Exec> drain_{exec_}; // queued copies finish before the staging goes
-  // Last: destroyed first, once the copies queued on it ran, before the staging goes.
-  typename Exec::side_stream copy_stream_{exec_, "offload.gradients"};
+  OffloadStaging<Exec, HostSpace> staging_; // after inner_: its copies end before the states go
+  std::int64_t delay_after_;                // updates before the DPU starts (-1: never)
+  std::uint64_t updates_ = 0;               // step() calls so far
+  std::vector<char> writes_copy_;           // the pending update writes layer l's compute copy
+  OffloadStepReport report_;                // of the step that ended last
+  // Last: the threads that use the staging and the states are joined first.
+  [[no_unique_address]] typename detail::speculation_of<Inner>::type speculation_;
+  std::future<void> pending_; // the update running on the host (DPU)
 };
 
 namespace detail {

@@ -62,6 +62,16 @@ struct AdamUpdate {
   float param_decay;           // AdamW: param *= param_decay (1: off)
   bool maximize;
 
+  // The same constants bit for bit (ZeRO-Offload's speculative update keeps its result only then).
+  bool same_bits(const AdamUpdate& o) const noexcept {
+    return detail::same_float_bits(
+               {beta1, beta2, one_minus_beta1, one_minus_beta2, eps, neg_step_size,
+                bias_correction2_sqrt, l2_weight_decay, param_decay},
+               {o.beta1, o.beta2, o.one_minus_beta1, o.one_minus_beta2, o.eps, o.neg_step_size,
+                o.bias_correction2_sqrt, o.l2_weight_decay, o.param_decay}) &&
+           maximize == o.maximize;
+  }
+
   template <class V>
   ZERO_HOST_DEVICE void operator()(V& param, V grad, V& exp_avg, V& exp_avg_sq) const {
     if (maximize) grad = -grad;

@@ -23,10 +23,13 @@
 
 #include "zero/core/platform.hpp"
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -34,6 +37,15 @@
 namespace zero {
 
 namespace detail {
+// Whether two lists of floats of the same length hold the same bits (an update's constants: -0
+// and +0 differ, a NaN equals only its own bits).
+inline bool same_float_bits(std::initializer_list<float> a,
+                            std::initializer_list<float> b) noexcept {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](float x, float y) {
+    return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
+  });
+}
+
 template <class U, class V, std::size_t... I>
 constexpr bool updates_lanes(std::index_sequence<I...>) {
   return std::is_invocable_v<const U&, V&, V, decltype((void)I, std::declval<V&>())...>;

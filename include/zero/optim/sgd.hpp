@@ -44,6 +44,13 @@ struct SgdUpdate {
   bool first_step; // the momentum buffer is (re)started from the gradient
   bool maximize;
 
+  // The same constants bit for bit (ZeRO-Offload's speculative update keeps its result only then).
+  bool same_bits(const SgdUpdate& o) const noexcept {
+    return detail::same_float_bits({neg_lr, weight_decay, momentum, one_minus_dampening},
+                                   {o.neg_lr, o.weight_decay, o.momentum, o.one_minus_dampening}) &&
+           nesterov == o.nesterov && first_step == o.first_step && maximize == o.maximize;
+  }
+
   template <class V>
   requires(StateTensors == 1) ZERO_HOST_DEVICE void operator()(V& param, V grad,
                                                                V& momentum_buffer) const {

@@ -31,6 +31,7 @@ inline void read_offload(ObjectReader& reader, OffloadOptimizerConfig& offload) 
   offload.pipeline_write = reader.boolean("pipeline_write", offload.pipeline_write);
   offload.fast_init = reader.boolean("fast_init", offload.fast_init);
   offload.ratio = reader.number("ratio", offload.ratio, NumberRange{0.0, false, 1.0});
+  offload.super_offload = reader.boolean("super_offload", offload.super_offload);
 }
 
 inline void read_offload(ObjectReader& reader, OffloadParamConfig& offload) {
@@ -93,6 +94,9 @@ inline void check_offload(const ObjectReader& reader, const ZeroOptimizationConf
   if (optimizer.ratio < 1.0 && zero_opt.stage != 3)
     context.fail_at(reader.path_of("offload_optimizer.ratio"),
                     "partial offload needs ZeRO stage 3, got stage " + stage);
+  if (optimizer.super_offload && optimizer.device != OffloadDevice::cpu)
+    context.fail_at(reader.path_of("offload_optimizer.super_offload"),
+                    "speculates the CPU's update in host memory: needs device \"cpu\"");
   if (optimizer.device == OffloadDevice::nvme && optimizer.nvme_path.empty())
     context.fail_at(reader.path_of("offload_optimizer.nvme_path"), "required with device \"nvme\"");
   if (param.device == OffloadDevice::nvme && param.nvme_path.empty())

@@ -1,0 +1,241 @@
+#pragma once
+// SpeculativeUpdate<U>: ZeRO-Offload's speculative update (docs/zero-offload.md). A layer's CPU
+// update starts as soon as its reduced gradient has arrived on the host, during backward, before
+// the step knows the global norm and whether any rank overflowed: with the update the step would
+// make if it is neither skipped nor clipped. Each layer's states are copied into a snapshot first,
+// so that the update can be undone exactly (inverting Adam in floating point is not exact).
+// step() then compares the update and the gradient multiplier it makes with the ones speculated,
+// bit for bit: equal, the speculated layers stand and the others are updated now; different (a
+// clipped step, a learning rate changed since) or skipped (an overflow), each speculated layer's
+// states are restored from its snapshot and the step runs as without speculation. Either way the
+// states are those of the step without speculation, bit for bit.
+//
+// This class keeps the bookkeeping: the worker thread that updates the layers handed to it in the
+// order they land, the snapshot memory, and the count of rollbacks. It turns speculation off for
+// good when rollbacks are frequent (4 of the last 16 speculative steps): each one costs a second
+// update. The store that owns it (offload/offloaded_optimizer_store.hpp) says how to update, save
+// and restore a layer.
+
+#include "zero/core/buffer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/parallel.hpp"
+#include "zero/core/view.hpp"
+#include "zero/engine/report.hpp"
+#include "zero/optim/optimizer.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <bitset>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace zero {
+
+// An update whose constants can be compared bit for bit (the update types of Adam, AdamW and SGD):
+// a speculative update made with one is the step made with the other only when they are equal.
+template <class U>
+concept ComparableUpdate = ElementwiseUpdate<U> && requires(const U& a, const U& b) {
+  { a.same_bits(b) } -> std::same_as<bool>;
+};
+
+// Copies `from` into `to` on the host's threads (same size).
+inline void copy_bytes_in_parallel(View<const std::byte> from, View<std::byte> to) {
+  detail::parallel_ranges(from.size(), [&](std::size_t begin, std::size_t end, int) noexcept {
+    if (end > begin) std::memcpy(to.data() + begin, from.data() + begin, end - begin);
+  });
+}
+
+template <ComparableUpdate U>
+class SpeculativeUpdate {
+ public:
+  // Rollbacks among the last `window` speculative steps that turn speculation off.
+  static constexpr std::size_t window = 16;
+  static constexpr std::size_t rollbacks_that_turn_it_off = 4;
+
+  // update(l) updates layer l (its gradient has arrived: the caller waits for it there), after
+  // save(l, snapshot) copied its states into the layer's snapshot; restore(l, snapshot) copies them
+  // back. `snapshot_bytes[l]`: what a snapshot of layer l holds.
+  struct Layers {
+    std::function<void(std::size_t, View<std::byte>)> save;
+    std::function<void(std::size_t, View<const std::byte>)> restore;
+  };
+
+  SpeculativeUpdate(const std::vector<std::size_t>& snapshot_bytes, Layers layers)
+      : layers_(std::move(layers)), offsets_{0}, updated_(snapshot_bytes.size(), 0) {
+    for (std::size_t bytes : snapshot_bytes)
+      offsets_.push_back(offsets_.back() + bytes);
+    snapshots_ = Buffer<std::byte, host>(offsets_.back(), uninitialized);
+  }
+  SpeculativeUpdate(const SpeculativeUpdate&) = delete;
+  SpeculativeUpdate& operator=(const SpeculativeUpdate&) = delete;
+  // Joins a worker still running, leaving the layers it has not begun (the owner is going).
+  ~SpeculativeUpdate() {
+    if (!worker_.joinable()) return;
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.clear();
+      closed_ = true;
+    }
+    changed_.notify_one();
+    worker_.join();
+  }
+
+  bool on() const noexcept { return report_.why_off.empty(); }
+  // Whether this step's speculation runs (begin() was called, finish() not yet).
+  bool active() const noexcept { return worker_.joinable(); }
+  std::size_t snapshot_bytes() const noexcept { return snapshots_.size(); }
+
+  // Starts this step's speculation with the update and the gradient multiplier a step that is
+  // neither skipped nor clipped would take; `update_layer(l, update, multiplier)` runs on a thread
+  // of its own for each layer handed to landed().
+  void begin(const U& update, float grad_multiplier,
+             std::function<void(std::size_t, const U&, float)> update_layer) {
+    require(!active(), "speculative update: begin() while the last one still runs");
+    update_ = update;
+    multiplier_ = grad_multiplier;
+    update_layer_ = std::move(update_layer);
+    std::fill(updated_.begin(), updated_.end(), 0);
+    queue_.clear();
+    closed_ = false;
+    failure_ = nullptr;
+    end_step();
+    worker_ = std::thread([this] { run(); });
+  }
+  // Layer l's gradient is on its way to the host: update it once it has arrived.
+  void landed(std::size_t l) {
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(l);
+    }
+    changed_.notify_one();
+  }
+
+  // Waits for the updates of every layer handed over (rethrowing the first failure) and ends this
+  // step's speculation. Then either keep() (the step's update and multiplier are the speculated
+  // ones: matches()) or roll_back().
+  void finish() {
+    if (!active()) return;
+    close();
+    worker_.join();
+    if (failure_) {
+      roll_back(); // what ran is undone: the states stay as before the step
+      std::rethrow_exception(std::exchange(failure_, nullptr));
+    }
+  }
+  bool matches(const U& update, float grad_multiplier) const {
+    return update_ && update_->same_bits(update) &&
+           std::bit_cast<std::uint32_t>(multiplier_) ==
+               std::bit_cast<std::uint32_t>(grad_multiplier);
+  }
+  // Whether layer l was updated speculatively (after finish()).
+  bool updated(std::size_t l) const { return updated_.at(l) != 0; }
+
+  // The speculated updates stand.
+  void keep() { record(false); }
+  // Every speculatively updated layer gets its states back from its snapshot.
+  void roll_back() {
+    for (std::size_t l = 0; l < updated_.size(); ++l)
+      if (std::exchange(updated_[l], 0) != 0) layers_.restore(l, snapshot(l));
+    record(true);
+  }
+  // Undone without counting (the states are read or written between steps; the plan changed the
+  // gradients after they landed).
+  void cancel() {
+    finish();
+    for (std::size_t l = 0; l < updated_.size(); ++l)
+      if (std::exchange(updated_[l], 0) != 0) layers_.restore(l, snapshot(l));
+    report_.layers = 0;
+  }
+  // Off for good, saying why (the caller's reason, or frequent rollbacks).
+  void turn_off(std::string why) {
+    cancel();
+    if (on()) report_.why_off = std::move(why);
+    report_.off = true;
+  }
+
+  // This step's: layers updated speculatively, rolled back or not, and whether it is off.
+  const SpeculationReport& report() const noexcept { return report_; }
+  // The step ended (its report read): the next one starts with nothing speculated.
+  void end_step() noexcept {
+    report_.layers = 0;
+    report_.rolled_back = false;
+  }
+
+ private:
+  View<std::byte> snapshot(std::size_t l) {
+    return {snapshots_.data() + offsets_[l], offsets_[l + 1] - offsets_[l]};
+  }
+
+  void close() {
+    {
+      const std::lock_guard lock(mutex_);
+      closed_ = true;
+    }
+    changed_.notify_one();
+  }
+
+  // The worker: each landed layer saved, then updated, until closed and drained. After a failure
+  // it updates nothing more.
+  void run() noexcept {
+    for (;;) {
+      std::size_t l = 0;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        l = queue_.front();
+        queue_.pop_front();
+      }
+      if (failure_ || l >= updated_.size() || updated_[l] != 0) continue;
+      try {
+        layers_.save(l, snapshot(l));
+        updated_[l] = 1; // saved: from here a rollback restores it
+        update_layer_(l, *update_, multiplier_);
+        ++report_.layers;
+      } catch (...) {
+        failure_ = std::current_exception();
+      }
+    }
+  }
+
+  void record(bool rolled_back) {
+    report_.rolled_back = rolled_back;
+    recent_ = (recent_ << 1) | std::bitset<window>(rolled_back ? 1 : 0);
+    if (recent_.count() >= rollbacks_that_turn_it_off && on()) {
+      report_.why_off = std::to_string(recent_.count()) + " of the last " + std::to_string(window) +
+                        " speculative steps were rolled back (skipped or clipped)";
+      report_.off = true;
+    }
+  }
+
+  Layers layers_;
+  std::vector<std::size_t> offsets_; // layer l's snapshot: [offsets_[l], offsets_[l + 1])
+  Buffer<std::byte, host> snapshots_;
+  std::vector<char> updated_; // saved and updated this step (the worker's until joined)
+  std::optional<U> update_;
+  float multiplier_ = 0.0f;
+  std::function<void(std::size_t, const U&, float)> update_layer_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::size_t> queue_;
+  bool closed_ = false;
+  std::exception_ptr failure_; // the worker's, read after the join
+  std::bitset<window> recent_; // the last speculative steps: 1 rolled back
+  SpeculationReport report_;
+  std::thread worker_;
+};
+
+} // namespace zero
