@@ -51,3 +51,6 @@ endforeach()
 zero_add_dropped_wait_test(offload.gradient_reduced TARGET zero_test_twin_offload
   FILTER Offload.GradientsLeaveDuringBackwardAfterTheirDelivery
   MATCHES "not the host store's compute copy [(]a gradient sent before its delivery[?][)]")
+zero_add_dropped_wait_test(offload.speculated_gradient_arrived TARGET zero_test_twin_offload
+  FILTER Offload.SpeculationUpdatesALayerOnlyOnceItsGradientArrived
+  MATCHES "a layer updated before its gradient arrived[?]")

@@ -97,7 +97,6 @@ inline int expected_psi(const Flags& f) {
   }
 }
 
-// `quantizes_on_wire`: whether quantized gradients were quantized (across nodes only).
 // ZeRO-Offload (rank 0): how many layers' gradients left for the host during backward, and what the
 // speculative update did: steps that kept it, rollbacks, and whether it turned itself off.
 inline void print_offload_steps(const Flags& f, const History& h) {
@@ -121,6 +120,7 @@ inline void print_offload_steps(const Flags& f, const History& h) {
               last.why_off.c_str());
 }
 
+// `quantizes_on_wire`: whether quantized gradients were quantized (across nodes only).
 inline void print_summary(const Flags& f, const History& h, const std::vector<RankMemory>& memory,
                           int ranks, bool quantizes_on_wire) {
   const double psi = double(h.psi);

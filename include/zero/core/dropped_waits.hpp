@@ -50,6 +50,8 @@ inline constexpr std::string_view dropped_wait_sites[] = {
     "sharded_parameters.unpacked",
     // OffloadedOptimizerStore: a layer's gradient leaves during backward after its delivery.
     "offload.gradient_reduced",
+    // OffloadedOptimizerStore: the speculative update reads a layer's gradient once it arrived.
+    "offload.speculated_gradient_arrived",
     // OffloadedOptimizerStore: the host update reads a layer's gradient once its copy has run.
     "offload.gradients_arrived",
     // OffloadedOptimizerStore: done(l) once layer l's new compute copy has reached the device.

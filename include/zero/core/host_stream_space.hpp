@@ -166,10 +166,12 @@ class HostSideStream {
   HostSideStream(const Space& /*beside*/, std::string name) : stream_(std::move(name)) {}
   HostSideStream(const HostSideStream&) = delete;
   HostSideStream& operator=(const HostSideStream&) = delete;
-  Space space() noexcept { return Space(stream_); }
+  Space space() const noexcept { return Space(stream_); }
 
  private:
-  HostStream stream_; // its destructor runs what is queued before the worker stops
+  // Its destructor runs what is queued before the worker stops. Mutable: space() is a handle to
+  // it, through which work is queued, as CudaSideStream's is to its cudaStream_t.
+  mutable HostStream stream_;
 };
 
 static_assert(SideStreams<HostStreamSpace>);

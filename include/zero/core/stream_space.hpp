@@ -46,7 +46,7 @@ concept StreamSpace = ExecutionSpace<S> &&
 // for: copies on it overlap the work on the caller's stream (a GPU's copy engines run beside its
 // kernels; a stream's own work runs in order).
 template <class S>
-concept SideStreams = StreamSpace<S> && requires(typename S::side_stream& side) {
+concept SideStreams = StreamSpace<S> && requires(const typename S::side_stream& side) {
   requires std::constructible_from<typename S::side_stream, const S&, std::string>;
   { side.space() } -> std::same_as<S>;
 };

@@ -252,6 +252,18 @@ class Engine {
   // Checkpoints are taken between steps: no micro-step half done, no layer held.
   void require_between_steps(const char* what);
 
+  // The factor that turns the step's gradients into averages (the samples' weights, or 1 over
+  // the micro-steps) over the loss scale: a collective with EngineOptions::weigh_by_samples.
+  double unscale_factor() {
+    return samples_.gradient_factor(groups_.control_world(), options_.gradient_accumulation_steps) /
+           scaler_.scale();
+  }
+  // The optimizer's gradient multiplier: one expression for the step and for the speculative
+  // update (ZeRO-Offload), which keeps its result only when the two are the same bits.
+  static float gradient_multiplier(double clip_coefficient, double unscale) {
+    return static_cast<float>(clip_coefficient * unscale);
+  }
+
   EngineOptions options_;
   Opt optimizer_;
   Scaler scaler_;

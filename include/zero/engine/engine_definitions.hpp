@@ -151,11 +151,9 @@ void Engine<Plan, Comm, Where, Opt, Scaler, Compute>::grads_ready(std::size_t l)
     states_->visit([&](auto& s) {
       // The speculative update (ZeRO-Offload) starts with the last micro-step's backward, with the
       // multiplier step() takes when it does not clip: the same expression, so the same bits.
-      if (options_.speculative_update && arrival->opens_micro_step && arrival->in_last_micro_step) {
-        const double unscale =
-            (1.0 / options_.gradient_accumulation_steps) / scaler_.scale(); // no weigh_by_samples
-        s.speculate(optimizer_, static_cast<float>(1.0 * unscale));
-      }
+      // (weigh_by_samples is refused with it: gradient_factor() is no collective here.)
+      if (options_.speculative_update && arrival->opens_micro_step && arrival->in_last_micro_step)
+        s.speculate(optimizer_, gradient_multiplier(1.0, unscale_factor()));
       s.grads_ready(l, *arrival);
     });
 }
@@ -172,9 +170,7 @@ StepResult Engine<Plan, Comm, Where, Opt, Scaler, Compute>::step() {
     result.seconds.reduction_wait = clock.lap();
     result.reduction = s.reduction();
     result.loss_scale = scaler_.scale();
-    const double unscale =
-        samples_.gradient_factor(groups_.control_world(), options_.gradient_accumulation_steps) /
-        result.loss_scale;
+    const double unscale = unscale_factor();
     // One all-reduce gives both the norm and the overflow check: a sum of squares is finite
     // exactly when every gradient is, and a NaN or infinity on any rank reaches every rank.
     // Under tensor parallelism the sum goes over the tensor-parallel group too: every rank of the
@@ -190,7 +186,7 @@ StepResult Engine<Plan, Comm, Where, Opt, Scaler, Compute>::step() {
     if (norm.finite) {
       result.clip_coefficient =
           options_.gradient_clipping > 0 ? clip_coefficient(norm, options_.gradient_clipping) : 1.0;
-      s.update(optimizer_, static_cast<float>(result.clip_coefficient * unscale));
+      s.update(optimizer_, gradient_multiplier(result.clip_coefficient, unscale));
       result.seconds.update = clock.lap();
     }
     scaler_.update(!norm.finite);

@@ -57,6 +57,8 @@ class OffloadStaging {
   std::size_t block_size(std::size_t l) const { return offsets_.at(l + 1) - offsets_[l]; }
   DType compute_dtype() const noexcept { return compute_dtype_; }
   std::size_t bytes() const noexcept { return gradients_.size() + weights_.size(); }
+  // The copy stream the gradients leave on during backward.
+  Exec copy_space() const noexcept { return copy_stream_.space(); }
 
   // Layer l's staged gradient block, and its staged compute copy, as elements of E.
   template <class E>
@@ -107,6 +109,11 @@ class OffloadStaging {
   // The host waits for layer l's block to be in staging.
   void arrived(std::size_t l) {
     if (!detail::wait_dropped("offload.gradients_arrived")) gradients_arrived_.at(l).synchronize();
+  }
+  // ... before the speculative update's thread updates the layer.
+  void speculated_arrived(std::size_t l) {
+    if (!detail::wait_dropped("offload.speculated_gradient_arrived"))
+      gradients_arrived_.at(l).synchronize();
   }
   // ... for every layer's (the delayed update reads them all, on a thread of its own).
   void all_arrived() {

@@ -52,6 +52,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <future>
 #include <optional>
 #include <type_traits>
@@ -186,19 +187,26 @@ class OffloadedOptimizerStore {
                                "step");
     staging_.forget_early();
   }
-  // After a step, applied or skipped (what a skipped step speculated is undone here).
+  // After a step, applied or skipped (what a skipped step speculated is undone here). The staging
+  // ends its step even when the speculation's worker failed, whose failure is rethrown last.
   void end_step() {
+    std::exception_ptr failure;
     if constexpr (can_speculate)
-      if (speculation_ && speculation_->active()) {
-        speculation_->finish();
-        speculation_->roll_back();
-      }
+      if (speculation_ && speculation_->active()) try {
+          speculation_->finish();
+          speculation_->roll_back(false);
+        } catch (...) {
+          failure = std::current_exception();
+        }
     report_ = {staging_.end_step(), speculation_report()};
     if constexpr (can_speculate)
       if (speculation_) speculation_->end_step();
+    if (failure) std::rethrow_exception(failure);
   }
   // What the step that ended last did.
   const OffloadStepReport& step_report() const noexcept { return report_; }
+  // The copies and their staging (the tests reach its copy stream).
+  OffloadStaging<Exec, HostSpace>& staging() noexcept { return staging_; }
 
   // --- the speculative update ------------------------------------------------------------------
   // The step's update and gradient multiplier unless it is skipped or clipped, at the start of the
@@ -211,15 +219,13 @@ class OffloadedOptimizerStore {
     if constexpr (detail::SpeculatesWith<Inner, U>) {
       if (!speculation_ || !speculation_->on() || pending_.valid()) return;
       staging_.template require_types<G, T>();
-      speculation_->begin(
-          update, grad_multiplier, [this](std::size_t l, const U& speculated, float multiplier) {
-            // A thread of its own starts on device 0: the stream's device first.
-            if constexpr (requires { exec_.make_current(); }) exec_.make_current();
-            staging_.arrived(l);
-            inner_.update_layer(speculated, multiplier, l,
-                                View<const G, HostSpace>(staging_.template gradients<G>(l)),
-                                staging_.template weights<T>(l));
-          });
+      speculation_->begin(update, grad_multiplier,
+                          [this](std::size_t l, const U& speculated, float multiplier) {
+                            // A thread of its own starts on device 0: the stream's device first.
+                            if constexpr (requires { exec_.make_current(); }) exec_.make_current();
+                            staging_.speculated_arrived(l);
+                            update_staged<G, T>(speculated, multiplier, l);
+                          });
     }
   }
 
@@ -320,16 +326,14 @@ class OffloadedOptimizerStore {
       for (std::size_t l = 0; l < staging_.layers() && same; ++l) // the targets it wrote for
         same = out(l).size() == staging_.block_size(l);
       if (!same) {
-        speculation_->roll_back();
+        speculation_->roll_back(true);
         return false;
       }
       staging_.stage(grads);
       for (std::size_t l = 0; l < staging_.layers(); ++l)
         if (!speculation_->updated(l)) {
           staging_.arrived(l);
-          inner_.update_layer(update, grad_multiplier, l,
-                              View<const G, HostSpace>(staging_.template gradients<G>(l)),
-                              staging_.template weights<T>(l));
+          update_staged<G, T>(update, grad_multiplier, l);
         }
       speculation_->keep();
       send_all<T>(out, done);
@@ -337,6 +341,14 @@ class OffloadedOptimizerStore {
     } else {
       return false;
     }
+  }
+
+  // Layer l's update over its staged gradient, into its staged compute copy.
+  template <class G, class T, class U>
+  void update_staged(const U& update, float grad_multiplier, std::size_t l) {
+    inner_.update_layer(update, grad_multiplier, l,
+                        View<const G, HostSpace>(staging_.template gradients<G>(l)),
+                        staging_.template weights<T>(l));
   }
 
   // Between steps the states are read or written as they stand: what a step begun

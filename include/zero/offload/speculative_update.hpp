@@ -12,9 +12,10 @@
 //
 // This class keeps the bookkeeping: the worker thread that updates the layers handed to it in the
 // order they land, the snapshot memory, and the count of rollbacks. It turns speculation off for
-// good when rollbacks are frequent (4 of the last 16 speculative steps): each one costs a second
-// update. The store that owns it (offload/offloaded_optimizer_store.hpp) says how to update, save
-// and restore a layer.
+// good when the step updates again too often (4 of the last 16 speculative steps: clipped, or an
+// update that changed since): each of those costs a second update. A skipped step (an overflow, a
+// loss scale searching) costs no second update, and does not count. The store that owns it
+// (offload/offloaded_optimizer_store.hpp) says how to update, save and restore a layer.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
@@ -61,9 +62,9 @@ inline void copy_bytes_in_parallel(View<const std::byte> from, View<std::byte> t
 template <ComparableUpdate U>
 class SpeculativeUpdate {
  public:
-  // Rollbacks among the last `window` speculative steps that turn speculation off.
+  // Steps updated twice among the last `window` speculative steps that turn speculation off.
   static constexpr std::size_t window = 16;
-  static constexpr std::size_t rollbacks_that_turn_it_off = 4;
+  static constexpr std::size_t updated_twice_that_turn_it_off = 4;
 
   // update(l) updates layer l (its gradient has arrived: the caller waits for it there), after
   // save(l, snapshot) copied its states into the layer's snapshot; restore(l, snapshot) copies them
@@ -93,17 +94,18 @@ class SpeculativeUpdate {
     worker_.join();
   }
 
-  bool on() const noexcept { return report_.why_off.empty(); }
+  bool on() const noexcept { return !report_.off; }
   // Whether this step's speculation runs (begin() was called, finish() not yet).
   bool active() const noexcept { return worker_.joinable(); }
   std::size_t snapshot_bytes() const noexcept { return snapshots_.size(); }
 
   // Starts this step's speculation with the update and the gradient multiplier a step that is
   // neither skipped nor clipped would take; `update_layer(l, update, multiplier)` runs on a thread
-  // of its own for each layer handed to landed().
+  // of its own for each layer handed to landed(). One still active (a step that failed before
+  // its end) is undone first.
   void begin(const U& update, float grad_multiplier,
              std::function<void(std::size_t, const U&, float)> update_layer) {
-    require(!active(), "speculative update: begin() while the last one still runs");
+    cancel();
     update_ = update;
     multiplier_ = grad_multiplier;
     update_layer_ = std::move(update_layer);
@@ -131,7 +133,7 @@ class SpeculativeUpdate {
     close();
     worker_.join();
     if (failure_) {
-      roll_back(); // what ran is undone: the states stay as before the step
+      restore_all(); // what ran is undone: the states stay as before the step
       std::rethrow_exception(std::exchange(failure_, nullptr));
     }
   }
@@ -145,21 +147,25 @@ class SpeculativeUpdate {
 
   // The speculated updates stand.
   void keep() { record(false); }
-  // Every speculatively updated layer gets its states back from its snapshot.
-  void roll_back() {
-    for (std::size_t l = 0; l < updated_.size(); ++l)
-      if (std::exchange(updated_[l], 0) != 0) layers_.restore(l, snapshot(l));
-    record(true);
+  // Every speculatively updated layer gets its states back from its snapshot: the step was
+  // skipped (`updates_again` false) or updates again with other constants (true: it counts
+  // towards turning speculation off).
+  void roll_back(bool updates_again) {
+    restore_all();
+    report_.rolled_back = true;
+    record(updates_again);
   }
   // Undone without counting (the states are read or written between steps; the plan changed the
-  // gradients after they landed).
+  // gradients after they landed; a step failed before its end).
   void cancel() {
-    finish();
-    for (std::size_t l = 0; l < updated_.size(); ++l)
-      if (std::exchange(updated_[l], 0) != 0) layers_.restore(l, snapshot(l));
+    if (!active()) return;
+    close();
+    worker_.join();
+    failure_ = nullptr; // what failed is undone with the rest
+    restore_all();
     report_.layers = 0;
   }
-  // Off for good, saying why (the caller's reason, or frequent rollbacks).
+  // Off for good, saying why.
   void turn_off(std::string why) {
     cancel();
     if (on()) report_.why_off = std::move(why);
@@ -175,6 +181,11 @@ class SpeculativeUpdate {
   }
 
  private:
+  void restore_all() {
+    for (std::size_t l = 0; l < updated_.size(); ++l)
+      if (std::exchange(updated_[l], 0) != 0) layers_.restore(l, snapshot(l));
+  }
+
   View<std::byte> snapshot(std::size_t l) {
     return {snapshots_.data() + offsets_[l], offsets_[l + 1] - offsets_[l]};
   }
@@ -211,12 +222,13 @@ class SpeculativeUpdate {
     }
   }
 
-  void record(bool rolled_back) {
-    report_.rolled_back = rolled_back;
-    recent_ = (recent_ << 1) | std::bitset<window>(rolled_back ? 1 : 0);
-    if (recent_.count() >= rollbacks_that_turn_it_off && on()) {
+  // One more speculative step that was updated again (`twice`) or not.
+  void record(bool twice) {
+    recent_ = (recent_ << 1) | std::bitset<window>(twice ? 1 : 0);
+    if (recent_.count() >= updated_twice_that_turn_it_off && on()) {
       report_.why_off = std::to_string(recent_.count()) + " of the last " + std::to_string(window) +
-                        " speculative steps were rolled back (skipped or clipped)";
+                        " speculative steps were updated twice (clipped, or their update changed "
+                        "after backward began)";
       report_.off = true;
     }
   }
@@ -233,7 +245,7 @@ class SpeculativeUpdate {
   std::deque<std::size_t> queue_;
   bool closed_ = false;
   std::exception_ptr failure_; // the worker's, read after the join
-  std::bitset<window> recent_; // the last speculative steps: 1 rolled back
+  std::bitset<window> recent_; // the last speculative steps: 1 updated twice
   SpeculationReport report_;
   std::thread worker_;
 };

@@ -83,6 +83,10 @@ struct AdamUpdate {
     param = param + simd::div(V(neg_step_size) * exp_avg, denom);
   }
 };
+// same_bits() compares every member: nine floats and a flag (padded to a tenth float). A member
+// added to the update is added there too, or a speculative update would ignore it.
+static_assert(sizeof(AdamUpdate) == 10 * sizeof(float),
+              "zero: AdamUpdate::same_bits lists every member");
 
 enum class AdamWeightDecay { l2, decoupled };
 

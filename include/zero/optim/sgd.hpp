@@ -77,6 +77,11 @@ struct SgdUpdate {
     return grad;
   }
 };
+// same_bits() compares every member: four floats and three flags (padded to a fifth float). A
+// member added to the update is added there too, or a speculative update would ignore it.
+static_assert(sizeof(SgdUpdate<0>) == 5 * sizeof(float) &&
+                  sizeof(SgdUpdate<1>) == 5 * sizeof(float),
+              "zero: SgdUpdate::same_bits lists every member");
 
 template <std::size_t StateTensors>
 class BasicSGD : public detail::OptimizerBase<BasicSGD<StateTensors>, SGDOptions> {
