@@ -14,7 +14,8 @@
 
 namespace zero::detail {
 
-inline void copy_bytes(void* dst, const void* src, std::size_t n, bool streaming) noexcept {
+inline void copy_bytes(void* dst, const void* src, std::size_t n,
+                       [[maybe_unused]] bool streaming) noexcept {
   if (n == 0 || dst == src) return;
 #if defined(__AVX512F__) || defined(__AVX__)
   if (streaming && n >= 4096) {

@@ -396,7 +396,8 @@ class OffloadedOptimizerStore {
     return Layers{[each_block](std::size_t l, View<std::byte> snapshot) {
                     each_block(l, [&](View<std::byte> block, std::size_t at) {
                       copy_bytes_in_parallel(View<const std::byte>(block.data(), block.size()),
-                                             snapshot.subview(at, block.size()));
+                                             snapshot.subview(at, block.size()),
+                                             /*streaming=*/true);
                     });
                   },
                   [each_block](std::size_t l, View<const std::byte> snapshot) {

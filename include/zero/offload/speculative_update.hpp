@@ -21,6 +21,7 @@
 #include "zero/core/error.hpp"
 #include "zero/core/memory_space.hpp"
 #include "zero/core/parallel.hpp"
+#include "zero/core/stream_copy.hpp"
 #include "zero/core/view.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/optim/optimizer.hpp"
@@ -32,7 +33,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -52,10 +52,14 @@ concept ComparableUpdate = ElementwiseUpdate<U> && requires(const U& a, const U&
   { a.same_bits(b) } -> std::same_as<bool>;
 };
 
-// Copies `from` into `to` on the host's threads (same size).
-inline void copy_bytes_in_parallel(View<const std::byte> from, View<std::byte> to) {
+// Copies `from` into `to` on the host's threads (same size); `streaming`: with stores that bypass
+// the cache (core/stream_copy.hpp), for a destination nobody reads soon (a snapshot), which then
+// costs no read-for-ownership.
+inline void copy_bytes_in_parallel(View<const std::byte> from, View<std::byte> to,
+                                   bool streaming = false) {
   detail::parallel_ranges(from.size(), [&](std::size_t begin, std::size_t end, int) noexcept {
-    if (end > begin) std::memcpy(to.data() + begin, from.data() + begin, end - begin);
+    if (end > begin)
+      detail::copy_bytes(to.data() + begin, from.data() + begin, end - begin, streaming);
   });
 }
 
