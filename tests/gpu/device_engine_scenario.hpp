@@ -66,6 +66,9 @@ struct Scenario {
   std::int64_t delayed_after = -1;
   // EngineOptions::speculative_update (the device engine's: the host engine's run never has it).
   bool speculative = false;
+  // EngineOptions::offload_ratio (the device engine's: the host engine's run updates all on the
+  // CPU).
+  double offload_ratio = 1.0;
   // The host engine's run only: from the step after this one on, each step's gradients are those
   // of the weights read one step earlier, as under a delayed parameter update (-1: never).
   int gradients_lag_after = -1;
@@ -102,6 +105,7 @@ struct Outcome {
   std::vector<bool> applied;
   std::vector<std::size_t> offloaded_in_backward;   // StepResult::offload.gradients_in_backward
   std::vector<zero::SpeculationReport> speculation; // StepResult::offload.speculation
+  std::vector<zero::SplitReport> split;             // StepResult::offload.split
 };
 
 inline zero::EngineOptions options_for(const Scenario& run) {
@@ -115,6 +119,7 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.prefetch_elements = 3000;
   options.delayed_parameter_update_after = run.delayed_after;
   options.speculative_update = run.speculative;
+  options.offload_ratio = run.offload_ratio;
   options.master = run.master;
   if (run.eight_bit_moments) {
     options.moments = zero::MomentStorage::blockwise_8bit;
@@ -169,7 +174,8 @@ inline zero::Adam adam() {
 template <class Plan, class T, class Opt = zero::Adam>
 HostEngine<Plan, T, Opt> host_engine(const Scenario& run) {
   zero::EngineOptions options = options_for(run);
-  options.speculative_update = false; // ZeRO-Offload's: the reference steps without it
+  options.speculative_update = false; // ZeRO-Offload's: the reference steps without them
+  options.offload_ratio = 1;
   return HostEngine<Plan, T, Opt>(world(), model(), make_optimizer<Opt>(), zero::StaticLossScaler{},
                                   options);
 }
@@ -181,6 +187,7 @@ void record_step(EngineType& engine, Outcome& outcome) {
   outcome.applied.push_back(result.applied);
   outcome.offloaded_in_backward.push_back(result.offload.gradients_in_backward);
   outcome.speculation.push_back(result.offload.speculation);
+  outcome.split.push_back(result.offload.split);
 }
 
 // Steps `first` to `first + count - 1` of the scenario.

@@ -349,6 +349,175 @@ TEST(Offload, SpeculationIsRefusedWhereItCannotRun) {
   }
 }
 
+// The CPU/GPU split (offload_ratio): the host updates its share of each layer's block, the device
+// the rest, in device memory, in the same step: the host engine's bits. Each applied step reports
+// both sides' times, the host's share and a ratio between 0 and 1; a skipped one reports nothing.
+template <class Plan, class Where = Offloaded>
+void expect_split_gives_the_host_engines_bits(StagedSetup& s, const Scenario& run,
+                                              const std::string& what) {
+  SCOPED_TRACE(what);
+  const Outcome host = train_on_host<Plan, zero::bfloat16>(run);
+  const Outcome device = train_on_device<Plan, zero::bfloat16, Where>(s, run);
+  expect_same_norms(device, host, what);
+  expect_same_weights(device, host, what);
+  for (std::size_t k = 0; k < host.applied.size(); ++k) {
+    const zero::SplitReport& r = device.split[k];
+    const std::string at = what + ": step " + std::to_string(k);
+    if (!host.applied[k]) {
+      EXPECT_EQ(r.host_share, 0) << at << " was skipped";
+      continue;
+    }
+    // The cuts fall on multiples of 16 elements: within a tenth on this model's small blocks.
+    EXPECT_NEAR(r.host_share, run.offload_ratio, 0.1) << at;
+    EXPECT_GT(r.host_seconds, 0) << at;
+    EXPECT_GT(r.device_seconds, 0) << at;
+    EXPECT_GT(r.suggested_ratio, 0) << at;
+    EXPECT_LT(r.suggested_ratio, 1) << at;
+  }
+}
+
+// Every stage with micro-steps, an overflow and clipping; speculation over the host's share (kept
+// and rolled back); pinned memory; the compute stream deferred through the step (the twin).
+TEST(Offload, SplitStepGivesTheHostEnginesBits) {
+  StagedSetup s;
+  const Scenario run{.dtype = DType::bfloat16,
+                     .accumulation = 2,
+                     .clipping = 0.05,
+                     .overflow_step = 1,
+                     .offload_ratio = 0.5};
+  expect_split_gives_the_host_engines_bits<zero::Stage<0>>(s, run, "half, stage 0");
+  expect_split_gives_the_host_engines_bits<zero::Stage<1>>(s, run, "half, stage 1");
+  expect_split_gives_the_host_engines_bits<zero::Stage<2>>(s, run, "half, stage 2");
+  expect_split_gives_the_host_engines_bits<zero::Stage<3>>(s, run, "half, stage 3");
+  Scenario speculative = run;
+  speculative.clipping = 0;
+  speculative.speculative = true;
+  speculative.offload_ratio = 0.3;
+  expect_split_gives_the_host_engines_bits<zero::Stage<3>, OffloadedPinned>(
+      s, speculative, "0.3, speculative, pinned, stage 3");
+  speculative.clipping = 0.05;
+  expect_split_gives_the_host_engines_bits<zero::Stage<2>>(s, speculative,
+                                                           "0.3, speculative, clipped, stage 2");
+#if ZERO_TEST_TWIN
+  constexpr std::size_t everything = 1 << 20;
+  expect_split_gives_the_host_engines_bits<zero::Stage<1>>(s,
+                                                           {.dtype = DType::bfloat16,
+                                                            .bucket = everything,
+                                                            .persistence = everything,
+                                                            .held = true,
+                                                            .offload_ratio = 0.8},
+                                                           "0.8, held, stage 1");
+#endif
+}
+
+// The device's share is read and written with the host store's states: get_layer between steps,
+// a checkpoint saved by a split engine and loaded by the host engine (the moments too: the step
+// after loading gives its bits), and one loaded by a split engine of another stage and ratio.
+TEST(Offload, SplitStatesCheckpointAsTheHostEngines) {
+  StagedSetup s;
+  SharedDir dir("zero-offload-split-");
+  const Scenario run{.dtype = DType::bfloat16, .offload_ratio = 0.5};
+  const Outcome after_two =
+      train_on_host<zero::Stage<1>, zero::bfloat16>({.dtype = DType::bfloat16, .steps = 2});
+  const Outcome after_three =
+      train_on_host<zero::Stage<1>, zero::bfloat16>({.dtype = DType::bfloat16, .steps = 3});
+  DeviceEngine<zero::Stage<1>, zero::bfloat16, Offloaded> saved(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
+  set_weights(saved);
+  EXPECT_GT(saved.memory().optimizer_on_device, 0u);
+  Outcome ignored;
+  device_steps<zero::bfloat16>(s, saved, run, 0, 2, ignored);
+  saved.save_checkpoint(dir.path, "split");
+  expect_same_weights(finish(saved, {}), after_two, "read between steps");
+
+  // Each takes the third step from the checkpoint: an uninterrupted run's bits, moments included.
+  auto host = host_engine<zero::Stage<1>, zero::bfloat16>(run);
+  host.load_checkpoint(dir.path, "split");
+  Outcome on_host;
+  host_steps<zero::bfloat16>(host, run, 2, 1, on_host);
+  expect_same_weights(finish(host, {}), after_three, "the host engine, a step after loading");
+  Scenario other = run;
+  other.offload_ratio = 0.3;
+  DeviceEngine<zero::Stage<3>, zero::bfloat16, Offloaded> loaded(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(other), s.compute());
+  loaded.load_checkpoint(dir.path, "split");
+  Outcome on_device;
+  device_steps<zero::bfloat16>(s, loaded, other, 2, 1, on_device);
+  expect_same_weights(finish(loaded, {}), after_three,
+                      "a split stage 3 engine, a step after loading");
+}
+
+// What the split cannot do is refused when the engine is built, naming the option: without
+// offloaded states, with LAMB, with 8-bit moments or split masters, with the delayed update, on
+// the NVMe tier, and a ratio outside (0, 1]; a config's offload_optimizer.ratio asks for it at
+// stage 3.
+TEST(Offload, SplitIsRefusedWhereItCannotRun) {
+  StagedSetup s;
+  const auto refused = [&](auto build, const std::string& expected, const std::string& what) {
+    try {
+      build();
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  const zero::EngineOptions options = options_for({.dtype = DType::bfloat16, .offload_ratio = 0.5});
+  refused(
+      [&] {
+        DeviceEngine<zero::Stage<2>, zero::bfloat16> engine(
+            world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+      },
+      "this placement does not offload them", "states in device memory");
+  refused(
+      [&] {
+        DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded, zero::Lamb> engine(
+            world(), s.comm, model(), make_optimizer<zero::Lamb>(), zero::StaticLossScaler{},
+            options, s.compute());
+      },
+      "offload_ratio below 1: LAMB's trust ratios", "LAMB");
+  for (const bool eight_bit : {true, false}) {
+    zero::EngineOptions compressed = options;
+    if (eight_bit)
+      compressed.moments = zero::MomentStorage::blockwise_8bit;
+    else
+      compressed.master = zero::MasterStorage::split_8bit;
+    refused(
+        [&] {
+          DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
+              world(), s.comm, model(), adam(), zero::StaticLossScaler{}, compressed, s.compute());
+        },
+        "the cut would fall inside their blocks", eight_bit ? "8-bit moments" : "split masters");
+  }
+  for (const double ratio : {0.0, 1.5, std::nan("")}) {
+    zero::EngineOptions bad = options;
+    bad.offload_ratio = ratio;
+    refused([&] { bad.validate(); }, "offload_ratio (offload_optimizer.ratio)",
+            "ratio " + std::to_string(ratio));
+  }
+  zero::EngineOptions delayed = options;
+  delayed.delayed_parameter_update_after = 2;
+  refused([&] { delayed.validate(); }, "offload_ratio below 1 updates part of each layer",
+          "delayed update");
+#if ZERO_TEST_NVME
+  SharedDir swap("zero-offload-split-nvme-");
+  zero::EngineOptions on_nvme =
+      options_for({.dtype = DType::bfloat16, .nvme_path = swap.path, .offload_ratio = 0.5});
+  refused(
+      [&] {
+        DeviceEngine<
+            zero::Stage<2>, zero::bfloat16,
+            zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>>
+            engine(world(), s.comm, model(), adam(), zero::StaticLossScaler{}, on_nvme,
+                   s.compute());
+      },
+      "on the NVMe tier it is not built", "NVMe");
+#endif
+  const zero::config::Config config = zero::config::from_json_string(R"({"zero_optimization":
+      {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.4}}})");
+  EXPECT_EQ(zero::EngineOptions::from_config(config).offload_ratio, 0.4);
+}
+
 // LAMB's three passes run on the host over the staged gradients, its per-parameter sums combined
 // over the host communicator.
 TEST(Offload, LambGivesTheHostEnginesBits) {

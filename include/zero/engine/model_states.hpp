@@ -177,6 +177,13 @@ class ModelStates {
                            "during the device's backward; it needs the optimizer states offloaded "
                            "from a device (docs/zero-offload.md)");
     }
+    if (options.offload_ratio < 1) {
+      if constexpr (!offloaded)
+        fail_on_every_rank(ErrorKind::unsupported,
+                           "offload_ratio below 1 splits the update of offloaded optimizer states "
+                           "between the CPU and the GPU; this placement does not offload them "
+                           "from a device (docs/zero-offload.md)");
+    }
     if (options.delayed_parameter_update_after >= 0) {
       if constexpr (!offloaded)
         fail(ErrorKind::unsupported,
@@ -362,6 +369,8 @@ class ModelStates {
     m.master_weights = optimizer_.master_bytes();
     m.optimizer_states = optimizer_.state_bytes();
     m.buffers = gradients_.buffer_bytes() + parameters_.buffer_bytes() + optimizer_.buffer_bytes();
+    if constexpr (requires { optimizer_.device_share_bytes(); })
+      m.optimizer_on_device = optimizer_.device_share_bytes();
     m.parameters_tier = detail::place_name<typename Where::parameters>();
     m.gradients_tier = detail::place_name<typename Where::gradients>();
     m.optimizer_tier = detail::place_name<typename Where::optimizer_states>();

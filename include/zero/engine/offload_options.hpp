@@ -66,12 +66,6 @@ struct NvmeOptions {
     o.parameters.max_in_cpu = static_cast<std::size_t>(z.offload_param.max_in_cpu);
     o.pin_memory = z.offload_optimizer.pin_memory || z.offload_param.pin_memory;
     o.aio = AioOptions::from_config(c);
-    if (z.offload_optimizer.ratio < 1.0)
-      fail(ErrorKind::unsupported,
-           "zero_optimization.offload_optimizer.ratio = " +
-               std::to_string(z.offload_optimizer.ratio) +
-               ": a ratio below 1 splits the update between the GPU and the CPU (ZeRO-Offload++); "
-               "the host engine runs all of it on the CPU, so only 1 is meaningful");
     o.validate();
     return o;
   }

@@ -192,10 +192,19 @@ requires HostAccessibleSpace<typename K::space> ||
     if constexpr (can_quantize)
       if (blockwise_)
         return blockwise_->step(update, l, master_->block(l), grad, grad_multiplier, out);
-    std::array<View<float, Space>, states> moments;
-    for (std::size_t k = 0; k < states; ++k)
-      moments[k] = states_[k].block(l);
-    fused_step(exec_, update, master_->block(l), moments, grad, grad_multiplier, out);
+    fused_part(update, grad_multiplier, l, Range{0, master_->block(l).size()}, grad, out);
+  }
+  // Positions `part` of layer l's block only, `grad` and `out` being that part's: ZeRO-Offload's
+  // CPU/GPU split updates the rest on the device (offload/device_share.hpp). fp32 master weights
+  // and moments only (a part of 8-bit moments would cut their quantization blocks).
+  template <ElementwiseUpdate U, class G, class GradSpace, class Out, class OutSpace>
+  void update_part(const U& update, float grad_multiplier, std::size_t l, Range part,
+                   View<G, GradSpace> grad, View<Out, OutSpace> out) {
+    bool fp32 = master_.has_value();
+    if constexpr (can_quantize) fp32 = fp32 && !blockwise_;
+    require(fp32, "engine: a part of a layer's update needs fp32 master weights and moments",
+            ErrorKind::unsupported);
+    fused_part(update, grad_multiplier, l, part, grad, out);
   }
 
   // f(bytes) with each buffer of layer l's states as this store keeps them (master weights or
@@ -338,6 +347,17 @@ requires HostAccessibleSpace<typename K::space> ||
       });
     }
     return values;
+  }
+
+  // Positions `part` of layer l's fp32 master weights and moments, updated from `grad`.
+  template <ElementwiseUpdate U, class G, class GradSpace, class Out, class OutSpace>
+  void fused_part(const U& update, float grad_multiplier, std::size_t l, Range part,
+                  View<G, GradSpace> grad, View<Out, OutSpace> out) {
+    std::array<View<float, Space>, states> moments;
+    for (std::size_t k = 0; k < states; ++k)
+      moments[k] = states_[k].block(l).subview(part.begin, part.size());
+    fused_step(exec_, update, master_->block(l).subview(part.begin, part.size()), moments, grad,
+               grad_multiplier, out);
   }
 
   const Tensor& tensor(std::size_t t) const { return t == 0 ? *master_ : states_[t - 1]; }

@@ -137,6 +137,12 @@ struct EngineOptions {
   // the optimizer states offloaded to host memory and an element-wise optimizer; not with the
   // delayed update or weigh_by_samples (whose factor is known only at the step).
   bool speculative_update = false;
+  // ZeRO-Offload's CPU/GPU split (a config's offload_optimizer.ratio, ZeRO-Offload++'s Twin-Flow):
+  // the share of each layer's block that the CPU updates; the rest of the master weights and
+  // moments stays in device memory and is updated there, at the same time. In (0, 1]; 1 (the
+  // default) updates everything on the CPU. Below 1 it needs the optimizer states offloaded to
+  // host memory, fp32 master weights and moments, and an element-wise optimizer.
+  double offload_ratio = 1.0;
   // Adam's and AdamW's moments in fp32 or in 8 bits (the optimizer's "moment_bits" in a config;
   // not a DeepSpeed setting). With 8 bits the layout puts every rank's block of a layer on a
   // multiple of 2048 elements, so that every stage quantizes the same blocks; layers of fewer
@@ -167,7 +173,7 @@ struct EngineOptions {
 
   // The settings every rank must share, by name: they decide which collectives the engine makes
   // (and the weights), so ranks given different ones would hang or diverge.
-  std::array<std::pair<const char*, std::uint64_t>, 27> shared_settings() const {
+  std::array<std::pair<const char*, std::uint64_t>, 28> shared_settings() const {
     return {{{"compute_dtype", std::uint64_t(compute_dtype)},
              {"reduce_dtype", std::uint64_t(reduction_dtype())},
              {"reduce_bucket_elements", reduce_bucket_elements},
@@ -190,6 +196,7 @@ struct EngineOptions {
              {"max_consecutive_skipped_steps", std::uint64_t(max_consecutive_skipped_steps)},
              {"delayed_parameter_update_after", std::uint64_t(delayed_parameter_update_after)},
              {"speculative_update", std::uint64_t(speculative_update)},
+             {"offload_ratio", std::bit_cast<std::uint64_t>(offload_ratio)},
              {"offload_optimizer", std::uint64_t(offload_optimizer)},
              {"offload_param", std::uint64_t(offload_param)},
              {"moments", std::uint64_t(moments)},
@@ -216,6 +223,17 @@ struct EngineOptions {
     require(!speculative_update || !weigh_by_samples,
             "engine: speculative_update needs the gradient multiplier before the step; with "
             "weigh_by_samples it is known only there (the ranks' samples are summed by the step)",
+            ErrorKind::unsupported);
+    require(
+        offload_ratio > 0 && offload_ratio <= 1,
+        "engine: offload_ratio (offload_optimizer.ratio) is the share of the optimizer's update "
+        "run on the CPU: a number in (0, 1], not " +
+            std::to_string(offload_ratio) +
+            " (with none of it on the CPU, keep the optimizer states in device memory: the "
+            "device placement)");
+    require(offload_ratio == 1 || delayed_parameter_update_after < 0,
+            "engine: offload_ratio below 1 updates part of each layer on the device at the step, "
+            "delayed_parameter_update_after updates the rest a step later: choose one",
             ErrorKind::unsupported);
     require(reduce_bucket_elements >= 1, "engine: reduce_bucket_elements must be at least 1");
     require(allgather_bucket_elements >= 1, "engine: allgather_bucket_elements must be at least 1");
@@ -268,6 +286,7 @@ struct EngineOptions {
     o.offload_optimizer = c.zero_optimization.offload_optimizer.device;
     o.offload_param = c.zero_optimization.offload_param.device;
     o.speculative_update = c.zero_optimization.offload_optimizer.super_offload;
+    o.offload_ratio = c.zero_optimization.offload_optimizer.ratio;
     o.nvme = NvmeOptions::from_config(c);
     if (c.optimizer && c.optimizer->moment_bits == 8) o.moments = MomentStorage::blockwise_8bit;
     if (c.optimizer && c.optimizer->master_residual_bits != 0)

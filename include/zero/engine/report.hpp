@@ -31,6 +31,9 @@ struct MemoryReport {
   StateBytes master_weights;   // fp32
   StateBytes optimizer_states; // fp32 moments
   std::size_t buffers = 0;
+  // ZeRO-Offload's CPU/GPU split: the master weights and moments of the device's share, in device
+  // memory (the host keeps room for all of them, counted above).
+  std::size_t optimizer_on_device = 0;
   // Where each kind lives, as the placement says: "host", "pinned_host" or "nvme".
   const char* parameters_tier = "host";
   const char* gradients_tier = "host";
@@ -43,12 +46,12 @@ struct MemoryReport {
   }
   std::size_t in_memory() const noexcept {
     return parameters.memory + gradients.memory + master_weights.memory + optimizer_states.memory +
-           buffers;
+           buffers + optimizer_on_device;
   }
   std::size_t on_nvme() const noexcept {
     return parameters.nvme + gradients.nvme + master_weights.nvme + optimizer_states.nvme;
   }
-  std::size_t total() const noexcept { return model_states() + buffers; }
+  std::size_t total() const noexcept { return model_states() + buffers + optimizer_on_device; }
 };
 
 // Where step() spent its time on this rank.
@@ -69,12 +72,22 @@ struct SpeculationReport {
   std::string why_off;      // why, once off
 };
 
+// What ZeRO-Offload's CPU/GPU split did in a step (EngineOptions::offload_ratio below 1): both
+// sides timed from the start of the update; zeros without the split and in a skipped step.
+struct SplitReport {
+  double host_share = 0;      // of the elements this rank updates, the share the host updated
+  double host_seconds = 0;    // until the host's last layer was updated and sent back
+  double device_seconds = 0;  // until the device's last kernel of the update had run
+  double suggested_ratio = 0; // the share at which both sides would have ended together
+};
+
 // What ZeRO-Offload's store did in a step.
 struct OffloadStepReport {
   // The layers whose reduced gradient left for the host during backward, before step() (the others
   // left in it); zero in a skipped step.
   std::size_t gradients_in_backward = 0;
   SpeculationReport speculation;
+  SplitReport split;
 };
 
 struct StepResult {

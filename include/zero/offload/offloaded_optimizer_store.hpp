@@ -22,6 +22,9 @@
 // block has arrived, with the update the step will make unless it is skipped or clipped; the step
 // keeps those updates when its own update and multiplier are the same bits, and otherwise undoes
 // them from their snapshots and runs as above.
+// With a ratio below 1 (EngineOptions::offload_ratio, offload/device_share.hpp) the host updates
+// only its share of each layer's block, which alone goes through the staging; the rest is updated
+// in device memory by the device's step, queued at the start of step 2.
 // The update is the host store's own, so the weights are the host engine's bits given the same
 // reduced gradients. The copies and their staging are offload/offload_staging.hpp's.
 //
@@ -45,6 +48,7 @@
 #include "zero/engine/optimizer_store.hpp"
 #include "zero/engine/options.hpp"
 #include "zero/engine/report.hpp"
+#include "zero/offload/device_share.hpp"
 #include "zero/offload/offload_staging.hpp"
 #include "zero/offload/speculative_update.hpp"
 #include "zero/optim/optimizer.hpp"
@@ -92,6 +96,8 @@ class OffloadedOptimizerStore {
   using HostSpace =
       std::conditional_t<HostAccessibleSpace<typename K::space>, typename K::space, host>;
   static constexpr bool can_speculate = detail::SpeculatingStore<Inner>;
+  // Where the update can be split with the device: the same stores (element-wise, in memory).
+  static constexpr bool can_share = detail::SpeculatingStore<Inner>;
 
  public:
   // `control`: a host communicator of the shard group (the states are host memory, which a
@@ -100,8 +106,8 @@ class OffloadedOptimizerStore {
   OffloadedOptimizerStore(Comm& control, const ModelLayout& model, const EngineOptions& options,
                           Exec exec)
       : inner_(control, model, options, HostThreads{}), exec_(exec),
-        staging_(block_sizes(model), options.reduced_gradient_dtype(), options.compute_dtype,
-                 options.master != MasterStorage::fp32, exec),
+        staging_(host_blocks(model, options), options.reduced_gradient_dtype(),
+                 options.compute_dtype, options.master != MasterStorage::fp32, exec),
         delay_after_(options.delayed_parameter_update_after), writes_copy_(model.layers(), 0) {
     // Split masters: the staged weights are the compute copy last sent to the device, which the
     // host's step reads as the masters' high parts (the device's copy is never read back).
@@ -112,6 +118,7 @@ class OffloadedOptimizerStore {
             return handed_out(staging_.template weights<bfloat16>(l));
           return handed_out(staging_.template weights<half>(l));
         });
+    if (options.offload_ratio < 1) share(model, options);
     if (options.speculative_update) {
       if constexpr (can_speculate)
         speculation_.emplace(snapshot_bytes(options), speculation_layers(options));
@@ -131,12 +138,14 @@ class OffloadedOptimizerStore {
   OffloadedOptimizerStore& operator=(const OffloadedOptimizerStore&) = delete;
 
   void set_layer(std::size_t l, View<const float> values) {
-    cancel_speculation();
+    read_as_they_stand();
     inner_.set_layer(l, values);
+    if constexpr (can_share)
+      if (share_) share_->upload(inner_, l);
   }
   template <class Comm>
   std::vector<float> layer(Comm& control, std::size_t l) {
-    cancel_speculation();
+    read_as_they_stand();
     return inner_.layer(control, l);
   }
 
@@ -149,16 +158,39 @@ class OffloadedOptimizerStore {
       delayed_step(update, grad_multiplier, grads, out, done);
       return;
     }
-    if (!speculated_step(update, grad_multiplier, grads, out, done))
-      staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
-        inner_.step(update, grad_multiplier, host_grads, host_out, host_done);
+    using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
+    using T = typename decltype(out(std::size_t{}))::value_type;
+    staging_.template require_types<G, T>();
+    auto host_grads = host_part(grads);
+    auto host_out = host_part(out);
+    staging_.stage(host_grads);
+    if (share_) share_->update(update, grad_multiplier, grads, out); // while the host updates
+    if (!speculated_step(update, grad_multiplier, host_grads, host_out, done))
+      staged_step(host_grads, host_out, done, [&](auto& staged, auto& into, auto& host_done) {
+        if constexpr (can_share)
+          if (share_) {
+            for (std::size_t l = 0; l < staging_.layers(); ++l) {
+              update_host(update, grad_multiplier, l, staged(l), into(l));
+              host_done(l);
+            }
+            return;
+          }
+        inner_.step(update, grad_multiplier, staged, into, host_done);
       });
+    if (share_) {
+      split_ = share_->finish();
+      share_->stepped();
+    }
     ++updates_;
   }
   // A TrustRatioUpdate (LAMB): Inner combines its per-parameter sums over `control`.
   template <class Comm, TrustRatioUpdate U, class Grads, class Out, class Done>
   void step(Comm& control, const U& update, float grad_multiplier, Grads&& grads, Out&& out,
             Done&& done) {
+    using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
+    using T = typename decltype(out(std::size_t{}))::value_type;
+    staging_.template require_types<G, T>();
+    staging_.stage(grads);
     staged_step(grads, out, done, [&](auto& host_grads, auto& host_out, auto& host_done) {
       inner_.step(control, update, grad_multiplier, host_grads, host_out, host_done);
     });
@@ -173,7 +205,7 @@ class OffloadedOptimizerStore {
   template <class G, class Memory>
   void gradient_reduced(std::size_t l, View<const G, Memory> block) {
     if (pending_.valid()) return;
-    staging_.send_early(l, block);
+    staging_.send_early(l, share_ ? block.first(share_->cut(l)) : block);
     if constexpr (can_speculate)
       if (speculation_ && speculation_->active()) speculation_->landed(l);
   }
@@ -198,7 +230,7 @@ class OffloadedOptimizerStore {
         } catch (...) {
           failure = std::current_exception();
         }
-    report_ = {staging_.end_step(), speculation_report()};
+    report_ = {staging_.end_step(), speculation_report(), std::exchange(split_, {})};
     if constexpr (can_speculate)
       if (speculation_) speculation_->end_step();
     if (failure) std::rethrow_exception(failure);
@@ -245,13 +277,17 @@ class OffloadedOptimizerStore {
   int kept_rank() const noexcept { return inner_.kept_rank(); }
   template <class F>
   void read_states(F&& f) { // not const: the NVMe tier's reads go through its bounce buffers
-    cancel_speculation();
+    read_as_they_stand();
     inner_.read_states(std::forward<F>(f));
   }
   template <class F>
   void write_states(F&& f) {
-    cancel_speculation();
+    read_as_they_stand(); // what f leaves alone stays as it is
     inner_.write_states(std::forward<F>(f));
+    if constexpr (can_share)
+      if (share_)
+        for (std::size_t l = 0; l < staging_.layers(); ++l)
+          share_->upload(inner_, l);
   }
   std::size_t state_record_bytes() const noexcept requires requires(const Inner& inner) {
     inner.state_record_bytes();
@@ -261,6 +297,8 @@ class OffloadedOptimizerStore {
   StateBytes master_bytes() const noexcept { return inner_.master_bytes(); }
   StateBytes state_bytes() const noexcept { return inner_.state_bytes(); }
   IoStats nvme_traffic() const { return inner_.nvme_traffic(); }
+  // ZeRO-Offload's CPU/GPU split: the device's share of the master weights and moments.
+  std::size_t device_share_bytes() const noexcept { return share_ ? share_->bytes() : 0; }
   // The host store's, the staging, and the speculative update's snapshots.
   std::size_t buffer_bytes() const noexcept {
     std::size_t snapshots = 0;
@@ -278,6 +316,54 @@ class OffloadedOptimizerStore {
     return blocks;
   }
 
+  // The elements of each layer the host updates: all of them, or its share (offload_ratio).
+  static std::vector<std::size_t> host_blocks(const ModelLayout& model,
+                                              const EngineOptions& options) {
+    if (options.offload_ratio < 1)
+      return DeviceShare<Exec>::host_part(block_sizes(model), options.offload_ratio);
+    return block_sizes(model);
+  }
+  // The rest of each block kept and updated in device memory, where the store can split.
+  void share(const ModelLayout& model, const EngineOptions& options) {
+    if constexpr (can_share) {
+      if (options.moments != MomentStorage::fp32 || options.master != MasterStorage::fp32)
+        fail_on_every_rank(ErrorKind::unsupported,
+                           "offload_ratio below 1 splits each layer's block between the CPU and "
+                           "the GPU; with 8-bit moments or split master weights the cut would fall "
+                           "inside their blocks: keep fp32 master weights and moments, or a ratio "
+                           "of 1");
+      share_.emplace(block_sizes(model), options.offload_ratio,
+                     1 + Inner::update_type::state_tensors, exec_);
+    } else if constexpr (requires { typename Inner::update_type; }) {
+      fail_on_every_rank(ErrorKind::unsupported,
+                         "offload_ratio below 1: LAMB's trust ratios need norms over whole "
+                         "parameters; the CPU/GPU split is built for element-wise optimizers "
+                         "(Adam, AdamW, SGD)");
+    } else {
+      fail_on_every_rank(ErrorKind::unsupported,
+                         "offload_ratio below 1 keeps part of the states in device memory beside "
+                         "host memory; on the NVMe tier it is not built: keep them in host memory, "
+                         "or a ratio of 1");
+    }
+  }
+  // grads or out restricted to the host's share of each block (empty views stay empty).
+  template <class F>
+  auto host_part(F& f) {
+    return [this, &f](std::size_t l) {
+      const auto whole = f(l);
+      return share_ && !whole.empty() ? whole.first(share_->cut(l)) : whole;
+    };
+  }
+  // Layer l's host update: all of its block, or the host's share.
+  template <class U, class G, class GradSpace, class T, class OutSpace>
+  void update_host(const U& update, float grad_multiplier, std::size_t l, View<G, GradSpace> grad,
+                   View<T, OutSpace> out) {
+    if constexpr (can_share)
+      if (share_)
+        return inner_.update_part(update, grad_multiplier, l, Range{0, share_->cut(l)}, grad, out);
+    inner_.update_layer(update, grad_multiplier, l, grad, out);
+  }
+
   // Every layer's staged compute copy sent, done(l) in layer order.
   template <class T, class Out, class Done>
   void send_all(Out& out, Done& done) {
@@ -287,14 +373,12 @@ class OffloadedOptimizerStore {
     staging_.hand_on(done, sent);
   }
 
-  // The step: the gradients staged, Inner's step run over them (by `run`), each layer's compute
-  // copy sent as its update completes.
+  // The step, once the gradients were staged: Inner's update run over them (by `run`), each
+  // layer's compute copy sent as its update completes.
   template <class Grads, class Out, class Done, class Run>
   void staged_step(Grads& grads, Out& out, Done& done, Run&& run) {
     using G = std::remove_const_t<typename decltype(grads(std::size_t{}))::value_type>;
     using T = typename decltype(out(std::size_t{}))::value_type;
-    staging_.template require_types<G, T>();
-    staging_.stage(grads);
     std::vector<char> arrived(staging_.layers(), 0);
     auto host_grads = [&](std::size_t l) {
       if (arrived.at(l) == 0) {
@@ -312,7 +396,8 @@ class OffloadedOptimizerStore {
     staging_.hand_on(done, sent);
   }
 
-  // The speculative step: when this step's update and multiplier are the speculated ones, the
+  // The speculative step, once the gradients were staged: when this step's update and multiplier
+  // are the speculated ones, the
   // layers updated during backward stand, the others are updated now, and every layer's compute
   // copy is sent; true then. Otherwise whatever was speculated is undone, and the caller steps.
   template <class U, class Grads, class Out, class Done>
@@ -329,7 +414,6 @@ class OffloadedOptimizerStore {
         speculation_->roll_back(true);
         return false;
       }
-      staging_.stage(grads);
       for (std::size_t l = 0; l < staging_.layers(); ++l)
         if (!speculation_->updated(l)) {
           staging_.arrived(l);
@@ -346,16 +430,19 @@ class OffloadedOptimizerStore {
   // Layer l's update over its staged gradient, into its staged compute copy.
   template <class G, class T, class U>
   void update_staged(const U& update, float grad_multiplier, std::size_t l) {
-    inner_.update_layer(update, grad_multiplier, l,
-                        View<const G, HostSpace>(staging_.template gradients<G>(l)),
-                        staging_.template weights<T>(l));
+    update_host(update, grad_multiplier, l,
+                View<const G, HostSpace>(staging_.template gradients<G>(l)),
+                staging_.template weights<T>(l));
   }
 
   // Between steps the states are read or written as they stand: what a step begun
-  // speculatively updated is undone (its step will update it again).
-  void cancel_speculation() {
+  // speculatively updated is undone (its step will update it again), and the host store's copy of
+  // the device's share brought up to date.
+  void read_as_they_stand() {
     if constexpr (can_speculate)
       if (speculation_ && speculation_->active()) speculation_->cancel();
+    if constexpr (can_share)
+      if (share_) share_->download(inner_);
   }
   // What speculation did in this step (all zero without it).
   SpeculationReport speculation_report() const {
@@ -370,12 +457,17 @@ class OffloadedOptimizerStore {
     std::vector<std::size_t> bytes;
     for (std::size_t l = 0; l < staging_.layers(); ++l) {
       std::size_t n = 0;
-      inner_.for_each_state_block(l, [&](auto block) { n += block.size(); });
+      inner_.for_each_state_block(l, [&](auto block) { n += snapshot_part(l, block.size()); });
       if (options.master != MasterStorage::fp32)
         n += staging_.block_size(l) * size_of(staging_.compute_dtype());
       bytes.push_back(n);
     }
     return bytes;
+  }
+  // Of a state block of `bytes`, what the host's update changes: all of it, or (an fp32 block split
+  // with the device) the host's share.
+  std::size_t snapshot_part(std::size_t l, std::size_t bytes) const {
+    return share_ ? share_->cut(l) * sizeof(float) : bytes;
   }
   template <class S = typename detail::speculation_of<Inner>::type>
   auto speculation_layers(const EngineOptions& options) {
@@ -385,7 +477,8 @@ class OffloadedOptimizerStore {
     const auto each_block = [this, split](std::size_t l, auto&& f) {
       std::size_t at = 0;
       const auto next = [&](auto block) {
-        const View<std::byte> bytes = handed_out(block); // pinned memory too
+        const View<std::byte> bytes = // pinned memory too; the host's share of a split block
+            handed_out(block).first(snapshot_part(l, block.size()));
         f(bytes, at);
         at += bytes.size();
       };
@@ -444,6 +537,10 @@ class OffloadedOptimizerStore {
   std::uint64_t updates_ = 0;               // step() calls so far
   std::vector<char> writes_copy_;           // the pending update writes layer l's compute copy
   OffloadStepReport report_;                // of the step that ended last
+  SplitReport split_;                       // of the step that is ending
+  // The device's share of each block (offload_ratio below 1). Before the speculation: its
+  // snapshots are cut to the host's share.
+  std::optional<DeviceShare<Exec>> share_;
   // Last: the threads that use the staging and the states are joined first.
   [[no_unique_address]] typename detail::speculation_of<Inner>::type speculation_;
   std::future<void> pending_; // the update running on the host (DPU)
