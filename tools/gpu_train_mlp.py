@@ -39,12 +39,17 @@ CPU; docs/zero-offload.md):
                backward, undone when the step is skipped or clipped) against the same offloaded
                ZeRO-3 run without it, both clipped at --clip 1: the same losses bit for bit; the
                steps that kept it and those rolled back
+  correctness  the CPU/GPU split (--offload-ratio 0.5: half of each layer's block updated by the
+               GPU in device memory) against the same offloaded ZeRO-3 run at ratio 1, within
+               --bound (the GPU's Adam rounds as the device engine's); device memory flat; the
+               suggested ratio
   result       the offloaded step on the speed model: forward, backward, update (the gradients'
                trip to the host, the CPU's Adam and the weights' trip back), against the step
                that keeps everything on the GPU, and the step against forward + backward + update
                and against max(forward + backward, update) (the goal: at most 1.2x); the same
                with the speculative update, against forward + max(backward, update) (the goal:
-               at most 1.1x) and against the step without it
+               at most 1.1x) and against the step without it; with the CPU/GPU split at 0.5
+               and at the ratio it suggests, against the step without it
 Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-mlp/.
 """
 import argparse
@@ -240,6 +245,18 @@ def main():
             same_losses("offload-speculative", spec3, clip3,
                         f"100 steps, bf16, ZeRO-3, --clip 1, speculative against not: {kept} "
                         f"steps kept the speculative update, {rolled} rolled back")
+        # The CPU/GPU split: half of each block updated on the GPU, the rest on the CPU.
+        split3 = train(tmp, "offload-split-stage3", ["--stage", "3", "--steps", "100", *small,
+                                                     *cuda, *offload, "--offload-ratio", "0.5"])
+        if split3 and off3:
+            gap = relative_gap(off3["loss"], split3["loss"])
+            steps = split3["communication_per_step"][1:]
+            suggested = statistics.median(s["suggested_ratio"] for s in steps)
+            verdict("offload-split", gap <= a.bound,
+                    f"100 steps, bf16, ZeRO-3, --offload-ratio 0.5 against 1: largest relative "
+                    f"loss gap {gap:.2e}, bound {a.bound}; CPU share {steps[-1]['cpu_share']:.3f}, "
+                    f"suggested ratio {suggested:.3f}")
+            memory_flat("offload-split-memory-flat", split3)
         swap = os.path.join(tmp, "swap")
         os.makedirs(swap, exist_ok=True)
         nvme3 = train(tmp, "offload-nvme-stage3", ["--stage", "3", "--steps", "100", *small,
@@ -363,6 +380,27 @@ def main():
                      f"{s_step * 1e3:.3f} ms (median) against {step * 1e3:.3f} without "
                      f"({step / s_step:.3f}x faster); against forward + max(backward, update) = "
                      f"{bound * 1e3:.3f} ms: {s_step / bound:.3f}x (goal: at most 1.1x)")
+            # The CPU/GPU split at 0.5, then at the ratio that run suggests (when it differs).
+            ratio = 0.5
+            for attempt in range(2):
+                split = train(tmp, f"speed-offload-split-{attempt}-stage3",
+                              ["--stage", "3", "--bucket", "500000000", *big,
+                               "--offload-optimizer", "--offload-ratio", f"{ratio:.3f}"],
+                              timeout=180)
+                if not split:
+                    break
+                per_step = split["communication_per_step"][warmup:]
+                suggested = statistics.median(x["suggested_ratio"] for x in per_step)
+                cpu = statistics.median(x["cpu_update_seconds"] for x in per_step)
+                gpu = statistics.median(x["gpu_update_seconds"] for x in per_step)
+                p_step = median_step(split, warmup)
+                line(f"result offloaded ZeRO-3 with --offload-ratio {ratio:.3f}: step "
+                     f"{p_step * 1e3:.3f} ms (median) against {step * 1e3:.3f} at ratio 1 "
+                     f"({step / p_step:.3f}x faster); CPU part {cpu * 1e3:.3f} ms, GPU part "
+                     f"{gpu * 1e3:.3f} ms; suggested ratio {suggested:.3f}")
+                if abs(suggested - ratio) < 0.05 or not 0 < suggested <= 1:
+                    break
+                ratio = suggested
     return 1 if failed else 0
 
 

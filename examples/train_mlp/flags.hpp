@@ -159,7 +159,12 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.delayed_update_after = int(whole(0, int_max));
     else if (flag == "--speculative-update")
       f.speculative_update = true;
-    else if (flag == "--sub-group-size")
+    else if (flag == "--offload-ratio") {
+      f.offload_ratio = number();
+      zero::require(f.offload_ratio > 0 && f.offload_ratio <= 1,
+                    "--offload-ratio: the share of the update run on the CPU, in (0, 1], got " +
+                        value);
+    } else if (flag == "--sub-group-size")
       f.sub_group_size = std::size_t(whole(1, size_max));
     else if (flag == "--remove-stale-swap")
       f.remove_stale_swap = true;
@@ -272,6 +277,11 @@ inline void describe(CLI::App& app) {
        "gradient has reached the host, during backward, and is undone when\n"
        "the step is skipped or clipped (also offload_optimizer.super_offload\n"
        "in --config; docs/zero-offload.md)");
+  option("--offload-ratio", "R",
+         "with --offload-optimizer: the CPU updates this share of each\n"
+         "layer's block, the GPU the rest, in device memory, at the same\n"
+         "time (default 1; offload_optimizer.ratio in --config; prints a\n"
+         "suggested ratio from both sides' measured times)");
   option("--delayed-update-after", "N",
          "with --offload-optimizer: after N updates, each step's CPU\n"
          "update overlaps the next step, which uses the weights before it\n"
@@ -406,6 +416,7 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
     f.optimizer_on_nvme = z.offload_optimizer.device == OffloadDevice::nvme;
     f.optimizer_on_cpu = z.offload_optimizer.device == OffloadDevice::cpu;
     f.speculative_update = z.offload_optimizer.super_offload;
+    f.offload_ratio = z.offload_optimizer.ratio;
     f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
   }
   apply_flags(f, pairs);
@@ -485,6 +496,11 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
   zero::require(!f.speculative_update || (f.device == "cuda" && f.optimizer_on_cpu),
                 "--speculative-update needs --device cuda and --offload-optimizer (the update it "
                 "starts early is the CPU's)");
+  zero::require(
+      f.offload_ratio == 1 || (f.device == "cuda" && f.optimizer_on_cpu),
+      std::string(flagged("--offload-ratio") ? "--offload-ratio" : "offload_optimizer.ratio") +
+          " below 1 needs --device cuda and --offload-optimizer (it splits the CPU's "
+          "update with the GPU)");
   zero::require(f.delayed_update_after < 0 || (f.device == "cuda" && f.optimizer_on_cpu),
                 "--delayed-update-after needs --device cuda and --offload-optimizer (the update it "
                 "delays is the CPU's)");

@@ -11,8 +11,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -97,6 +99,36 @@ inline int expected_psi(const Flags& f) {
   }
 }
 
+// ZeRO-Offload's CPU/GPU split (rank 0): the CPU's share, both sides' median times over the
+// applied steps after the first (which warms up), and the ratio at which they would end together.
+inline void print_split(const Flags& f, const History& h) {
+  if (f.offload_ratio == 1) return;
+  std::vector<double> host, device, suggested;
+  double share = 0;
+  for (std::size_t s = 1; s < h.steps.size(); ++s) {
+    const zero::SplitReport& r = h.steps[s].offload.split;
+    if (r.host_share == 0) continue; // skipped
+    share = r.host_share;
+    host.push_back(r.host_seconds);
+    device.push_back(r.device_seconds);
+    suggested.push_back(r.suggested_ratio);
+  }
+  if (host.empty()) {
+    std::printf("CPU/GPU split: no applied step after the first to measure\n");
+    return;
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf(
+      "CPU/GPU split (rank 0): the CPU updates %.1f%% of the elements (--offload-ratio %g), "
+      "the GPU keeps %.3f MB of master weights and moments; median per step: CPU %.3f "
+      "ms, GPU %.3f ms; suggested ratio %.3f\n",
+      100 * share, f.offload_ratio, mb(double(h.memory.optimizer_on_device)), 1e3 * median(host),
+      1e3 * median(device), median(suggested));
+}
+
 // ZeRO-Offload (rank 0): how many layers' gradients left for the host during backward, and what the
 // speculative update did: steps that kept it, rollbacks, and whether it turned itself off.
 inline void print_offload_steps(const Flags& f, const History& h) {
@@ -112,6 +144,7 @@ inline void print_offload_steps(const Flags& f, const History& h) {
   std::printf("ZeRO-Offload (rank 0): %.1f layers' gradients left for the host during backward per "
               "step\n",
               double(early) / n);
+  print_split(f, h);
   if (!f.speculative_update) return;
   const zero::SpeculationReport& last = h.steps.back().offload.speculation;
   std::printf("speculative update: %zu of %zu steps kept it, %zu rolled back (skipped or clipped), "
@@ -297,7 +330,10 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
         << ", \"gradients_offloaded_in_backward\": " << h.steps[s].offload.gradients_in_backward
         << ", \"speculated_layers\": " << h.steps[s].offload.speculation.layers
         << ", \"rolled_back\": " << (h.steps[s].offload.speculation.rolled_back ? "true" : "false")
-        << "}";
+        << ", \"cpu_share\": " << h.steps[s].offload.split.host_share
+        << ", \"cpu_update_seconds\": " << h.steps[s].offload.split.host_seconds
+        << ", \"gpu_update_seconds\": " << h.steps[s].offload.split.device_seconds
+        << ", \"suggested_ratio\": " << h.steps[s].offload.split.suggested_ratio << "}";
   }
   out << "]";
   if (!h.device_name.empty()) // --device cuda: cudaMemGetInfo's bytes in use (print_device_memory)

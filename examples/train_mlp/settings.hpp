@@ -50,7 +50,8 @@ struct Flags {
   bool optimizer_on_cpu = false;
   int delayed_update_after = -1;   // --delayed-update-after N: ZeRO-Offload's DPU after N updates
   bool speculative_update = false; // --speculative-update (or offload_optimizer.super_offload)
-  std::string nvme_path; // --nvme: both stores' directory, over the config's nvme_path keys
+  double offload_ratio = 1; // --offload-ratio R (or offload_optimizer.ratio): the CPU's share
+  std::string nvme_path;    // --nvme: both stores' directory, over the config's nvme_path keys
   std::optional<std::size_t> sub_group_size;
   bool remove_stale_swap = false;
   bool quantized_weights = false;   // --quantized-weights (or the config's zero_quantized_weights)

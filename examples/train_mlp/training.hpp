@@ -76,6 +76,7 @@ inline zero::EngineOptions engine_options(const Flags& f) {
   options.nvme.remove_stale = f.remove_stale_swap;
   options.delayed_parameter_update_after = f.delayed_update_after;
   options.speculative_update = f.speculative_update;
+  options.offload_ratio = f.offload_ratio;
   // The engine refuses 8-bit moments where it cannot keep them (SGD, LAMB, the NVMe tier), by name.
   options.moments = moment_storage(f);
   options.master = master_storage(f); // refused where it cannot be kept, by name

@@ -21,7 +21,6 @@
 #include "zero/core/error.hpp"
 #include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
-#include "zero/engine/detail/host_staging.hpp"
 #include "zero/engine/report.hpp"
 #include "zero/optim/optimizer.hpp"
 #include "zero/optim/stream_step.hpp" // fused_step over HostStreamSpace
@@ -31,7 +30,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <future>
 #include <string>
 #include <vector>
@@ -98,6 +96,8 @@ class DeviceShare {
             "offload_ratio: the device's share keeps " + std::to_string(states_.size()) +
                 " state tensors, the update takes " + std::to_string(1 + U::state_tensors),
             ErrorKind::mismatch);
+    if (device_seconds_.valid()) device_seconds_.wait(); // a step that failed before finish()
+    host_stale_ = true; // from now on the host store's copy of the share is behind
     started_ = Clock::now();
     for (std::size_t l = 0; l < cuts_.size(); ++l) {
       const std::size_t n = blocks_[l] - cuts_[l];
@@ -141,31 +141,26 @@ class DeviceShare {
   void download(HostStore& host) {
     if (!host_stale_) return;
     for (std::size_t l = 0; l < cuts_.size(); ++l)
-      each_host_tail(host, l, [&](std::size_t t, float* into, std::size_t n) {
-        detail::read_on_host(
-            exec_, View<const float, Memory>(tail(t, l)),
-            [&](View<const float> values) { std::memcpy(into, values.data(), n * sizeof(float)); });
+      each_host_tail(host, l, [&](std::size_t t, View<float> into) {
+        copy(exec_, View<const float, Memory>(tail(t, l)), into);
       });
+    exec_.fence();
     host_stale_ = false;
   }
   // Copies layer l's share from the host store's blocks, which were written.
   template <class HostStore>
   void upload(HostStore& host, std::size_t l) {
-    each_host_tail(host, l, [&](std::size_t t, float* from, std::size_t n) {
-      detail::write_on_host(exec_, tail(t, l), [&](View<float> values) {
-        std::memcpy(values.data(), from, n * sizeof(float));
-      });
+    each_host_tail(host, l, [&](std::size_t t, View<float> from) {
+      copy(exec_, View<const float>(from), tail(t, l));
     });
+    exec_.fence();
   }
-  // A step updated the device's share: the host store's copy is behind.
-  void stepped() noexcept { host_stale_ = true; }
 
  private:
   View<float, Memory> tail(std::size_t t, std::size_t l) {
     return states_[t].view().subview(offsets_[l], offsets_[l + 1] - offsets_[l]);
   }
-  // f(tensor, the host block's first element of the share, its elements) over layer l's fp32
-  // state blocks in the host store.
+  // f(tensor, the share's elements in the host store's block) over layer l's fp32 state blocks.
   template <class HostStore, class F>
   void each_host_tail(HostStore& host, std::size_t l, F&& f) {
     const std::size_t n = blocks_[l] - cuts_[l];
@@ -178,7 +173,7 @@ class DeviceShare {
               ErrorKind::mismatch);
       // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): an fp32 block's bytes
       float* first = reinterpret_cast<float*>(bytes.data()) + cuts_[l];
-      if (n > 0) f(t, first, n);
+      if (n > 0) f(t, View<float>(first, n));
       ++t;
     });
   }

@@ -177,10 +177,7 @@ class OffloadedOptimizerStore {
           }
         inner_.step(update, grad_multiplier, staged, into, host_done);
       });
-    if (share_) {
-      split_ = share_->finish();
-      share_->stepped();
-    }
+    if (share_) split_ = share_->finish();
     ++updates_;
   }
   // A TrustRatioUpdate (LAMB): Inner combines its per-parameter sums over `control`.
