@@ -279,62 +279,55 @@ TEST(Offload, ReadingTheWeightsMidStepUndoesTheSpeculation) {
   EXPECT_EQ(device.speculation[2].layers, 5u);
 }
 
+// build() must throw a zero::Error whose message holds `expected`.
+template <class Build>
+void refused(Build&& build, const std::string& expected, const std::string& what) {
+  try {
+    build();
+    ADD_FAILURE() << what << ": accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << what << ": " << e.what();
+  }
+}
+// A stage 2 engine of `options` over `Where`, stepping `Opt`: what the refusals build.
+template <class Where, class Opt = zero::Adam>
+void build_engine(StagedSetup& s, const zero::EngineOptions& options) {
+  DeviceEngine<zero::Stage<2>, zero::bfloat16, Where, Opt> engine(
+      world(), s.comm, model(), make_optimizer<Opt>(), zero::StaticLossScaler{}, options,
+      s.compute());
+}
+#if ZERO_TEST_NVME
+using OffloadedToNvme =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>;
+#endif
+
 // What the speculative update cannot do is refused when the engine is built, naming the option:
 // without offloaded states, with LAMB, with the delayed update, with weigh_by_samples, and on the
 // NVMe tier; a config's offload_optimizer.super_offload asks for it.
 TEST(Offload, SpeculationIsRefusedWhereItCannotRun) {
   StagedSetup s;
-  const auto refused = [&](auto build, const std::string& expected, const std::string& what) {
-    try {
-      build();
-      ADD_FAILURE() << what << ": accepted";
-    } catch (const zero::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
-          << what << ": " << e.what();
-    }
-  };
   zero::EngineOptions options = options_for({.dtype = DType::bfloat16, .speculative = true});
-  refused(
-      [&] {
-        DeviceEngine<zero::Stage<2>, zero::bfloat16> engine(
-            world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
-      },
-      "speculative_update: the speculative update runs the CPU's update during the device's "
-      "backward; it needs the optimizer states offloaded",
-      "states in device memory");
-  refused(
-      [&] {
-        DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded, zero::Lamb> engine(
-            world(), s.comm, model(), make_optimizer<zero::Lamb>(), zero::StaticLossScaler{},
-            options, s.compute());
-      },
-      "speculative_update: LAMB's trust ratios", "LAMB");
+  refused([&] { build_engine<OnTheDevice>(s, options); },
+          "speculative_update: the speculative update runs the CPU's update during the device's "
+          "backward; it needs the optimizer states offloaded",
+          "states in device memory");
+  refused([&] { build_engine<Offloaded, zero::Lamb>(s, options); },
+          "speculative_update: LAMB's trust ratios", "LAMB");
   for (const bool weigh : {false, true}) {
     zero::EngineOptions both = options;
     (weigh ? both.weigh_by_samples : both.speculative_update) = true;
     if (!weigh) both.delayed_parameter_update_after = 2;
-    refused(
-        [&] {
-          DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
-              world(), s.comm, model(), adam(), zero::StaticLossScaler{}, both, s.compute());
-        },
-        weigh ? "speculative_update needs the gradient multiplier before the step"
-              : "speculative_update starts each step's update before its step",
-        weigh ? "weigh_by_samples" : "delayed update");
+    refused([&] { build_engine<Offloaded>(s, both); },
+            weigh ? "speculative_update needs the gradient multiplier before the step"
+                  : "speculative_update starts each step's update before its step",
+            weigh ? "weigh_by_samples" : "delayed update");
   }
 #if ZERO_TEST_NVME
   SharedDir swap("zero-offload-speculative-");
   zero::EngineOptions on_nvme =
       options_for({.dtype = DType::bfloat16, .nvme_path = swap.path, .speculative = true});
-  refused(
-      [&] {
-        DeviceEngine<
-            zero::Stage<2>, zero::bfloat16,
-            zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>>
-            engine(world(), s.comm, model(), adam(), zero::StaticLossScaler{}, on_nvme,
-                   s.compute());
-      },
-      "speculative_update updates layer by layer in host memory", "NVMe");
+  refused([&] { build_engine<OffloadedToNvme>(s, on_nvme); },
+          "speculative_update updates layer by layer in host memory", "NVMe");
 #endif
   const zero::config::Config config = zero::config::from_json_string(R"({"zero_optimization":
       {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": true}}})");
@@ -453,41 +446,20 @@ TEST(Offload, SplitStatesCheckpointAsTheHostEngines) {
 // stage 3.
 TEST(Offload, SplitIsRefusedWhereItCannotRun) {
   StagedSetup s;
-  const auto refused = [&](auto build, const std::string& expected, const std::string& what) {
-    try {
-      build();
-      ADD_FAILURE() << what << ": accepted";
-    } catch (const zero::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
-          << what << ": " << e.what();
-    }
-  };
   const zero::EngineOptions options = options_for({.dtype = DType::bfloat16, .offload_ratio = 0.5});
-  refused(
-      [&] {
-        DeviceEngine<zero::Stage<2>, zero::bfloat16> engine(
-            world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
-      },
-      "this placement does not offload them", "states in device memory");
-  refused(
-      [&] {
-        DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded, zero::Lamb> engine(
-            world(), s.comm, model(), make_optimizer<zero::Lamb>(), zero::StaticLossScaler{},
-            options, s.compute());
-      },
-      "offload_ratio below 1: LAMB's trust ratios", "LAMB");
+  refused([&] { build_engine<OnTheDevice>(s, options); }, "this placement does not offload them",
+          "states in device memory");
+  refused([&] { build_engine<Offloaded, zero::Lamb>(s, options); },
+          "offload_ratio below 1: LAMB's trust ratios", "LAMB");
   for (const bool eight_bit : {true, false}) {
     zero::EngineOptions compressed = options;
     if (eight_bit)
       compressed.moments = zero::MomentStorage::blockwise_8bit;
     else
       compressed.master = zero::MasterStorage::split_8bit;
-    refused(
-        [&] {
-          DeviceEngine<zero::Stage<2>, zero::bfloat16, Offloaded> engine(
-              world(), s.comm, model(), adam(), zero::StaticLossScaler{}, compressed, s.compute());
-        },
-        "the cut would fall inside their blocks", eight_bit ? "8-bit moments" : "split masters");
+    refused([&] { build_engine<Offloaded>(s, compressed); },
+            "the cut would fall inside their blocks",
+            eight_bit ? "8-bit moments" : "split masters");
   }
   for (const double ratio : {0.0, 1.5, std::nan("")}) {
     zero::EngineOptions bad = options;
@@ -503,15 +475,8 @@ TEST(Offload, SplitIsRefusedWhereItCannotRun) {
   SharedDir swap("zero-offload-split-nvme-");
   zero::EngineOptions on_nvme =
       options_for({.dtype = DType::bfloat16, .nvme_path = swap.path, .offload_ratio = 0.5});
-  refused(
-      [&] {
-        DeviceEngine<
-            zero::Stage<2>, zero::bfloat16,
-            zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>>
-            engine(world(), s.comm, model(), adam(), zero::StaticLossScaler{}, on_nvme,
-                   s.compute());
-      },
-      "on the NVMe tier it is not built", "NVMe");
+  refused([&] { build_engine<OffloadedToNvme>(s, on_nvme); }, "on the NVMe tier it is not built",
+          "NVMe");
 #endif
   const zero::config::Config config = zero::config::from_json_string(R"({"zero_optimization":
       {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.4}}})");
@@ -527,9 +492,6 @@ TEST(Offload, LambGivesTheHostEnginesBits) {
 }
 
 #if ZERO_TEST_NVME
-using OffloadedToNvme =
-    zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::nvme>>;
-
 // GPU -> pinned host -> NVMe: the NVMe tier's store behind the device, sub-groups cutting layers;
 // the host engine's bits (the tier's update is the in-memory one), with 8-bit moments and split
 // masters too.
