@@ -588,11 +588,20 @@ TEST(Offload, DelayedParameterUpdateLagsOneStep) {
   expect_same_weights(split_device, split_host, "DPU with split masters, stage 3");
 }
 
+// The store-level tests below: the offloaded store on its own beside the host store it wraps, its
+// states sharded on the model's layout.
+using StoreKept = zero::Kept<true, zero::FlatContiguous, zero::host>;
+using WrappedHostStore = zero::OptimizerStore<zero::Adam, StoreKept, zero::HostThreads>;
+using OffloadedStore = zero::OffloadedOptimizerStore<WrappedHostStore, StoreKept, DeviceSpace>;
+inline zero::ModelLayout sharded_layout() {
+  const int rank = world().rank();
+  return {zero::make_layout(world(), zero::FlatContiguous{}, model()), rank, rank};
+}
+
 // The same initial weights in a host store and the offloaded store that wraps its kind; returns
 // the size of each layer's block this rank updates.
-template <class Kept, class HostStore, class OffloadedStore>
-std::vector<std::size_t> set_both(const zero::ModelLayout& layout, HostStore& on_host,
-                                  OffloadedStore& offloaded) {
+inline std::vector<std::size_t> set_both(const zero::ModelLayout& layout, WrappedHostStore& on_host,
+                                         OffloadedStore& offloaded) {
   std::vector<std::size_t> blocks;
   for (std::size_t l = 0; l < layout.layers(); ++l) {
     std::vector<float> values(layout.sharded->layer(l).numel);
@@ -600,7 +609,7 @@ std::vector<std::size_t> set_both(const zero::ModelLayout& layout, HostStore& on
       values[i] = initial_value(l, i);
     on_host.set_layer(l, values);
     offloaded.set_layer(l, values);
-    blocks.push_back(Kept::layout(layout)->block(l, Kept::rank(layout)).size());
+    blocks.push_back(StoreKept::layout(layout)->block(l, StoreKept::rank(layout)).size());
   }
   return blocks;
 }
@@ -608,28 +617,27 @@ std::vector<std::size_t> set_both(const zero::ModelLayout& layout, HostStore& on
 // The offloaded store on its own, its states sharded, against the host store it wraps given the
 // same gradients: at every done(l) layer l's new compute copy is in device memory (read there
 // through another stream) and holds the host store's bits, in layer order, for two steps; with the
-// update run on the host while step() returns (the delayed update) too. Over the twin the compute
+// update run on the host while step() returns (the delayed update), and with half of each block
+// updated on the device (offload_ratio) too. Over the twin the compute
 // stream runs work only once waited for, so an update that read a gradient before its copy to the
 // host ran, or a done(l) before the copy back, sees stale data, every run. (In the engine the
 // parameter stores do nothing at done(l), their gathers being ordered on the stream, so only a
 // caller that reads the copy then shows the last wait.)
 TEST(Offload, StoreHandsOnTheHostStoresCopyAtEachDone) {
-  using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
-  using HostStore = zero::OptimizerStore<zero::Adam, Kept, zero::HostThreads>;
   const int rank = world().rank();
-  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, model()), rank,
-                                 rank);
+  const zero::ModelLayout layout = sharded_layout();
   StagedSetup s;
-  for (const bool delayed : {false, true}) {
+  for (const std::string how : {"", "delayed, ", "split, "}) {
+    const bool delayed = how == "delayed, ";
     zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
     options.delayed_parameter_update_after = delayed ? 0 : -1;
-    HostStore on_host(world(), layout, options, {});
-    zero::OffloadedOptimizerStore<HostStore, Kept, DeviceSpace> offloaded(world(), layout, options,
-                                                                          s.compute());
+    WrappedHostStore on_host(world(), layout, options, {});
+    if (how == "split, ") options.offload_ratio = 0.5;
+    OffloadedStore offloaded(world(), layout, options, s.compute());
     const std::size_t layers = layout.layers();
     std::vector<std::vector<zero::bfloat16>> grads(layers), host_out(layers);
     std::vector<zero::Buffer<zero::bfloat16, DeviceMemory>> device_grads, device_out;
-    const std::vector<std::size_t> blocks = set_both<Kept>(layout, on_host, offloaded);
+    const std::vector<std::size_t> blocks = set_both(layout, on_host, offloaded);
     for (std::size_t l = 0; l < layers; ++l) {
       const std::size_t n = blocks[l];
       for (std::size_t i = 0; i < n; ++i)
@@ -654,8 +662,8 @@ TEST(Offload, StoreHandsOnTheHostStoresCopyAtEachDone) {
         const std::vector<zero::bfloat16> got = s.read(device_out[l]);
         for (std::size_t i = 0; i < got.size(); ++i)
           ASSERT_EQ(got[i].bits, host_out[l][i].bits)
-              << (delayed ? "delayed, " : "") << "step " << step << ", layer " << l << " element "
-              << i << ": not the host store's compute copy at done()";
+              << how << "step " << step << ", layer " << l << " element " << i
+              << ": not the host store's compute copy at done()";
       };
       offloaded.step(
           device_adam.begin_step(), 1.0f / 8,
@@ -678,24 +686,20 @@ TEST(Offload, StoreHandsOnTheHostStoresCopyAtEachDone) {
 // used), and under the delayed update, whose running update reads the staging while the next
 // backward runs: none is sent early then, the step sends them.
 TEST(Offload, GradientsLeaveDuringBackwardAfterTheirDelivery) {
-  using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
-  using HostStore = zero::OptimizerStore<zero::Adam, Kept, zero::HostThreads>;
   using T = zero::bfloat16;
   const int rank = world().rank();
-  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, model()), rank,
-                                 rank);
+  const zero::ModelLayout layout = sharded_layout();
   const std::size_t layers = layout.layers();
   StagedSetup s;
   for (const bool delayed : {false, true}) {
     const std::string run = delayed ? "delayed update, " : "";
     zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
     options.delayed_parameter_update_after = delayed ? 0 : -1;
-    HostStore on_host(world(), layout, options, {});
-    zero::OffloadedOptimizerStore<HostStore, Kept, DeviceSpace> offloaded(world(), layout, options,
-                                                                          s.compute());
+    WrappedHostStore on_host(world(), layout, options, {});
+    OffloadedStore offloaded(world(), layout, options, s.compute());
     std::vector<std::vector<T>> host_out(layers);
     std::vector<zero::Buffer<T, DeviceMemory>> device_grads, device_out;
-    const std::vector<std::size_t> blocks = set_both<Kept>(layout, on_host, offloaded);
+    const std::vector<std::size_t> blocks = set_both(layout, on_host, offloaded);
     for (std::size_t l = 0; l < layers; ++l) {
       const std::size_t n = blocks[l];
       host_out[l].resize(n);
@@ -769,19 +773,14 @@ TEST(Offload, GradientsLeaveDuringBackwardAfterTheirDelivery) {
 // reads what the staging held before, every run. Three steps, each keeping what was speculated:
 // the host store's bits.
 TEST(Offload, SpeculationUpdatesALayerOnlyOnceItsGradientArrived) {
-  using Kept = zero::Kept<true, zero::FlatContiguous, zero::host>;
-  using HostStore = zero::OptimizerStore<zero::Adam, Kept, zero::HostThreads>;
   using T = zero::bfloat16;
-  const int rank = world().rank();
-  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, model()), rank,
-                                 rank);
+  const zero::ModelLayout layout = sharded_layout();
   const std::size_t layers = layout.layers();
   StagedSetup s;
   const zero::EngineOptions options = options_for({.dtype = DType::bfloat16, .speculative = true});
-  HostStore on_host(world(), layout, options, {});
-  zero::OffloadedOptimizerStore<HostStore, Kept, DeviceSpace> offloaded(world(), layout, options,
-                                                                        s.compute());
-  const std::vector<std::size_t> blocks = set_both<Kept>(layout, on_host, offloaded);
+  WrappedHostStore on_host(world(), layout, options, {});
+  OffloadedStore offloaded(world(), layout, options, s.compute());
+  const std::vector<std::size_t> blocks = set_both(layout, on_host, offloaded);
   std::vector<std::vector<T>> host_out(layers);
   std::vector<zero::Buffer<T, DeviceMemory>> device_grads, device_out;
   for (std::size_t l = 0; l < layers; ++l) {

@@ -165,8 +165,14 @@ class OffloadedOptimizerStore {
     auto host_out = host_part(out);
     staging_.stage(host_grads);
     if (share_) share_->update(update, grad_multiplier, grads, out); // while the host updates
-    if (!speculated_step(update, grad_multiplier, host_grads, host_out, done))
-      staged_step(host_grads, host_out, done, [&](auto& staged, auto& into, auto& host_done) {
+    // A layer is handed on once both parts of it are: the host's copied back, the device's waited
+    // for by the engine's stream.
+    auto handed_on = [&](std::size_t l) {
+      if (share_) share_->order_layer(l);
+      done(l);
+    };
+    if (!speculated_step(update, grad_multiplier, host_grads, host_out, handed_on))
+      staged_step(host_grads, host_out, handed_on, [&](auto& staged, auto& into, auto& host_done) {
         if constexpr (can_share)
           if (share_) {
             for (std::size_t l = 0; l < staging_.layers(); ++l) {
