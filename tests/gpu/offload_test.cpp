@@ -417,7 +417,18 @@ TEST(Offload, SplitStatesCheckpointAsTheHostEngines) {
   DeviceEngine<zero::Stage<1>, zero::bfloat16, Offloaded> saved(
       world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options_for(run), s.compute());
   set_weights(saved);
-  EXPECT_GT(saved.memory().optimizer_on_device, 0u);
+  // Adam's master weights and two moments of every block's device part, 16 elements a layer.
+  std::size_t device_part = 0;
+  const zero::ModelLayout layout(zero::make_layout(world(), zero::FlatContiguous{}, model()),
+                                 world().rank(), world().rank());
+  std::vector<std::size_t> blocks;
+  for (std::size_t l = 0; l < layout.layers(); ++l)
+    blocks.push_back(layout.my_block_size(l));
+  const std::vector<std::size_t> cuts = zero::DeviceShare<DeviceSpace>::host_part(blocks, 0.5);
+  for (std::size_t l = 0; l < blocks.size(); ++l)
+    device_part += (blocks[l] - cuts[l] + 15) / 16 * 16;
+  EXPECT_GT(device_part, 0u);
+  EXPECT_EQ(saved.memory().optimizer_on_device, device_part * 3 * sizeof(float));
   Outcome ignored;
   device_steps<zero::bfloat16>(s, saved, run, 0, 2, ignored);
   saved.save_checkpoint(dir.path, "split");

@@ -286,11 +286,15 @@ class OffloadedOptimizerStore {
   template <class F>
   void write_states(F&& f) {
     read_as_they_stand(); // what f leaves alone stays as it is
-    inner_.write_states(std::forward<F>(f));
-    if constexpr (can_share)
-      if (share_)
-        for (std::size_t l = 0; l < staging_.layers(); ++l)
-          share_->upload(inner_, l);
+    // The device's share takes what was written, also when f fails midway (a corrupt checkpoint):
+    // both sides then hold the same states.
+    try {
+      inner_.write_states(std::forward<F>(f));
+    } catch (...) {
+      upload_share();
+      throw;
+    }
+    upload_share();
   }
   std::size_t state_record_bytes() const noexcept requires requires(const Inner& inner) {
     inner.state_record_bytes();
@@ -348,6 +352,13 @@ class OffloadedOptimizerStore {
                          "host memory; on the NVMe tier it is not built: keep them in host memory, "
                          "or a ratio of 1");
     }
+  }
+  // The host store's states of the device's share copied to the device, every layer.
+  void upload_share() {
+    if constexpr (can_share)
+      if (share_)
+        for (std::size_t l = 0; l < staging_.layers(); ++l)
+          share_->upload(inner_, l);
   }
   // grads or out restricted to the host's share of each block (empty views stay empty).
   template <class F>
