@@ -15,7 +15,9 @@
 #include <zero/engine/kept.hpp>
 #include <zero/engine/model_layout.hpp>
 #include <zero/engine/optimizer_store.hpp>
+#include <zero/offload/device_share.hpp>
 #include <zero/offload/offloaded_optimizer_store.hpp>
+#include <zero/optim/fused_step.hpp>
 #include <zero/optim/lamb.hpp>
 #include <zero/shard/flat_contiguous.hpp>
 #include <zero/shard/verify.hpp>
@@ -401,6 +403,53 @@ TEST(Offload, SplitStepGivesTheHostEnginesBits) {
                                                             .offload_ratio = 0.8},
                                                            "0.8, held, stage 1");
 #endif
+}
+
+// DeviceShare alone, on blocks whose parts are not multiples of 16 elements (its buffers pad each
+// layer's part, the blocks do not): two steps of its part of every block give the host step's bits
+// over the same elements, each layer's compute copy there by the time it is handed on.
+TEST(Offload, DeviceShareUpdatesItsPartOfEveryBlock) {
+  using T = zero::bfloat16;
+  StagedSetup s;
+  const std::vector<std::size_t> blocks{6, 37, 0, 100, 24};
+  zero::DeviceShare<DeviceSpace> share(blocks, 0.5, 3, s.compute());
+  std::vector<std::vector<T>> grads(blocks.size());
+  std::vector<zero::Buffer<T, DeviceMemory>> device_grads, device_out;
+  // The host's reference of each device part: masters and moments from zero, as the share's.
+  std::vector<std::vector<float>> master(blocks.size()), m(blocks.size()), v(blocks.size());
+  std::vector<std::vector<T>> expected(blocks.size());
+  for (std::size_t l = 0; l < blocks.size(); ++l) {
+    for (std::size_t i = 0; i < blocks[l]; ++i)
+      grads[l].push_back(T(static_cast<float>((i * 5 + l * 3) % 19) * 0.1f - 0.9f));
+    device_grads.push_back(s.upload(grads[l]));
+    device_out.emplace_back(blocks[l]);
+    const std::size_t n = blocks[l] - share.cut(l);
+    master[l].assign(n, 0.0f);
+    m[l].assign(n, 0.0f);
+    v[l].assign(n, 0.0f);
+    expected[l].resize(n);
+  }
+  zero::Adam host_adam = adam(), device_adam = adam();
+  for (int step = 0; step < 2; ++step) {
+    const auto update = host_adam.begin_step();
+    for (std::size_t l = 0; l < blocks.size(); ++l)
+      zero::fused_step(update, zero::View<float>(master[l]),
+                       {zero::View<float>(m[l]), zero::View<float>(v[l])},
+                       zero::View<const T>(grads[l]).subview(share.cut(l), master[l].size()),
+                       1.0f / 8, zero::View<T>(expected[l]));
+    auto grads_of = [&](std::size_t l) { return std::as_const(device_grads[l]).view(); };
+    auto out = [&](std::size_t l) { return device_out[l].view(); };
+    share.update(device_adam.begin_step(), 1.0f / 8, grads_of, out);
+    for (std::size_t l = 0; l < blocks.size(); ++l) {
+      share.order_layer(l);
+      const std::vector<T> got = s.read(device_out[l]);
+      for (std::size_t i = 0; i < expected[l].size(); ++i)
+        ASSERT_EQ(got[share.cut(l) + i].bits, expected[l][i].bits)
+            << "step " << step << ", layer " << l << " element " << share.cut(l) + i;
+    }
+    const zero::SplitReport report = share.finish();
+    EXPECT_NEAR(report.host_share, share.host_share(), 0);
+  }
 }
 
 // The device's share is read and written with the host store's states: get_layer between steps,

@@ -189,7 +189,7 @@ class DeviceShare {
     if (device_seconds_.valid()) device_seconds_.wait();
   }
   View<float, Memory> tail(std::size_t t, std::size_t l) {
-    return states_[t].view().subview(offsets_[l], offsets_[l + 1] - offsets_[l]);
+    return states_[t].view().subview(offsets_[l], blocks_[l] - cuts_[l]);
   }
   // f(tensor, the share's elements in the host store's block) over layer l's fp32 state blocks.
   template <class HostStore, class F>
