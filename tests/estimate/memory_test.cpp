@@ -133,6 +133,21 @@ TEST(Offload, MovesStatesOffTheDevice) {
   EXPECT_THROW(est::model_state_memory({psi, 8, 0, {}, est::Tier::cpu}), zero::Error);
   EXPECT_THROW(est::model_state_memory({psi, 8, 2, {}, est::Tier::device, est::Tier::cpu}),
                zero::Error);
+  // An offload ratio (ZeRO-Offload++): that share of the optimizer states, and from stage 2 of
+  // their gradient shard, goes; the rest stays on the device. Stage 3 at a quarter: parameters
+  // 2/8, gradients 0.75 * 2/8 and optimizer states 0.75 * 12/8 on the device.
+  memory = est::model_state_memory({psi, 8, 3, {}, est::Tier::cpu, est::Tier::device, 0.25});
+  EXPECT_EQ(memory.on(est::Tier::device), 12.5 * psi / 8);
+  EXPECT_EQ(memory.on(est::Tier::cpu), 3.5 * psi / 8);
+  EXPECT_EQ(memory.total(), 16 * psi / 8);
+  EXPECT_EQ(memory.optimizer_states.all(), 12 * psi / 8);
+  EXPECT_EQ(est::largest_model(12.5 * gb, {0, 8, 3, {}, est::Tier::cpu, est::Tier::device, 0.25}),
+            8e9);
+  // A ratio outside (0, 1], or below 1 without optimizer offload, is refused.
+  EXPECT_THROW(est::model_state_memory({psi, 8, 3, {}, est::Tier::cpu, est::Tier::device, 0}),
+               zero::Error);
+  EXPECT_THROW(est::model_state_memory({psi, 8, 3, {}, est::Tier::device, est::Tier::device, 0.5}),
+               zero::Error);
   EXPECT_THROW(est::model_state_memory({psi, 0, 2}), zero::Error);
 }
 
@@ -174,6 +189,15 @@ TEST(FromConfig, BytesPerParameterFollowPrecisionAndOptimizer) {
   EXPECT_EQ(query.parameter_offload, est::Tier::cpu);
   EXPECT_EQ(query.optimizer_offload, est::Tier::nvme);
   EXPECT_EQ(est::model_state_memory(query).on(est::Tier::nvme), 12 * 7.5e9 / 64);
+  EXPECT_EQ(query.optimizer_offload_ratio, 1);
+  // offload_optimizer.ratio (ZeRO-Offload++): that share of the optimizer states offloaded.
+  const est::ModelStateQuery split =
+      est::query_from_config(config_of(R"({"zero_optimization": {"stage": 3,
+                    "offload_optimizer": {"device": "cpu", "ratio": 0.25}},
+                    "bf16": {"enabled": true}})"),
+                             7.5e9, 64);
+  EXPECT_EQ(split.optimizer_offload_ratio, 0.25);
+  EXPECT_EQ(est::model_state_memory(split).on(est::Tier::cpu), 0.25 * 14 * 7.5e9 / 64);
 }
 
 TEST(Library, TheDocumentedCalls) {

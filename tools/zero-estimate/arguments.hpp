@@ -40,6 +40,7 @@ struct Arguments {
   std::optional<double> param_bytes;
   std::optional<double> grad_bytes;
   std::optional<Tier> offload_optimizer;
+  std::optional<double> offload_ratio;
   std::optional<Tier> offload_param;
   std::int64_t tensor_parallel = 1;
   std::optional<zero::estimate::TransformerShape> shape;
@@ -116,6 +117,13 @@ inline double parse_non_negative(std::string_view flag, const std::string& text)
   return number;
 }
 
+inline double parse_share(std::string_view flag, const std::string& text) {
+  const auto [number, suffix] = split_number(flag, text);
+  if (!suffix.empty() || !(number > 0 && number <= 1))
+    throw UsageError(std::string(flag) + ": expected a share in (0, 1], got '" + text + "'");
+  return number;
+}
+
 inline Tier parse_tier(std::string_view flag, const std::string& text) {
   if (text == "none") return Tier::device;
   if (text == "cpu") return Tier::cpu;
@@ -129,8 +137,9 @@ namespace detail {
 // functions above, so that their messages name the flag.
 struct Text {
   std::string parameters, data_parallel, stage, device_memory, config_path, optimizer_bytes,
-      param_bytes, grad_bytes, offload_optimizer, offload_param, tensor_parallel, layers, hidden,
-      heads, sequence, vocabulary, micro_batch, recomputed_layers, checkpoints, activation_bytes;
+      param_bytes, grad_bytes, offload_optimizer, offload_ratio, offload_param, tensor_parallel,
+      layers, hidden, heads, sequence, vocabulary, micro_batch, recomputed_layers, checkpoints,
+      activation_bytes;
 };
 
 // The command line, bound to `text` and `args` (the flags). parse_arguments reads it; help_text
@@ -186,6 +195,11 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
   app.add_option("--offload-optimizer", text.offload_optimizer,
                  "where optimizer states live: none, cpu or nvme (stages 1-3)")
       ->type_name("D");
+  app.add_option("--offload-ratio", text.offload_ratio,
+                 "the share R of the optimizer states (and, from stage 2, of their\n"
+                 "gradients) that --offload-optimizer moves; the rest stays on the\n"
+                 "device (default 1; DeepSpeed's offload_optimizer.ratio)")
+      ->type_name("R");
   app.add_option("--offload-param", text.offload_param,
                  "where the parameter shard lives: none, cpu or nvme (stage 3)")
       ->type_name("D");
@@ -327,6 +341,8 @@ inline Arguments parse_arguments(int argc, char** argv) {
   if (given("--grad-bytes")) args.grad_bytes = parse_non_negative("--grad-bytes", text.grad_bytes);
   if (given("--offload-optimizer"))
     args.offload_optimizer = parse_tier("--offload-optimizer", text.offload_optimizer);
+  if (given("--offload-ratio"))
+    args.offload_ratio = parse_share("--offload-ratio", text.offload_ratio);
   if (given("--offload-param"))
     args.offload_param = parse_tier("--offload-param", text.offload_param);
   if (given("--tp"))

@@ -86,6 +86,7 @@ Plan make_plan(const Arguments& args) {
     plan.bytes_origin = *args.config_path + ": " + precision_name(config) + ", " +
                         optimizer_name(config, written_optimizer_type(*args.config_path));
     plan.optimizer_offload = from_config.optimizer_offload;
+    plan.optimizer_offload_ratio = from_config.optimizer_offload_ratio;
     plan.parameter_offload = from_config.parameter_offload;
     if (const auto world = implied_world_size(config)) {
       plan.data_parallel = *world;
@@ -101,6 +102,10 @@ Plan make_plan(const Arguments& args) {
   plan.bytes.parameters = args.param_bytes.value_or(plan.bytes.parameters);
   plan.bytes.gradients = args.grad_bytes.value_or(plan.bytes.gradients);
   plan.optimizer_offload = args.offload_optimizer.value_or(plan.optimizer_offload);
+  plan.optimizer_offload_ratio = args.offload_ratio.value_or(plan.optimizer_offload_ratio);
+  if (plan.optimizer_offload_ratio < 1 && plan.optimizer_offload == zero::estimate::Tier::device)
+    throw UsageError("--offload-ratio below 1 splits offloaded optimizer states: give "
+                     "--offload-optimizer cpu or nvme");
   plan.parameter_offload = args.offload_param.value_or(plan.parameter_offload);
   // Activations are in the parameters' dtype unless --activation-bytes says otherwise.
   plan.activation_bytes = args.activation_bytes.value_or(plan.bytes.parameters);

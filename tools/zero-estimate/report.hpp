@@ -37,6 +37,7 @@ struct Plan {
   est::BytesPerParameter bytes;
   std::string bytes_origin;
   est::Tier optimizer_offload = est::Tier::device;
+  double optimizer_offload_ratio = 1; // the share of them offload moves
   est::Tier parameter_offload = est::Tier::device;
   std::optional<double> device_memory;
   std::vector<int> stages;
@@ -86,7 +87,8 @@ struct Plan {
             stage,
             bytes,
             stage >= 1 ? optimizer_offload : est::Tier::device,
-            stage == 3 ? parameter_offload : est::Tier::device};
+            stage == 3 ? parameter_offload : est::Tier::device,
+            stage >= 1 && optimizer_offload != est::Tier::device ? optimizer_offload_ratio : 1.0};
   }
   bool offloads() const {
     return optimizer_offload != est::Tier::device || parameter_offload != est::Tier::device;
@@ -244,10 +246,14 @@ inline void print_table(const Plan& plan) {
   std::printf("  bytes/parameter   parameters %g, gradients %g, optimizer states K = %g (%s)\n",
               plan.bytes.parameters, plan.bytes.gradients, plan.bytes.optimizer_states,
               plan.bytes_origin.c_str());
-  if (plan.offloads())
-    std::printf(
-        "  offload           optimizer states -> %s (stages 1-3), parameters -> %s (stage 3)\n",
-        est::to_string(plan.optimizer_offload), est::to_string(plan.parameter_offload));
+  if (plan.offloads()) {
+    std::printf("  offload           optimizer states -> %s (stages 1-3)",
+                est::to_string(plan.optimizer_offload));
+    if (plan.optimizer_offload_ratio < 1)
+      std::printf(", a share of %g of them and of their gradients (the rest on the device)",
+                  plan.optimizer_offload_ratio);
+    std::printf(", parameters -> %s (stage 3)\n", est::to_string(plan.parameter_offload));
+  }
   std::printf("  1 GB = 1e9 bytes; communication in elements per rank per step\n");
 
   if (plan.parameters) {
@@ -260,8 +266,8 @@ inline void print_table(const Plan& plan) {
       std::vector<std::string> row{std::to_string(stage),
                                    est::stage_name(stage),
                                    human_bytes(memory.parameters.bytes),
-                                   human_bytes(memory.gradients.bytes),
-                                   human_bytes(memory.optimizer_states.bytes),
+                                   human_bytes(memory.gradients.all()),
+                                   human_bytes(memory.optimizer_states.all()),
                                    human_bytes(memory.on(est::Tier::device))};
       if (plan.offloads())
         row.insert(row.end(), {human_bytes(memory.on(est::Tier::cpu)),
@@ -389,6 +395,7 @@ inline void print_json(const Plan& plan) {
                                 {"gradients", plan.bytes.gradients},
                                 {"optimizer_states", plan.bytes.optimizer_states}};
   out["offload"] = {{"optimizer_states", est::to_string(plan.optimizer_offload)},
+                    {"optimizer_states_ratio", plan.optimizer_offload_ratio},
                     {"parameters", est::to_string(plan.parameter_offload)}};
   out["stages"] = nlohmann::ordered_json::array();
   for (int stage : plan.stages) {
@@ -396,8 +403,8 @@ inline void print_json(const Plan& plan) {
     if (plan.parameters) {
       const est::ModelStateMemory memory = est::model_state_memory(plan.query(stage));
       row["parameters_bytes"] = memory.parameters.bytes;
-      row["gradients_bytes"] = memory.gradients.bytes;
-      row["optimizer_states_bytes"] = memory.optimizer_states.bytes;
+      row["gradients_bytes"] = memory.gradients.all();
+      row["optimizer_states_bytes"] = memory.optimizer_states.all();
       row["device_bytes"] = memory.on(est::Tier::device);
       row["cpu_bytes"] = memory.on(est::Tier::cpu);
       row["nvme_bytes"] = memory.on(est::Tier::nvme);

@@ -47,7 +47,10 @@ inline ModelStateQuery query_from_config(const config::Config& config, double pa
           zero_opt.stage,
           bytes_per_parameter(config),
           tier_of(zero_opt.offload_optimizer.device),
-          tier_of(zero_opt.offload_param.device)};
+          tier_of(zero_opt.offload_param.device),
+          zero_opt.offload_optimizer.device == config::OffloadDevice::none
+              ? 1.0
+              : zero_opt.offload_optimizer.ratio};
 }
 
 } // namespace zero::estimate

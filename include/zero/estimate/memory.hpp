@@ -11,8 +11,10 @@
 //   stage 3 (P_os+g+p)                 (P + G + K) Ψ / N_d
 // Offload moves a state from the device to host memory or NVMe without changing its size:
 // optimizer offload moves the optimizer states and, from stage 2 on, the gradient shard the
-// host-side optimizer consumes; parameter offload (stage 3) moves the parameter shard. Buffers
-// and activations (residual states) are not model states and are not counted.
+// host-side optimizer consumes; parameter offload (stage 3) moves the parameter shard. An offload
+// ratio below 1 (ZeRO-Offload++'s offload_optimizer.ratio) moves only that share of the optimizer
+// states and of those gradients; the rest stays on the device. Buffers and activations (residual
+// states) are not model states and are not counted.
 
 #include "zero/core/error.hpp"
 
@@ -61,6 +63,7 @@ struct ModelStateQuery {
   BytesPerParameter bytes{};
   Tier optimizer_offload = Tier::device; // where optimizer states go (stages 1-3)
   Tier parameter_offload = Tier::device; // where the parameter shard goes (stage 3)
+  double optimizer_offload_ratio = 1;    // the share of them optimizer offload moves
 
   void validate() const {
     require(parameters >= 0, "estimate: the parameter count must not be negative");
@@ -73,12 +76,20 @@ struct ModelStateQuery {
             "estimate: optimizer offload needs ZeRO stage 1, 2 or 3");
     require(parameter_offload == Tier::device || stage == 3,
             "estimate: parameter offload needs ZeRO stage 3");
+    require(optimizer_offload_ratio > 0 && optimizer_offload_ratio <= 1,
+            "estimate: the offload ratio is a share in (0, 1], got " +
+                std::to_string(optimizer_offload_ratio));
+    require(optimizer_offload_ratio == 1 || optimizer_offload != Tier::device,
+            "estimate: an offload ratio below 1 splits offloaded optimizer states; without "
+            "optimizer offload all of them are on the device");
   }
 };
 
 struct StateShare {
-  double bytes;
+  double bytes; // on `tier`
   Tier tier;
+  double on_device = 0; // beside an offloaded share, what an offload ratio below 1 keeps there
+  double all() const noexcept { return bytes + on_device; }
 };
 
 struct ModelStateMemory {
@@ -88,12 +99,14 @@ struct ModelStateMemory {
 
   double on(Tier tier) const noexcept {
     double sum = 0;
-    for (const StateShare& share : {parameters, gradients, optimizer_states})
+    for (const StateShare& share : {parameters, gradients, optimizer_states}) {
       if (share.tier == tier) sum += share.bytes;
+      if (tier == Tier::device) sum += share.on_device;
+    }
     return sum;
   }
   double total() const noexcept {
-    return parameters.bytes + gradients.bytes + optimizer_states.bytes;
+    return parameters.all() + gradients.all() + optimizer_states.all();
   }
 };
 
@@ -104,12 +117,18 @@ inline ModelStateMemory model_state_memory(const ModelStateQuery& query) {
   const double n = static_cast<double>(query.data_parallel);
   const BytesPerParameter& b = query.bytes;
   const Tier gradient_tier = query.stage >= 2 ? query.optimizer_offload : Tier::device;
+  // What offload moves, split by the ratio: its share on the tier, the rest on the device.
+  const auto moved = [&](double bytes, Tier tier) -> StateShare {
+    if (tier == Tier::device) return {bytes, tier};
+    const double r = query.optimizer_offload_ratio;
+    return {r * bytes, tier, bytes - r * bytes};
+  };
   // Gradients offloaded with NVMe optimizer states still land in host memory (ZeRO-Infinity).
   return {{query.stage >= 3 ? b.parameters * psi / n : b.parameters * psi, query.parameter_offload},
-          {query.stage >= 2 ? b.gradients * psi / n : b.gradients * psi,
-           gradient_tier == Tier::nvme ? Tier::cpu : gradient_tier},
-          {query.stage >= 1 ? b.optimizer_states * psi / n : b.optimizer_states * psi,
-           query.optimizer_offload}};
+          moved(query.stage >= 2 ? b.gradients * psi / n : b.gradients * psi,
+                gradient_tier == Tier::nvme ? Tier::cpu : gradient_tier),
+          moved(query.stage >= 1 ? b.optimizer_states * psi / n : b.optimizer_states * psi,
+                query.optimizer_offload)};
 }
 
 // The most parameters whose model states fit in `device_memory` bytes per device (query's
