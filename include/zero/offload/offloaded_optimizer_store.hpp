@@ -121,7 +121,8 @@ class OffloadedOptimizerStore {
     if (options.offload_ratio < 1) share(model, options);
     if (options.speculative_update) {
       if constexpr (can_speculate)
-        speculation_.emplace(snapshot_bytes(options), speculation_layers(options));
+        speculation_.emplace(staging_.layers(),
+                             speculated_states(options.master != MasterStorage::fp32));
       else if constexpr (requires { typename Inner::update_type; })
         fail_on_every_rank(ErrorKind::unsupported,
                            "speculative_update: LAMB's trust ratios need norms over whole "
@@ -465,53 +466,17 @@ class OffloadedOptimizerStore {
     return {};
   }
 
-  // A layer's snapshot: its states as the host store keeps them, and, with split masters, the
-  // compute copy's block in staging (the masters' high parts).
-  std::vector<std::size_t> snapshot_bytes(const EngineOptions& options) {
-    std::vector<std::size_t> bytes;
-    for (std::size_t l = 0; l < staging_.layers(); ++l) {
-      std::size_t n = 0;
-      inner_.for_each_state_block(l, [&](auto block) { n += snapshot_part(l, block.size()); });
-      if (options.master != MasterStorage::fp32)
-        n += staging_.block_size(l) * size_of(staging_.compute_dtype());
-      bytes.push_back(n);
-    }
-    return bytes;
-  }
-  // Of a state block of `bytes`, what the host's update changes: all of it, or (an fp32 block split
-  // with the device) the host's share.
-  std::size_t snapshot_part(std::size_t l, std::size_t bytes) const {
-    return share_ ? share_->cut(l) * sizeof(float) : bytes;
-  }
-  template <class S = typename detail::speculation_of<Inner>::type>
-  auto speculation_layers(const EngineOptions& options) {
-    using Layers = typename S::value_type::Layers;
-    const bool split = options.master != MasterStorage::fp32;
-    // f(state bytes, where in the snapshot) over layer l's blocks in the snapshot's order.
-    const auto each_block = [this, split](std::size_t l, auto&& f) {
-      std::size_t at = 0;
-      const auto next = [&](auto block) {
-        const View<std::byte> bytes = // pinned memory too; the host's share of a split block
-            handed_out(block).first(snapshot_part(l, block.size()));
-        f(bytes, at);
-        at += bytes.size();
-      };
-      inner_.for_each_state_block(l, next);
-      if (split) // a 16-bit compute copy: the masters' high parts
-        next(writable_bytes(staging_.template weights<std::uint16_t>(l)));
+  // f(bytes) over the buffers layer l's update changes, as a snapshot holds them: its states as the
+  // host store keeps them (pinned memory too; of a block split with the device, the host's share),
+  // and, with split masters, the staged compute copy that holds their high parts.
+  auto speculated_states(bool split_masters) {
+    return [this, split_masters](std::size_t l, auto&& f) {
+      inner_.for_each_state_block(l, [&](auto block) {
+        const View<std::byte> bytes = handed_out(block);
+        f(share_ ? bytes.first(share_->cut(l) * sizeof(float)) : bytes);
+      });
+      if (split_masters) f(handed_out(writable_bytes(staging_.template weights<std::uint16_t>(l))));
     };
-    return Layers{[each_block](std::size_t l, View<std::byte> snapshot) {
-                    each_block(l, [&](View<std::byte> block, std::size_t at) {
-                      copy_bytes_in_parallel(View<const std::byte>(block.data(), block.size()),
-                                             snapshot.subview(at, block.size()),
-                                             /*streaming=*/true);
-                    });
-                  },
-                  [each_block](std::size_t l, View<const std::byte> snapshot) {
-                    each_block(l, [&](View<std::byte> block, std::size_t at) {
-                      copy_bytes_in_parallel(snapshot.subview(at, block.size()), block);
-                    });
-                  }};
   }
 
   // The delayed parameter update (DPU): the update of the step before sends its weights now

@@ -15,7 +15,7 @@
 // good when the step updates again too often (4 of the last 16 speculative steps: clipped, or an
 // update that changed since): each of those costs a second update. A skipped step (an overflow, a
 // loss scale searching) costs no second update, and does not count. The store that owns it
-// (offload/offloaded_optimizer_store.hpp) says how to update, save and restore a layer.
+// (offload/offloaded_optimizer_store.hpp) says how to update a layer and which buffers it changes.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
@@ -71,17 +71,28 @@ class SpeculativeUpdate {
   static constexpr std::size_t updated_twice_that_turn_it_off = 4;
 
   // update(l) updates layer l (its gradient has arrived: the caller waits for it there), after
-  // save(l, snapshot) copied its states into the layer's snapshot; restore(l, snapshot) copies them
-  // back. `snapshot_bytes[l]`: what a snapshot of layer l holds.
-  struct Layers {
-    std::function<void(std::size_t, View<std::byte>)> save;
-    std::function<void(std::size_t, View<const std::byte>)> restore;
-  };
-
-  SpeculativeUpdate(const std::vector<std::size_t>& snapshot_bytes, Layers layers)
-      : layers_(std::move(layers)), offsets_{0}, updated_(snapshot_bytes.size(), 0) {
-    for (std::size_t bytes : snapshot_bytes)
+  // its states were copied into the layer's snapshot. `states(l, f)` calls f(View<std::byte>) on
+  // each buffer of layer l's states that the update changes, in a fixed order: what the snapshot
+  // holds, written with stores that bypass the cache (it is read only to undo).
+  template <class States>
+  SpeculativeUpdate(std::size_t layers, States states)
+      : save_([states](std::size_t l, View<std::byte> snapshot) {
+          each_at(states, l, [&](View<std::byte> block, std::size_t at) {
+            copy_bytes_in_parallel(View<const std::byte>(block.data(), block.size()),
+                                   snapshot.subview(at, block.size()), /*streaming=*/true);
+          });
+        }),
+        restore_([states](std::size_t l, View<const std::byte> snapshot) {
+          each_at(states, l, [&](View<std::byte> block, std::size_t at) {
+            copy_bytes_in_parallel(snapshot.subview(at, block.size()), block);
+          });
+        }),
+        offsets_{0}, updated_(layers, 0) {
+    for (std::size_t l = 0; l < layers; ++l) {
+      std::size_t bytes = 0;
+      states(l, [&](View<std::byte> block) { bytes += block.size(); });
       offsets_.push_back(offsets_.back() + bytes);
+    }
     snapshots_ = Buffer<std::byte, host>(offsets_.back(), uninitialized);
   }
   SpeculativeUpdate(const SpeculativeUpdate&) = delete;
@@ -187,7 +198,7 @@ class SpeculativeUpdate {
  private:
   void restore_all() {
     for (std::size_t l = 0; l < updated_.size(); ++l)
-      if (std::exchange(updated_[l], 0) != 0) layers_.restore(l, snapshot(l));
+      if (std::exchange(updated_[l], 0) != 0) restore_(l, snapshot(l));
   }
 
   View<std::byte> snapshot(std::size_t l) {
@@ -216,7 +227,7 @@ class SpeculativeUpdate {
       }
       if (failure_ || l >= updated_.size() || updated_[l] != 0) continue;
       try {
-        layers_.save(l, snapshot(l));
+        save_(l, snapshot(l));
         updated_[l] = 1; // saved: from here a rollback restores it
         update_layer_(l, *update_, multiplier_);
         ++report_.layers;
@@ -237,7 +248,18 @@ class SpeculativeUpdate {
     }
   }
 
-  Layers layers_;
+  // f(block, where in the snapshot) over layer l's state buffers.
+  template <class States, class F>
+  static void each_at(const States& states, std::size_t l, F&& f) {
+    std::size_t at = 0;
+    states(l, [&](View<std::byte> block) {
+      f(block, at);
+      at += block.size();
+    });
+  }
+
+  std::function<void(std::size_t, View<std::byte>)> save_;
+  std::function<void(std::size_t, View<const std::byte>)> restore_;
   std::vector<std::size_t> offsets_; // layer l's snapshot: [offsets_[l], offsets_[l + 1])
   Buffer<std::byte, host> snapshots_;
   std::vector<char> updated_; // saved and updated this step (the worker's until joined)
