@@ -283,17 +283,13 @@ void block_forward(const Config& config, Tensor& tensor, const float* params, co
                     config.local_embd(), config.local_heads());
   float* mid = saved + s.mid;
   layer.attn_proj.forward(saved + s.heads, w.attn_proj_w, w.attn_proj_b, mid, rows);
-#pragma omp parallel for schedule(static)
-  for (std::size_t i = 0; i < rows * c; ++i)
-    mid[i] += x[i];
+  zero::for_each_index(zero::HostThreads{}, rows * c, AddInto{x, mid});
   layernorm_forward(mid, w.ln2_w, w.ln2_b, saved + s.ln2, saved + s.ln2_mean, saved + s.ln2_rstd,
                     rows, c);
   layer.fc.forward(saved + s.ln2, w.fc_w, w.fc_b, saved + s.fc, rows);
   gelu_forward(saved + s.fc, saved + s.gelu, rows * config.local_hidden());
   layer.fc_proj.forward(saved + s.gelu, w.fc_proj_w, w.fc_proj_b, y, rows);
-#pragma omp parallel for schedule(static)
-  for (std::size_t i = 0; i < rows * c; ++i)
-    y[i] += mid[i];
+  zero::for_each_index(zero::HostThreads{}, rows * c, AddInto{mid, y});
 }
 inline void block_forward(const Config& config, const float* params, const float* x, float* y,
                           float* saved, std::size_t batch) {
@@ -368,14 +364,8 @@ void embed_backward(const Config& config, Tensor& tensor, const std::uint8_t* to
   const std::size_t c = config.embd, seq = config.seq;
   zero::VocabParallelEmbedding<Tensor>(tensor, config.vocab, c)
       .backward(tokens, batch * seq, dx, dwte);
-#pragma omp parallel for schedule(static)
-  for (std::size_t t = 0; t < seq; ++t) {
-    float* row = dwpe + t * c;
-    std::fill(row, row + c, 0.0f);
-    for (std::size_t b = 0; b < batch; ++b)
-      for (std::size_t i = 0; i < c; ++i)
-        row[i] += dx[(b * seq + t) * c + i];
-  }
+  zero::for_each_index(zero::HostThreads{}, seq * c,
+                       kernels::PositionBackward{dx, dwpe, batch, seq, c});
 }
 inline void embed_backward(const Config& config, const std::uint8_t* tokens, const float* dx,
                            float* dwte, float* dwpe, std::size_t batch) {
@@ -419,9 +409,8 @@ double head_forward(const Config& config, Tensor& tensor, const float* lnf, cons
     zero::vocab_parallel_cross_entropy(
         tensor, zero::VocabularySlice(config.vocab, {tensor.rank(), tensor.size()}), head.logits,
         targets, rows, head.losses.data(), gradient ? head.logits : nullptr, gradient_scale);
-  double sum = 0; // in row order, whatever the threads
-  for (double loss : head.losses)
-    sum += loss;
+  double sum = 0; // in lane order (model_kernels.hpp), whatever the threads
+  kernels::LossSum{head.losses.data(), rows, &sum}(0);
   return sum;
 }
 } // namespace detail

@@ -5,28 +5,24 @@
 // run on them, and so do matrix products, a share of the result per thread (see gemm).
 //
 // Every result is a pure function of the inputs: products are split by rows or columns of the
-// result, never along the sum, and sums over rows (bias and LayerNorm gradients, embedding
-// gradients) give each column to one thread, which adds the rows in order. No float sum depends on
-// which thread finished first.
+// result, never along the sum, and the element-wise and per-row work is model_kernels.hpp's, whose
+// sums take one order whatever the threads (and whatever the execution space). No float sum
+// depends on which thread finished first.
+
+#include "model_kernels.hpp"
+
+#include <zero/core/execution_space.hpp>
+#include <zero/core/for_each.hpp>
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 namespace gpt::kernels {
-
-// Columns are summed in strips of this many floats (a 64-byte line), one strip per thread, so
-// that the threads never write the same line and every sum adds the rows in the same order.
-inline constexpr std::size_t column_strip = 16;
-
-inline std::size_t strips(std::size_t cols) {
-  return (cols + column_strip - 1) / column_strip;
-}
 
 // c = alpha op(a) op(b) + beta c, row-major, with c's rows (or its columns, when it has more)
 // split among the OpenMP threads and each share one OpenBLAS call on its thread. OpenBLAS's own
@@ -67,15 +63,9 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::
 
 // sums[c] = sum over rows of m[r, c].
 inline void column_sums(const float* m, float* sums, std::size_t rows, std::size_t cols) {
-#pragma omp parallel for schedule(static)
-  for (std::size_t s = 0; s < strips(cols); ++s) {
-    const std::size_t begin = s * column_strip, end = std::min(cols, begin + column_strip);
-    float strip[column_strip] = {};
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = begin; c < end; ++c)
-        strip[c - begin] += m[r * cols + c];
-    std::copy(strip, strip + (end - begin), sums + begin);
-  }
+  using zero::HostThreads;
+  zero::for_each_index(HostThreads{}, strips<HostThreads>(cols),
+                       ColumnSumsStrip<strip_width<HostThreads>>{m, sums, rows, cols});
 }
 
 // z = x W^T + b for `rows` rows; W is [out, in] as torch.nn.Linear's.
@@ -95,33 +85,12 @@ inline void linear_backward(const float* x, const float* w, const float* dz, flo
   gemm(false, false, rows, in, out, 1.0f, dz, out, w, in, 0.0f, dx, in);
 }
 
-inline constexpr double layernorm_eps = 1e-5;
-
-// y = (x - mean) / sqrt(var + eps) * w + b per row of `cols`; keeps mean and 1/sqrt(var + eps)
-// for the backward pass. The statistics are taken in double so that they do not drift from
-// torch's with the width.
+// LayerNorm over each row of `cols` (model_kernels.hpp): y, and the mean and 1/sqrt(var + eps)
+// the backward pass reads.
 inline void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                               float* rstd, std::size_t rows, std::size_t cols) {
-#pragma omp parallel for schedule(static)
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (std::size_t c = 0; c < cols; ++c)
-      sum += xr[c];
-    const double m = sum / double(cols);
-    double squares = 0;
-#pragma omp simd reduction(+ : squares)
-    for (std::size_t c = 0; c < cols; ++c)
-      squares += (xr[c] - m) * (xr[c] - m);
-    const double s = 1.0 / std::sqrt(squares / double(cols) + layernorm_eps);
-    const float mf = float(m), sf = float(s);
-    float* yr = y + r * cols;
-    for (std::size_t c = 0; c < cols; ++c)
-      yr[c] = (xr[c] - mf) * sf * w[c] + b[c];
-    mean[r] = mf;
-    rstd[r] = sf;
-  }
+  zero::for_each_index(zero::HostThreads{}, rows,
+                       LayerNormForwardRow{x, w, b, y, mean, rstd, cols});
 }
 
 // From dy: dx = `residual` + the gradient through the normalisation (residual may be dx's own
@@ -129,88 +98,21 @@ inline void layernorm_forward(const float* x, const float* w, const float* b, fl
 inline void layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
                                const float* dy, const float* residual, float* dx, float* dw,
                                float* db, std::size_t rows, std::size_t cols) {
-#pragma omp parallel for schedule(static)
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    const float* dyr = dy + r * cols;
-    // With xhat the normalised row and g = dy * w: dx = rstd * (g - mean(g) - xhat * mean(g *
-    // xhat)).
-    float g_sum = 0, gx_sum = 0;
-#pragma omp simd reduction(+ : g_sum, gx_sum)
-    for (std::size_t c = 0; c < cols; ++c) {
-      const float g = dyr[c] * w[c];
-      g_sum += g;
-      gx_sum += g * (xr[c] - mean[r]) * rstd[r];
-    }
-    const float g_mean = g_sum / float(cols), gx_mean = gx_sum / float(cols);
-    float* dxr = dx + r * cols;
-    for (std::size_t c = 0; c < cols; ++c) {
-      const float normalised = (xr[c] - mean[r]) * rstd[r];
-      const float through = rstd[r] * (dyr[c] * w[c] - g_mean - normalised * gx_mean);
-      dxr[c] = (residual ? residual[r * cols + c] : 0.0f) + through;
-    }
-  }
-#pragma omp parallel for schedule(static)
-  for (std::size_t s = 0; s < strips(cols); ++s) {
-    const std::size_t begin = s * column_strip, end = std::min(cols, begin + column_strip);
-    float w_strip[column_strip] = {}, b_strip[column_strip] = {};
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = begin; c < end; ++c) {
-        w_strip[c - begin] += dy[r * cols + c] * (x[r * cols + c] - mean[r]) * rstd[r];
-        b_strip[c - begin] += dy[r * cols + c];
-      }
-    std::copy(w_strip, w_strip + (end - begin), dw + begin);
-    std::copy(b_strip, b_strip + (end - begin), db + begin);
-  }
+  zero::for_each_index(zero::HostThreads{}, rows,
+                       LayerNormBackwardRow{x, w, mean, rstd, dy, residual, dx, cols});
+  using zero::HostThreads;
+  zero::for_each_index(
+      HostThreads{}, strips<HostThreads>(cols),
+      LayerNormBackwardStrip<strip_width<HostThreads>>{x, mean, rstd, dy, dw, db, rows, cols});
 }
-
-// e^x in float, in a form the compiler turns into SIMD code (glibc's expf and tanhf are scalar
-// calls, and were most of a step's time): Cephes' expf, within 2 ulp of e^x. The range is
-// clamped so that 2^n stays a normal float (e^-87 stands for anything smaller); NaN stays NaN, so
-// that overflow checks downstream still see it.
-inline float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  // n = round(x / ln 2): adding 1.5 * 2^23 leaves n, as an integer, in the low mantissa bits.
-  constexpr float round_shift = 12582912.0f;
-  const float shifted = x * 1.44269504088896341f + round_shift;
-  const float n = shifted - round_shift;
-  const std::int32_t n_bits =
-      std::bit_cast<std::int32_t>(shifted) - std::bit_cast<std::int32_t>(round_shift);
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f; // x - n ln 2, in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((n_bits + 127) << 23); // p * 2^n
-}
-
-// GELU's tanh approximation (torch's approximate='tanh'): 0.5 z (1 + tanh(u)) with
-// u = k (z + 0.044715 z^3), computed as z * sigmoid(2u), which is the same function.
-inline constexpr float gelu_k = 0.7978845608028654f; // sqrt(2 / pi)
-inline constexpr float gelu_cubic = 0.044715f;
 
 inline void gelu_forward(const float* z, float* a, std::size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (std::size_t i = 0; i < n; ++i) {
-    const float u = gelu_k * (z[i] + gelu_cubic * z[i] * z[i] * z[i]);
-    a[i] = z[i] / (1.0f + fast_exp(-2.0f * u));
-  }
+  zero::for_each_index(zero::HostThreads{}, n, GeluForward{z, a});
 }
 
-// dz = da * GELU'(z); dz may be da. With s = sigmoid(2u) = 0.5 (1 + tanh(u)):
-// GELU' = s + z * 2 s (1 - s) * du/dz.
+// dz = da * GELU'(z); dz may be da.
 inline void gelu_backward(const float* z, const float* da, float* dz, std::size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (std::size_t i = 0; i < n; ++i) {
-    const float x = z[i];
-    const float s = 1.0f / (1.0f + fast_exp(-2.0f * gelu_k * (x + gelu_cubic * x * x * x)));
-    const float du = gelu_k * (1.0f + 3.0f * gelu_cubic * x * x);
-    dz[i] = da[i] * (s + 2.0f * x * s * (1.0f - s) * du);
-  }
+  zero::for_each_index(zero::HostThreads{}, n, GeluBackward{z, da, dz});
 }
 
 // Causal self-attention over `batch` sequences of `seq` tokens. qkv is [batch * seq, 3 * embd]:
@@ -232,23 +134,9 @@ inline void attention_forward(const float* qkv, float* att, float* out, std::siz
     float* p = att + bh * seq * seq;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(seq), int(seq), int(head_size), scale,
                 q, int(row), k, int(row), 0.0f, p, int(seq));
-    for (std::size_t i = 0; i < seq; ++i) {
-      float* pi = p + i * seq;
-      float top = pi[0];
-#pragma omp simd reduction(max : top)
-      for (std::size_t j = 1; j <= i; ++j)
-        top = std::max(top, pi[j]);
-      float sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (std::size_t j = 0; j <= i; ++j) {
-        pi[j] = fast_exp(pi[j] - top);
-        sum += pi[j];
-      }
-      const float inverse = 1.0f / sum;
-      for (std::size_t j = 0; j <= i; ++j)
-        pi[j] *= inverse;
-      std::fill(pi + i + 1, pi + seq, 0.0f);
-    }
+    const CausalSoftmaxRow softmax{p, seq};
+    for (std::size_t i = 0; i < seq; ++i)
+      softmax(i);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(seq), int(head_size), int(seq), 1.0f,
                 p, int(seq), v, int(row), 0.0f, out + b * seq * embd + h * head_size, int(embd));
   }
@@ -278,18 +166,10 @@ inline void attention_backward(const float* qkv, const float* att, const float* 
                 dhead, int(embd), v, int(row), 0.0f, dp, int(seq));
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(seq), int(head_size), int(seq), 1.0f,
                 p, int(seq), dhead, int(embd), 0.0f, dv, int(row));
-    // Through the softmax: ds_ij = p_ij (dp_ij - sum_j' p_ij' dp_ij'); zero where p is masked.
-    for (std::size_t i = 0; i < seq; ++i) {
-      const float* pi = p + i * seq;
-      float* di = dp + i * seq;
-      float dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (std::size_t j = 0; j <= i; ++j)
-        dot += pi[j] * di[j];
-      for (std::size_t j = 0; j <= i; ++j)
-        di[j] = pi[j] * (di[j] - dot);
-      std::fill(di + i + 1, di + seq, 0.0f);
-    }
+    // Through the softmax, in place of dp.
+    const CausalSoftmaxBackwardRow through_softmax{p, dp, seq};
+    for (std::size_t i = 0; i < seq; ++i)
+      through_softmax(i);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(seq), int(head_size), int(seq),
                 scale, dp, int(seq), k, int(row), 0.0f, dq, int(row));
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(seq), int(head_size), int(seq), scale,
@@ -303,27 +183,8 @@ inline void attention_backward(const float* qkv, const float* att, const float* 
 inline void cross_entropy(const float* logits, const std::uint8_t* targets, double* losses,
                           float* dlogits, std::size_t rows, std::size_t classes,
                           float gradient_scale) {
-#pragma omp parallel for schedule(static)
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* lr = logits + r * classes;
-    float top = lr[0];
-#pragma omp simd reduction(max : top)
-    for (std::size_t c = 1; c < classes; ++c)
-      top = std::max(top, lr[c]);
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (std::size_t c = 0; c < classes; ++c)
-      sum += double(fast_exp(lr[c] - top));
-    const double log_sum = std::log(sum);
-    losses[r] = log_sum - double(lr[targets[r]] - top);
-    if (!dlogits) continue;
-    const float inverse = float(1.0 / sum);
-    const float target_logit = lr[targets[r]];
-    float* dr = dlogits + r * classes;
-    for (std::size_t c = 0; c < classes; ++c)
-      dr[c] = fast_exp(lr[c] - top) * inverse * gradient_scale;
-    dr[targets[r]] = (fast_exp(target_logit - top) * inverse - 1.0f) * gradient_scale;
-  }
+  zero::for_each_index(zero::HostThreads{}, rows,
+                       CrossEntropyRow{logits, targets, losses, dlogits, classes, gradient_scale});
 }
 
 } // namespace gpt::kernels
