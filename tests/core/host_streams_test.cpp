@@ -1,18 +1,22 @@
 // HostStream, HostEvent and HostStreamSpace: order within a stream, concurrency across streams,
 // events as the only order between them, failures that stop dependent work, and the point of the
-// space: a pipeline that drops an event wait reads stale data, every run. StreamHold and a
-// deferring stream make a producer "slow" without sleeps, so every test here is deterministic.
+// space: a pipeline that drops an event wait reads stale data, every run; and for_each_index, the
+// kernels a model writes once. StreamHold and a deferring stream make a producer "slow" without
+// sleeps, so every test here is deterministic.
 
 #include <zero/core/bfloat16.hpp>
 #include <zero/core/error.hpp>
 #include <zero/core/execution_space.hpp>
+#include <zero/core/for_each.hpp>
 #include <zero/core/host_stream.hpp>
 #include <zero/core/host_stream_space.hpp>
+#include <zero/core/platform.hpp>
 #include <zero/core/stream_space.hpp>
 #include <zero/core/view.hpp>
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -418,3 +422,48 @@ TEST(HostEvent, AWaitKeepsThePointRecordedWhenItWasQueued) {
 }
 
 } // namespace
+
+// for_each_index (zero/core/for_each.hpp): every index once, on the host's threads or queued on a
+// stream in its order.
+struct CountCalls {
+  int* calls;
+  ZERO_HOST_DEVICE void operator()(std::size_t i) const { ++calls[i]; }
+};
+struct Doubled {
+  static constexpr bool elementwise = true;
+  const float* from;
+  float* to;
+  ZERO_HOST_DEVICE void operator()(std::size_t i) const { to[i] = 2.0f * from[i]; }
+};
+
+TEST(ForEachIndex, CallsEveryIndexOnce) {
+  // Across the serial and parallel sizes of both kinds of kernel.
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{37}, std::size_t{1} << 16}) {
+    std::vector<int> calls(n, 0);
+    zero::for_each_index(zero::HostThreads{}, n, CountCalls{calls.data()});
+    EXPECT_EQ(calls, std::vector<int>(n, 1)) << n;
+    std::vector<float> from(n), to(n, -1.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      from[i] = float(i);
+    zero::for_each_index(zero::HostThreads{}, n, Doubled{from.data(), to.data()});
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(to[i], 2.0f * float(i)) << n;
+  }
+}
+
+TEST(ForEachIndex, RunsInItsStreamsOrder) {
+  zero::HostStream stream("kernels");
+  const zero::HostStreamSpace space(stream);
+  std::vector<float> values(100, 1.0f), doubled(100, 0.0f);
+  zero::StreamHold held = stream.hold();
+  const std::vector<float> threes(100, 3.0f);
+  copy(space, zero::View<const float>(threes), zero::View<float>(values));
+  zero::for_each_index(space, values.size(), Doubled{values.data(), doubled.data()});
+  zero::HostEvent done;
+  record(space, done);
+  EXPECT_FALSE(done.query()); // queued behind the held stream, not run at the call
+  EXPECT_EQ(doubled, std::vector<float>(100, 0.0f));
+  held.release();
+  space.fence();
+  EXPECT_EQ(doubled, std::vector<float>(100, 6.0f)); // after the copy queued before it
+}

@@ -15,7 +15,8 @@
 // when they are done. A stream space based on HostStreamSpace (DeviceTwinSpace among them) queues
 // the same loop on its stream. CudaStreamSpace launches a kernel, one call per CUDA thread, from
 // zero/core/cuda_for_each.cuh (compiled by nvcc only). The calls for different i must not depend
-// on each other: no space promises an order among them. Whatever order a kernel's own sums take
+// on each other: no space promises an order among them. A kernel does not throw (a CUDA kernel
+// cannot, and on the host an exception would leave an OpenMP region). Whatever order a kernel's own sums take
 // inside one call is the same in every space, which is what makes the spaces' results comparable
 // bit for bit.
 //
