@@ -336,8 +336,8 @@ struct CrossEntropyRow {
     float top = lr[0];
     for (std::size_t c = 1; c < classes; ++c)
       top = top < lr[c] ? lr[c] : top;
-    const double sum =
-        lane_sum<double>(classes, [lr, top](std::size_t c) { return double(fast_exp(lr[c] - top)); });
+    const double sum = lane_sum<double>(
+        classes, [lr, top](std::size_t c) { return double(fast_exp(lr[c] - top)); });
     const std::size_t target = targets[r];
     const float target_logit = lr[target];
     losses[r] = std::log(sum) - double(target_logit - top);

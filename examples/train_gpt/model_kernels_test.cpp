@@ -194,10 +194,9 @@ TEST(ModelKernels, LayerNormMatchesTheHostModelAndTheFormula) {
   // The residual is dx's own values, as the block's backward passes it.
   device.run(rows, LayerNormBackwardRow{xd.data(), wd.data(), meand.data(), rstdd.data(),
                                         dyd.data(), dxd.data(), dxd.data(), cols});
-  device.run(strips<Space>(cols),
-             LayerNormBackwardStrip<strip_width<Space>>{xd.data(), meand.data(), rstdd.data(),
-                                                        dyd.data(), dwd.data(), dbd.data(), rows,
-                                                        cols});
+  device.run(strips<Space>(cols), LayerNormBackwardStrip<strip_width<Space>>{
+                                      xd.data(), meand.data(), rstdd.data(), dyd.data(), dwd.data(),
+                                      dbd.data(), rows, cols});
 
   std::vector<float> y(rows * cols), mean(rows), rstd(rows), dx = residual, dw(cols), db(cols);
   layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols);
@@ -274,7 +273,8 @@ TEST(ModelKernels, CrossEntropyAndItsSumMatchTheHostModel) {
 
   std::vector<double> losses(rows);
   std::vector<float> gradient(rows * classes), in_place = logits;
-  cross_entropy(logits.data(), targets.data(), losses.data(), gradient.data(), rows, classes, scale);
+  cross_entropy(logits.data(), targets.data(), losses.data(), gradient.data(), rows, classes,
+                scale);
   cross_entropy(in_place.data(), targets.data(), losses.data(), in_place.data(), rows, classes,
                 scale);
   double sum = 0;
@@ -317,7 +317,8 @@ TEST(ModelKernels, EmbeddingsMatchTheHostModel) {
   Device device;
   const std::size_t vocab = 19, batch = rows / seq;
   const auto wte = random_floats(vocab * cols, 1.0f, 14), wpe = random_floats(seq * cols, 1.0f, 15),
-             dx = random_floats(rows * cols, 1.0f, 16), dwte_first = random_floats(vocab * cols, 1.0f, 17);
+             dx = random_floats(rows * cols, 1.0f, 16),
+             dwte_first = random_floats(vocab * cols, 1.0f, 17);
   const auto tokens = random_tokens(rows, vocab, 18);
   auto wted = device.upload(wte), wped = device.upload(wpe), dxd = device.upload(dx),
        dwted = device.upload(dwte_first), dwte_one = device.upload(dwte_first);

@@ -16,9 +16,9 @@
 // the same loop on its stream. CudaStreamSpace launches a kernel, one call per CUDA thread, from
 // zero/core/cuda_for_each.cuh (compiled by nvcc only). The calls for different i must not depend
 // on each other: no space promises an order among them. A kernel does not throw (a CUDA kernel
-// cannot, and on the host an exception would leave an OpenMP region). Whatever order a kernel's own sums take
-// inside one call is the same in every space, which is what makes the spaces' results comparable
-// bit for bit.
+// cannot, and on the host an exception would leave an OpenMP region). Whatever order a kernel's own
+// sums take inside one call is the same in every space, which is what makes the spaces' results
+// comparable bit for bit.
 //
 // A kernel that declares `static constexpr bool elementwise = true` (ElementwiseKernel: a few
 // operations per index, no loops) asks the host to vectorise across indices as well.
