@@ -121,6 +121,15 @@ struct AddInto {
   ZERO_HOST_DEVICE void operator()(std::size_t i) const { to[i] += from[i]; }
 };
 
+// Row r of y ([rows, cols]) = b: a linear layer's bias, before the product adds x W^T to it.
+struct BroadcastRows {
+  static constexpr bool elementwise = true;
+  const float* b;
+  float* y;
+  std::size_t cols;
+  ZERO_HOST_DEVICE void operator()(std::size_t i) const { y[i] = b[i % cols]; }
+};
+
 // --- Embeddings ----------------------------------------------------------------------------
 
 // Row r of x ([rows, cols]) = wte[tokens[r]] + wpe[r mod seq]. The tokens were checked against

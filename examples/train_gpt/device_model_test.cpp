@@ -1,0 +1,102 @@
+// The device model (device_model.hpp) against the host model (gpt.hpp): a block's forward and
+// backward, the embeddings and the head, from the same weights and inputs. Built twice as
+// model_kernels_test.cpp is: over DeviceTwinSpace in CI, where every output must be the host
+// model's bits; over CudaStreamSpace from device_model_test.cu (tools/zero-gpu-check), within
+// device_bound of the host model in relative L2 norm per tensor (cuBLAS's products sum in
+// another order than OpenBLAS's).
+
+#include "device_test_space.hpp"
+
+#include "device_model.hpp"
+#include "gpt.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using gpt::testing::Device;
+using gpt::testing::expect_host_result;
+using gpt::testing::random_floats;
+using gpt::testing::random_tokens;
+
+// Sizes that leave partial lanes, strips and tiles: 3 sequences of 9 tokens, 2 heads of 12.
+const gpt::Config config{.layers = 1, .heads = 2, .embd = 24, .seq = 9, .vocab = 256};
+constexpr std::size_t batch = 3;
+
+TEST(DeviceModel, BlockMatchesTheHostModel) {
+  Device device;
+  const std::size_t n = batch * config.seq * config.embd;
+  const std::size_t saved_floats = gpt::block_saved_floats(config, batch);
+  const auto params = random_floats(gpt::block_parameters(config), 0.2f, 21);
+  const auto x = random_floats(n, 1.0f, 22), dy = random_floats(n, 1.0f, 23);
+  auto params_d = device.upload(params), x_d = device.upload(x), dy_d = device.upload(dy);
+  zero::Buffer<float, gpt::testing::Memory> y_d(n), saved_d(saved_floats), dx_d(n),
+      dparams_d(params.size());
+  const gpt::DeviceModel model(device.space(), config, batch);
+  model.block_forward(params_d.data(), x_d.data(), y_d.data(), saved_d.data(), batch);
+  model.block_backward(params_d.data(), x_d.data(), saved_d.data(), dy_d.data(), dx_d.data(),
+                       dparams_d.data(), batch);
+
+  std::vector<float> y(n), saved(saved_floats), dx(n), dparams(params.size());
+  gpt::block_forward(config, params.data(), x.data(), y.data(), saved.data(), batch);
+  gpt::block_backward(config, params.data(), x.data(), saved.data(), dy.data(), dx.data(),
+                      dparams.data(), batch);
+  expect_host_result(device.download(y_d), y, "the block's output");
+  expect_host_result(device.download(saved_d), saved, "the block's saved activations");
+  expect_host_result(device.download(dx_d), dx, "the block's input gradient");
+  expect_host_result(device.download(dparams_d), dparams, "the block's parameter gradients");
+}
+
+TEST(DeviceModel, EmbeddingsAndHeadMatchTheHostModel) {
+  Device device;
+  const std::size_t token_rows = batch * config.seq, c = config.embd;
+  const auto wte = random_floats(config.vocab * c, 0.5f, 24), wpe = random_floats(config.seq * c,
+                                                                                  0.5f, 25);
+  const auto lnf = random_floats(2 * c, 1.0f, 26);
+  const auto tokens = random_tokens(token_rows, config.vocab, 27),
+             targets = random_tokens(token_rows, config.vocab, 28);
+  auto wte_d = device.upload(wte), wpe_d = device.upload(wpe), lnf_d = device.upload(lnf);
+  auto tokens_d = device.upload(tokens), targets_d = device.upload(targets);
+  zero::Buffer<float, gpt::testing::Memory> x_d(token_rows * c), dx_d(token_rows * c), dlnf_d(2 * c),
+      dwte_d(wte.size()), dwpe_d(wpe.size());
+  const gpt::DeviceModel model(device.space(), config, batch);
+  const double normalizer = double(token_rows);
+  const float loss_scale = 8.0f, gradient_scale = float(double(loss_scale) / normalizer);
+  model.embed_forward(wte_d.data(), wpe_d.data(), tokens_d.data(), x_d.data(), batch);
+  model.head_forward_backward(lnf_d.data(), wte_d.data(), x_d.data(), targets_d.data(),
+                              dx_d.data(), dlnf_d.data(), dwte_d.data(), batch, gradient_scale);
+  const double loss_sum = device.download(model.loss_sum(), 1)[0];
+  model.embed_backward(tokens_d.data(), dx_d.data(), dwte_d.data(), dwpe_d.data(), batch);
+  model.head_loss(lnf_d.data(), wte_d.data(), x_d.data(), targets_d.data(), batch);
+  const double evaluated_sum = device.download(model.loss_sum(), 1)[0];
+
+  std::vector<float> x(token_rows * c), dx(token_rows * c), dlnf(2 * c), dwte(wte.size()), dwpe(wpe.size());
+  gpt::embed_forward(config, wte.data(), wpe.data(), tokens.data(), x.data(), batch);
+  const double loss =
+      gpt::head_forward_backward(config, lnf.data(), wte.data(), x.data(), targets.data(),
+                                 dx.data(), dlnf.data(), dwte.data(), batch, normalizer, loss_scale);
+  gpt::embed_backward(config, tokens.data(), dx.data(), dwte.data(), dwpe.data(), batch);
+  const double evaluated =
+      gpt::head_loss(config, lnf.data(), wte.data(), x.data(), targets.data(), batch, normalizer);
+  expect_host_result(device.download(x_d), x, "the embeddings");
+  expect_host_result(device.download(dx_d), dx, "the head's input gradient");
+  expect_host_result(device.download(dlnf_d), dlnf, "ln_f's gradient");
+  expect_host_result(device.download(dwte_d), dwte, "the token embedding's gradient");
+  expect_host_result(device.download(dwpe_d), dwpe, "the position embedding's gradient");
+  expect_host_result(std::vector<double>{loss_sum / normalizer}, std::vector<double>{loss},
+                     "the loss");
+  expect_host_result(std::vector<double>{evaluated_sum / normalizer},
+                     std::vector<double>{evaluated}, "the evaluated loss");
+}
+
+TEST(DeviceModel, RefusesABatchLargerThanItWasBuiltFor) {
+  Device device;
+  const gpt::DeviceModel model(device.space(), config, 1);
+  EXPECT_THROW(model.embed_forward(nullptr, nullptr, nullptr, nullptr, 2), zero::Error);
+}
+
+} // namespace
