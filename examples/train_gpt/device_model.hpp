@@ -37,9 +37,8 @@ class DeviceModel {
       : exec_(exec), products_(exec), config_(config), max_batch_(max_batch),
         wide_(rows(max_batch) * 4 * config.embd), narrow_(rows(max_batch) * config.embd),
         att_scratch_(max_batch * config.heads * config.seq * config.seq),
-        normalised_(rows(max_batch) * config.embd), mean_(rows(max_batch)),
-        rstd_(rows(max_batch)), logits_(rows(max_batch) * config.vocab),
-        losses_(rows(max_batch)), loss_sum_(1) {
+        normalised_(rows(max_batch) * config.embd), mean_(rows(max_batch)), rstd_(rows(max_batch)),
+        logits_(rows(max_batch) * config.vocab), losses_(rows(max_batch)), loss_sum_(1) {
     if (config.tensor_parallel != 1)
       zero::fail(zero::ErrorKind::unsupported,
                  "the device model is unsplit: tensor parallelism runs on the host model only");
@@ -134,8 +133,8 @@ class DeviceModel {
                    dwte, c);
     float* dnormalised = normalised_.data(); // its last reader was the product above
     products_.gemm(false, false, n, c, vocab, 1.0f, dlogits, vocab, wte, c, 0.0f, dnormalised, c);
-    layernorm_backward(x, lnf, mean_.data(), rstd_.data(), dnormalised, nullptr, dx, dlnf,
-                       dlnf + c, n);
+    layernorm_backward(x, lnf, mean_.data(), rstd_.data(), dnormalised, nullptr, dx, dlnf, dlnf + c,
+                       n);
   }
 
   // The same loss into loss_sum(), without gradients (evaluation).
@@ -201,15 +200,13 @@ class DeviceModel {
     const std::size_t head_size = embd / heads, row = 3 * embd, square = seq * seq;
     const float scale = 1.0f / std::sqrt(float(head_size));
     // scores = scale q k^T, per (sequence, head).
-    products_.gemm_batched(false, true, seq, seq, head_size, scale, qkv, row, qkv + embd, row,
-                           0.0f, att, seq,
-                           heads_batch(batch, seq * row, head_size, seq * row, head_size,
-                                       heads * square, square));
+    products_.gemm_batched(
+        false, true, seq, seq, head_size, scale, qkv, row, qkv + embd, row, 0.0f, att, seq,
+        heads_batch(batch, seq * row, head_size, seq * row, head_size, heads * square, square));
     run(batch * heads * seq, kernels::CausalSoftmaxRow{att, seq});
-    products_.gemm_batched(false, false, seq, head_size, seq, 1.0f, att, seq, qkv + 2 * embd, row,
-                           0.0f, out, embd,
-                           heads_batch(batch, heads * square, square, seq * row, head_size,
-                                       seq * embd, head_size));
+    products_.gemm_batched(
+        false, false, seq, head_size, seq, 1.0f, att, seq, qkv + 2 * embd, row, 0.0f, out, embd,
+        heads_batch(batch, heads * square, square, seq * row, head_size, seq * embd, head_size));
   }
 
   void attention_backward(const float* qkv, const float* att, const float* dout, float* dqkv,
@@ -225,23 +222,20 @@ class DeviceModel {
     float* dv = dqkv + 2 * embd;
     float* dp = att_scratch_.data();
     // dp = dout v^T; dv = p^T dout.
-    products_.gemm_batched(false, true, seq, seq, head_size, 1.0f, dout, embd, v, row, 0.0f, dp,
-                           seq,
-                           heads_batch(batch, seq * embd, head_size, seq * row, head_size,
-                                       heads * square, square));
-    products_.gemm_batched(true, false, seq, head_size, seq, 1.0f, att, seq, dout, embd, 0.0f, dv,
-                           row,
-                           heads_batch(batch, heads * square, square, seq * embd, head_size,
-                                       seq * row, head_size));
+    products_.gemm_batched(
+        false, true, seq, seq, head_size, 1.0f, dout, embd, v, row, 0.0f, dp, seq,
+        heads_batch(batch, seq * embd, head_size, seq * row, head_size, heads * square, square));
+    products_.gemm_batched(
+        true, false, seq, head_size, seq, 1.0f, att, seq, dout, embd, 0.0f, dv, row,
+        heads_batch(batch, heads * square, square, seq * embd, head_size, seq * row, head_size));
     run(batch * heads * seq, kernels::CausalSoftmaxBackwardRow{att, dp, seq});
     // dq = scale ds k; dk = scale ds^T q.
-    products_.gemm_batched(false, false, seq, head_size, seq, scale, dp, seq, k, row, 0.0f, dq,
-                           row,
-                           heads_batch(batch, heads * square, square, seq * row, head_size,
-                                       seq * row, head_size));
-    products_.gemm_batched(true, false, seq, head_size, seq, scale, dp, seq, q, row, 0.0f, dk, row,
-                           heads_batch(batch, heads * square, square, seq * row, head_size,
-                                       seq * row, head_size));
+    products_.gemm_batched(
+        false, false, seq, head_size, seq, scale, dp, seq, k, row, 0.0f, dq, row,
+        heads_batch(batch, heads * square, square, seq * row, head_size, seq * row, head_size));
+    products_.gemm_batched(
+        true, false, seq, head_size, seq, scale, dp, seq, q, row, 0.0f, dk, row,
+        heads_batch(batch, heads * square, square, seq * row, head_size, seq * row, head_size));
   }
 
   // ln_f, the logits (into `gradient`'s place when given) and the losses and their sum.
@@ -249,12 +243,11 @@ class DeviceModel {
                     std::size_t batch, float* gradient, float gradient_scale) const {
     using namespace kernels;
     const std::size_t n = rows(batch), c = config_.embd, vocab = config_.vocab;
-    run(n, LayerNormForwardRow{x, lnf, lnf + c, normalised_.data(), mean_.data(), rstd_.data(),
-                               c});
+    run(n, LayerNormForwardRow{x, lnf, lnf + c, normalised_.data(), mean_.data(), rstd_.data(), c});
     products_.gemm(false, true, n, vocab, c, 1.0f, normalised_.data(), c, wte, c, 0.0f,
                    logits_.data(), vocab);
-    run(n, CrossEntropyRow{logits_.data(), targets, losses_.data(), gradient, vocab,
-                           gradient_scale});
+    run(n,
+        CrossEntropyRow{logits_.data(), targets, losses_.data(), gradient, vocab, gradient_scale});
     run(1, LossSum{losses_.data(), n, loss_sum_.data()});
   }
 

@@ -54,31 +54,32 @@ TEST(DeviceModel, BlockMatchesTheHostModel) {
 TEST(DeviceModel, EmbeddingsAndHeadMatchTheHostModel) {
   Device device;
   const std::size_t token_rows = batch * config.seq, c = config.embd;
-  const auto wte = random_floats(config.vocab * c, 0.5f, 24), wpe = random_floats(config.seq * c,
-                                                                                  0.5f, 25);
+  const auto wte = random_floats(config.vocab * c, 0.5f, 24),
+             wpe = random_floats(config.seq * c, 0.5f, 25);
   const auto lnf = random_floats(2 * c, 1.0f, 26);
   const auto tokens = random_tokens(token_rows, config.vocab, 27),
              targets = random_tokens(token_rows, config.vocab, 28);
   auto wte_d = device.upload(wte), wpe_d = device.upload(wpe), lnf_d = device.upload(lnf);
   auto tokens_d = device.upload(tokens), targets_d = device.upload(targets);
-  zero::Buffer<float, gpt::testing::Memory> x_d(token_rows * c), dx_d(token_rows * c), dlnf_d(2 * c),
-      dwte_d(wte.size()), dwpe_d(wpe.size());
+  zero::Buffer<float, gpt::testing::Memory> x_d(token_rows * c), dx_d(token_rows * c),
+      dlnf_d(2 * c), dwte_d(wte.size()), dwpe_d(wpe.size());
   const gpt::DeviceModel model(device.space(), config, batch);
   const double normalizer = double(token_rows);
   const float loss_scale = 8.0f, gradient_scale = float(double(loss_scale) / normalizer);
   model.embed_forward(wte_d.data(), wpe_d.data(), tokens_d.data(), x_d.data(), batch);
-  model.head_forward_backward(lnf_d.data(), wte_d.data(), x_d.data(), targets_d.data(),
-                              dx_d.data(), dlnf_d.data(), dwte_d.data(), batch, gradient_scale);
+  model.head_forward_backward(lnf_d.data(), wte_d.data(), x_d.data(), targets_d.data(), dx_d.data(),
+                              dlnf_d.data(), dwte_d.data(), batch, gradient_scale);
   const double loss_sum = device.download(model.loss_sum(), 1)[0];
   model.embed_backward(tokens_d.data(), dx_d.data(), dwte_d.data(), dwpe_d.data(), batch);
   model.head_loss(lnf_d.data(), wte_d.data(), x_d.data(), targets_d.data(), batch);
   const double evaluated_sum = device.download(model.loss_sum(), 1)[0];
 
-  std::vector<float> x(token_rows * c), dx(token_rows * c), dlnf(2 * c), dwte(wte.size()), dwpe(wpe.size());
+  std::vector<float> x(token_rows * c), dx(token_rows * c), dlnf(2 * c), dwte(wte.size()),
+      dwpe(wpe.size());
   gpt::embed_forward(config, wte.data(), wpe.data(), tokens.data(), x.data(), batch);
-  const double loss =
-      gpt::head_forward_backward(config, lnf.data(), wte.data(), x.data(), targets.data(),
-                                 dx.data(), dlnf.data(), dwte.data(), batch, normalizer, loss_scale);
+  const double loss = gpt::head_forward_backward(config, lnf.data(), wte.data(), x.data(),
+                                                 targets.data(), dx.data(), dlnf.data(),
+                                                 dwte.data(), batch, normalizer, loss_scale);
   gpt::embed_backward(config, tokens.data(), dx.data(), dwte.data(), dwpe.data(), batch);
   const double evaluated =
       gpt::head_loss(config, lnf.data(), wte.data(), x.data(), targets.data(), batch, normalizer);

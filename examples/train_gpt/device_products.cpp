@@ -16,8 +16,8 @@ namespace {
 
 void check_blas(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    zero::fail(zero::ErrorKind::cuda, std::string(call) + " failed: " +
-                                          cublasGetStatusName(status) + " (" +
+    zero::fail(zero::ErrorKind::cuda, std::string(call) +
+                                          " failed: " + cublasGetStatusName(status) + " (" +
                                           cublasGetStatusString(status) + ")");
 }
 
@@ -58,11 +58,10 @@ Products<zero::CudaStreamSpace>::~Products() {
 
 // Row-major c = op(a) op(b) is column-major c^T = op(b)^T op(a)^T: the operands swap places and
 // keep their transposition flags.
-void Products<zero::CudaStreamSpace>::gemm(bool trans_a, bool trans_b, std::size_t m,
-                                           std::size_t n, std::size_t k, float alpha,
-                                           const float* a, std::size_t lda, const float* b,
-                                           std::size_t ldb, float beta, float* c,
-                                           std::size_t ldc) const {
+void Products<zero::CudaStreamSpace>::gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n,
+                                           std::size_t k, float alpha, const float* a,
+                                           std::size_t lda, const float* b, std::size_t ldb,
+                                           float beta, float* c, std::size_t ldc) const {
   check_blas(cublasSgemm(handle(blas_), operation(trans_b), operation(trans_a), int(n), int(m),
                          int(k), &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
              "cublasSgemm");
