@@ -6,6 +6,8 @@
 #include <zero/core/cuda_check.hpp>
 #include <zero/core/error.hpp>
 
+#include "../common/cublas_check.hpp"
+
 #include <cublas_v2.h>
 
 #include <cstddef>
@@ -14,16 +16,8 @@
 namespace gpt {
 namespace {
 
-void check_blas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    zero::fail(zero::ErrorKind::cuda, std::string(call) +
-                                          " failed: " + cublasGetStatusName(status) + " (" +
-                                          cublasGetStatusString(status) + ")");
-}
-
-cublasHandle_t handle(void* blas) {
-  return static_cast<cublasHandle_t>(blas);
-}
+using examples::blas_handle;
+using examples::check_blas;
 
 cublasOperation_t operation(bool transposed) {
   return transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -52,7 +46,7 @@ Products<zero::CudaStreamSpace>::Products(const zero::CudaStreamSpace& space) {
 }
 
 Products<zero::CudaStreamSpace>::~Products() {
-  cublasDestroy(handle(blas_)); // waits for the handle's work before the workspace goes
+  cublasDestroy(blas_handle(blas_)); // waits for the handle's work before the workspace goes
   ZERO_LOG_CUDA(cudaFree(workspace_));
 }
 
@@ -62,7 +56,7 @@ void Products<zero::CudaStreamSpace>::gemm(bool trans_a, bool trans_b, std::size
                                            std::size_t k, float alpha, const float* a,
                                            std::size_t lda, const float* b, std::size_t ldb,
                                            float beta, float* c, std::size_t ldc) const {
-  check_blas(cublasSgemm(handle(blas_), operation(trans_b), operation(trans_a), int(n), int(m),
+  check_blas(cublasSgemm(blas_handle(blas_), operation(trans_b), operation(trans_a), int(n), int(m),
                          int(k), &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
              "cublasSgemm");
 }
@@ -74,11 +68,11 @@ void Products<zero::CudaStreamSpace>::gemm_batched(bool trans_a, bool trans_b, s
                                                    std::size_t ldc, const Batch& batch) const {
   for (std::size_t o = 0; o < batch.outer; ++o)
     check_blas(cublasSgemmStridedBatched(
-                   handle(blas_), operation(trans_b), operation(trans_a), int(n), int(m), int(k),
-                   &alpha, b + o * batch.b_outer, int(ldb), static_cast<long long>(batch.b_inner),
-                   a + o * batch.a_outer, int(lda), static_cast<long long>(batch.a_inner), &beta,
-                   c + o * batch.c_outer, int(ldc), static_cast<long long>(batch.c_inner),
-                   int(batch.inner)),
+                   blas_handle(blas_), operation(trans_b), operation(trans_a), int(n), int(m),
+                   int(k), &alpha, b + o * batch.b_outer, int(ldb),
+                   static_cast<long long>(batch.b_inner), a + o * batch.a_outer, int(lda),
+                   static_cast<long long>(batch.a_inner), &beta, c + o * batch.c_outer, int(ldc),
+                   static_cast<long long>(batch.c_inner), int(batch.inner)),
                "cublasSgemmStridedBatched");
 }
 

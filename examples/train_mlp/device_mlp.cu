@@ -6,6 +6,8 @@
 #include <zero/core/cuda_check.hpp>
 #include <zero/core/error.hpp>
 
+#include "../common/cublas_check.hpp"
+
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -15,16 +17,8 @@
 namespace mlp {
 namespace {
 
-void check_blas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    zero::fail(zero::ErrorKind::cuda, std::string(call) +
-                                          " failed: " + cublasGetStatusName(status) + " (" +
-                                          cublasGetStatusString(status) + ")");
-}
-
-cublasHandle_t handle(void* blas) {
-  return static_cast<cublasHandle_t>(blas);
-}
+using examples::blas_handle;
+using examples::check_blas;
 
 constexpr int threads = 256;
 constexpr std::size_t max_blocks = 4096;
@@ -181,7 +175,7 @@ DeviceModel::~DeviceModel() {
 void DeviceModel::release() noexcept {
   if (ones_) ZERO_LOG_CUDA(cudaFree(std::exchange(ones_, nullptr)));
   if (loss_partials_) ZERO_LOG_CUDA(cudaFree(std::exchange(loss_partials_, nullptr)));
-  if (blas_) cublasDestroy(handle(std::exchange(blas_, nullptr)));
+  if (blas_) cublasDestroy(blas_handle(std::exchange(blas_, nullptr)));
 }
 
 void DeviceModel::gather_rows(const float* source, std::size_t source_rows, std::size_t width,
@@ -200,7 +194,7 @@ void DeviceModel::linear_forward(const float* x, const float* w, const float* b,
   broadcast_bias_kernel<<<blocks(rows * out), threads, 0, stream_>>>(b, z, rows, out);
   check_launch();
   const float one = 1.0f;
-  check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in),
+  check_blas(cublasSgemm(blas_handle(blas_), CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in),
                          &one, w, int(in), x, int(in), &one, z, int(out)),
              "cublasSgemm (forward)");
 }
@@ -217,15 +211,15 @@ void DeviceModel::linear_backward(const float* x, const float* w, const float* d
     return;
   }
   const float one = 1.0f, zero = 0.0f;
-  check_blas(cublasSgemv(handle(blas_), CUBLAS_OP_N, int(out), int(rows), &one, dz, int(out), ones_,
-                         1, &zero, db, 1),
+  check_blas(cublasSgemv(blas_handle(blas_), CUBLAS_OP_N, int(out), int(rows), &one, dz, int(out),
+                         ones_, 1, &zero, db, 1),
              "cublasSgemv (bias gradient)");
-  check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_N, CUBLAS_OP_T, int(in), int(out), int(rows),
+  check_blas(cublasSgemm(blas_handle(blas_), CUBLAS_OP_N, CUBLAS_OP_T, int(in), int(out), int(rows),
                          &one, x, int(in), dz, int(out), &zero, dw, int(in)),
              "cublasSgemm (weight gradient)");
   if (dx)
-    check_blas(cublasSgemm(handle(blas_), CUBLAS_OP_N, CUBLAS_OP_N, int(in), int(rows), int(out),
-                           &one, w, int(in), dz, int(out), &zero, dx, int(in)),
+    check_blas(cublasSgemm(blas_handle(blas_), CUBLAS_OP_N, CUBLAS_OP_N, int(in), int(rows),
+                           int(out), &one, w, int(in), dz, int(out), &zero, dx, int(in)),
                "cublasSgemm (input gradient)");
 }
 

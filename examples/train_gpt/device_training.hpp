@@ -1,0 +1,178 @@
+#pragma once
+// train_gpt's training loop with every model state and activation in a device's memory: the
+// engine over a stream space (its placement's execution space, Exec), the model on the engine's
+// stream (DeviceModel), the same layers, batches, loss and order of gradients as the host loop
+// (training.hpp), so that over DeviceTwinSpace a run gives the host run's bits.
+//
+// Kept simple where the host loop is not: every block's input and saved activations stay in
+// device memory for backward (no activation checkpointing), the model is unsplit (no tensor
+// parallelism), and the learning rate is the flag's (no schedule).
+
+#include "device_model.hpp"
+#include "training.hpp"
+
+#include <zero/core/buffer.hpp>
+#include <zero/core/convert.hpp>
+#include <zero/core/view.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace train_gpt {
+
+// The GPT on the engine's stream, as the training loop calls it: buffers allocated once, for a
+// micro-step of `batch` sequences, so that device memory stays flat from step to step.
+template <class Engine, class Exec>
+class DeviceGpt {
+  using Memory = typename Exec::memory_space;
+  using Floats = zero::Buffer<float, Memory>;
+
+ public:
+  DeviceGpt(Engine& engine, const gpt::Config& model, std::size_t batch, const Exec& exec)
+      : engine_(engine), model_(model), batch_(batch), exec_(exec), device_(exec, model, batch),
+        rows_(batch * model.seq), saved_floats_(gpt::block_saved_floats(model, batch)),
+        tokens_(rows_), targets_(rows_), inputs_((model.layers + 1) * activation()),
+        saved_(model.layers * saved_floats_), dy_(activation()), dx_(activation()),
+        embedding_weights_(engine.layout().layer(0).numel),
+        weights_(std::max(gpt::block_parameters(model), 2 * model.embd)),
+        embedding_gradients_(engine.layout().layer(0).numel), final_gradients_(2 * model.embd),
+        block_gradients_(gpt::block_parameters(model)), loss_(1) {}
+
+  // One micro-step over this rank's sequences (tokens and targets: [batch, seq] on the host):
+  // forward, the head, backward, each layer's gradients handed to the engine as they are ready.
+  // Returns the micro-step's loss, the mean over its tokens; the stream has run everything queued
+  // when it returns, so the host may reuse tokens and targets.
+  template <class T>
+  double micro_step(const std::uint8_t* tokens, const std::uint8_t* targets) {
+    const std::size_t last = model_.layers + 1, c = model_.embd;
+    upload(tokens, tokens_);
+    upload(targets, targets_);
+    {
+      const zero::LayerParameters p = engine_.acquire(0);
+      const float* wte = widen<T>(p, embedding_weights_);
+      device_.embed_forward(wte, wte + model_.vocab * c, tokens_.data(), input(0), batch_);
+    }
+    for (std::size_t l = 0; l < model_.layers; ++l) {
+      const zero::LayerParameters p = engine_.acquire(l + 1); // stage 3 gathers it
+      device_.block_forward(widen<T>(p, weights_), input(l), input(l + 1), saved(l), batch_);
+    }
+    {
+      const zero::LayerParameters final_layer = engine_.acquire(last);
+      const zero::LayerParameters embeddings = engine_.acquire(0); // the tied head
+      // As the host model's head computes it: the scale in float, over the tokens in double.
+      const float loss_scale = static_cast<float>(engine_.loss_scale());
+      const float gradient_scale = float(double(loss_scale) / double(rows_));
+      device_.head_forward_backward(widen<T>(final_layer, weights_),
+                                    widen<T>(embeddings, embedding_weights_),
+                                    input(model_.layers), targets_.data(), dy_.data(),
+                                    final_gradients_.data(), embedding_gradients_.data(), batch_,
+                                    gradient_scale);
+    }
+    hand_over<T>(last, final_gradients_);
+    for (std::size_t l = model_.layers; l-- > 0;) {
+      const zero::LayerParameters p = engine_.acquire(l + 1);
+      float* g = nullptr;
+      if constexpr (std::is_same_v<T, float>)
+        g = engine_.template gradients<float>(l + 1).data(); // straight into the engine's buffer
+      else
+        g = block_gradients_.data();
+      device_.block_backward(widen<T>(p, weights_), input(l), saved(l), dy_.data(), dx_.data(), g,
+                             batch_);
+      if constexpr (std::is_same_v<T, float>)
+        engine_.grads_ready(l + 1);
+      else
+        hand_over<T>(l + 1, block_gradients_);
+      std::swap(dy_, dx_);
+    }
+    device_.embed_backward(tokens_.data(), dy_.data(), embedding_gradients_.data(),
+                           embedding_gradients_.data() + model_.vocab * c, batch_);
+    hand_over<T>(0, embedding_gradients_);
+    zero::copy(exec_, zero::View<const double, Memory>(device_.loss_sum(), 1), loss_.view());
+    exec_.fence(); // the loss, for the step's line
+    return loss_[0] / double(rows_);
+  }
+
+ private:
+  std::size_t activation() const noexcept { return rows_ * model_.embd; }
+  float* input(std::size_t l) { return inputs_.data() + l * activation(); }
+  float* saved(std::size_t l) { return saved_.data() + l * saved_floats_; }
+
+  void upload(const std::uint8_t* host, zero::Buffer<std::uint8_t, Memory>& device) {
+    zero::copy(exec_, zero::View<const std::uint8_t>(host, rows_), device.view());
+  }
+
+  // The layer's weights in float for the model: the engine's own memory in fp32, else a copy
+  // widened on the stream into `into`.
+  template <class T>
+  const float* widen(const zero::LayerParameters& p, Floats& into) {
+    const zero::View<const T, Memory> values = p.values<T, Memory>();
+    if constexpr (std::is_same_v<T, float>) {
+      return values.data();
+    } else {
+      zero::convert(exec_, values, into.view().first(values.size()));
+      return into.data();
+    }
+  }
+
+  // Layer l's float gradients rounded into the engine's buffer on the stream, then handed over.
+  template <class T>
+  void hand_over(std::size_t l, const Floats& gradients) {
+    const zero::View<T, Memory> into = engine_.template gradients<T>(l);
+    zero::convert(exec_, zero::View<const float, Memory>(gradients.data(), into.size()), into);
+    engine_.grads_ready(l);
+  }
+
+  Engine& engine_;
+  const gpt::Config& model_;
+  std::size_t batch_;
+  Exec exec_;
+  gpt::DeviceModel<Exec> device_;
+  std::size_t rows_, saved_floats_;
+  zero::Buffer<std::uint8_t, Memory> tokens_, targets_;
+  Floats inputs_, saved_, dy_, dx_;
+  Floats embedding_weights_, weights_, embedding_gradients_, final_gradients_, block_gradients_;
+  zero::Buffer<double, zero::host> loss_;
+};
+
+// The host loop's steps (training.hpp's train()) with the model on the device: the losses, step
+// times, loss scales and the final weights (with --save-npy) in the History the report prints.
+template <class Engine, class Exec>
+History train_on_device(zero::MpiCommunicator& world, const Flags& f, Engine& engine,
+                        const Tokens& data, const Exec& exec) {
+  return engine.visit_compute_type([&](auto tag) {
+    using T = decltype(tag);
+    const gpt::Config& model = f.model;
+    const std::size_t micro_steps = std::size_t(engine.options().gradient_accumulation_steps);
+    const std::size_t batch = f.batch / (std::size_t(world.size()) * micro_steps);
+    const std::size_t rows = batch * model.seq;
+    DeviceGpt<Engine, Exec> gpt(engine, model, batch, exec);
+    std::vector<std::uint8_t> tokens(rows), targets(rows);
+    History h;
+    for (int step = 0; step < f.steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      double loss = 0;
+      for (std::size_t micro = 0; micro < micro_steps; ++micro) {
+        const std::size_t first = (std::size_t(world.rank()) * micro_steps + micro) * batch;
+        data.batch(step, f.batch, model.seq, first, batch, tokens.data(), targets.data());
+        loss += gpt.template micro_step<T>(tokens.data(), targets.data());
+      }
+      const zero::StepResult r = engine.step();
+      h.lr.push_back(engine.optimizer().lr());
+      h.loss.push_back(mean_over_ranks(world, loss / double(micro_steps)));
+      h.step_seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      h.applied.push_back(r.applied);
+      h.loss_scale.push_back(r.loss_scale);
+    }
+    h.memory = engine.memory();
+    h.psi = engine.layout().numel();
+    h.shard_ranks = engine.shard_ranks();
+    if (!f.save_npy.empty()) h.final_weights = final_slices(model, engine);
+    return h;
+  });
+}
+
+} // namespace train_gpt

@@ -1,0 +1,129 @@
+// train_gpt's device loop (device_training.hpp) over the CPU twin of a device (DeviceTwinSpace:
+// the engine's stores, the model's activations and its kernels in device_twin memory, the ranks'
+// collectives through StagedCommunicator) against the host loop (training.hpp's train(), the
+// prebuilt host engine): ZeRO-3 with AdamW, fp32 and bf16, two micro-steps, the same losses every
+// step and the same final weights, bit for bit. Run at 1-3 ranks.
+
+#include "comm_test.hpp"
+
+#include "device_training.hpp"
+#include "training.hpp"
+#include "weights.hpp"
+
+#include "../common/optimizer_config.hpp"
+
+#include <zero/comm/staged_communicator.hpp>
+#include <zero/core/host_stream.hpp>
+#include <zero/core/host_stream_space.hpp>
+#include <zero/engine/engine.hpp> // the twin's engine is not a prebuilt one
+#include <zero/engines.hpp>
+#include <zero/optim/from_config.hpp>
+#include <zero/precision/any_loss_scaler.hpp>
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace {
+
+using zero::testing::world;
+using Twin = zero::DeviceTwinSpace;
+using Staged = zero::StagedCommunicator<Twin, zero::MpiCommunicator>;
+using OnTheTwin = zero::Placement<zero::execute_on<Twin>>;
+
+train_gpt::Flags flags(zero::DType dtype) {
+  train_gpt::Flags f;
+  // Sizes that leave partial lanes, strips and tiles; a batch every rank count divides.
+  f.model = gpt::Config{.layers = 2, .heads = 2, .embd = 24, .seq = 9, .vocab = 256};
+  f.batch = 12;
+  f.steps = 3;
+  f.stage = 3;
+  f.dtype = dtype;
+  f.optimizer = "adamw";
+  f.lr = 3e-3;
+  f.weight_decay = 0.01;
+  f.save_npy = "unused"; // asks train() for the final weights
+  return f;
+}
+
+zero::EngineOptions options(const train_gpt::Flags& f) {
+  zero::EngineOptions o;
+  o.compute_dtype = f.dtype;
+  o.gradient_accumulation_steps = 2;
+  o.persistence_threshold = 0; // every layer sharded and gathered
+  return o;
+}
+
+template <class Engine>
+void set_initial_weights(Engine& engine, const train_gpt::Flags& f) {
+  const std::vector<std::vector<float>> layers =
+      train_gpt::layers_of(f.model, train_gpt::InitialWeights::random(f.model, f.seed), 0);
+  for (std::size_t l = 0; l < engine.layers(); ++l)
+    engine.set_layer(l, layers[l]);
+}
+
+train_gpt::History on_the_host(const train_gpt::Flags& f, const train_gpt::Tokens& data) {
+  train_gpt::Ranks ranks(world(), 1);
+  return zero::with_optimizer<zero::AdamW>(examples::optimizer_config(f), [&](auto optimizer) {
+    zero::PrebuiltEngine<3, zero::AdamW> engine(ranks.groups, gpt::specs(f.model),
+                                                std::move(optimizer),
+                                                zero::AnyLossScaler::for_run(f.dtype, nullptr),
+                                                options(f));
+    set_initial_weights(engine, f);
+    return train_gpt::train(ranks, f, engine, data);
+  });
+}
+
+train_gpt::History on_the_twin(const train_gpt::Flags& f, const train_gpt::Tokens& data) {
+  zero::HostStream caller("caller"), transfer("transfer"), compute("compute");
+  Staged comm(zero::MpiCommunicator(world().boost_communicator()), Twin(caller), Twin(transfer));
+  return zero::with_optimizer<zero::AdamW>(examples::optimizer_config(f), [&](auto optimizer) {
+    zero::Engine<zero::Stage<3>, Staged, OnTheTwin, zero::AdamW, zero::AnyLossScaler> engine(
+        world(), comm, gpt::specs(f.model), std::move(optimizer),
+        zero::AnyLossScaler::for_run(f.dtype, nullptr), options(f), Twin(compute));
+    set_initial_weights(engine, f);
+    return train_gpt::train_on_device(world(), f, engine, data, Twin(compute));
+  });
+}
+
+void expect_same_bits(const std::vector<float>& twin, const std::vector<float>& host,
+                      const std::string& what) {
+  ASSERT_EQ(twin.size(), host.size()) << what;
+  for (std::size_t i = 0; i < twin.size(); ++i)
+    if (std::bit_cast<std::uint32_t>(twin[i]) != std::bit_cast<std::uint32_t>(host[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << twin[i] << " on the twin and "
+                    << host[i] << " on the host";
+      return;
+    }
+}
+
+void expect_twin_equals_host(zero::DType dtype) {
+  const train_gpt::Flags f = flags(dtype);
+  const train_gpt::Tokens data = train_gpt::Tokens::from_file(ZERO_TEST_GPT_DATA, f.model.seq);
+  const train_gpt::History host = on_the_host(f, data);
+  const train_gpt::History twin = on_the_twin(f, data);
+  const std::string run = zero::to_string(dtype);
+  ASSERT_EQ(twin.loss.size(), host.loss.size());
+  for (std::size_t s = 0; s < host.loss.size(); ++s)
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(twin.loss[s]), std::bit_cast<std::uint64_t>(host.loss[s]))
+        << run << " step " << s << ": loss " << twin.loss[s] << " on the twin, " << host.loss[s]
+        << " on the host";
+  EXPECT_LT(host.loss.back(), host.loss.front()) << run << ": the run learns";
+  ASSERT_EQ(twin.final_weights.size(), host.final_weights.size());
+  const std::vector<gpt::TensorSpec> tensors = gpt::tensor_specs(f.model);
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    expect_same_bits(twin.final_weights[t], host.final_weights[t], run + " " + tensors[t].name);
+}
+
+TEST(DeviceTraining, Fp32TwinGivesTheHostRunsBits) {
+  expect_twin_equals_host(zero::DType::float32);
+}
+
+TEST(DeviceTraining, Bf16TwinGivesTheHostRunsBits) {
+  expect_twin_equals_host(zero::DType::bfloat16);
+}
+
+} // namespace
