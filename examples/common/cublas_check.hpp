@@ -13,8 +13,8 @@ namespace examples {
 
 inline void check_blas(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    zero::fail(zero::ErrorKind::cuda, std::string(call) + " failed: " +
-                                          cublasGetStatusName(status) + " (" +
+    zero::fail(zero::ErrorKind::cuda, std::string(call) +
+                                          " failed: " + cublasGetStatusName(status) + " (" +
                                           cublasGetStatusString(status) + ")");
 }
 

@@ -23,12 +23,37 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace gpt {
 
+// The device model's calls, whatever its space: what a training loop built by the host compiler
+// holds when the model's kernels were compiled by nvcc (make_device_model below).
+class AnyDeviceModel {
+ public:
+  virtual ~AnyDeviceModel() = default;
+  // One double in the model's memory: the sum of the token losses of the last head call.
+  virtual const double* loss_sum() const noexcept = 0;
+  virtual void block_forward(const float* params, const float* x, float* y, float* saved,
+                             std::size_t batch) const = 0;
+  virtual void block_backward(const float* params, const float* x, const float* saved,
+                              const float* dy, float* dx, float* dparams,
+                              std::size_t batch) const = 0;
+  virtual void embed_forward(const float* wte, const float* wpe, const std::uint8_t* tokens,
+                             float* x, std::size_t batch) const = 0;
+  virtual void embed_backward(const std::uint8_t* tokens, const float* dx, float* dwte, float* dwpe,
+                              std::size_t batch) const = 0;
+  virtual void head_forward_backward(const float* lnf, const float* wte, const float* x,
+                                     const std::uint8_t* targets, float* dx, float* dlnf,
+                                     float* dwte, std::size_t batch,
+                                     float gradient_scale) const = 0;
+  virtual void head_loss(const float* lnf, const float* wte, const float* x,
+                         const std::uint8_t* targets, std::size_t batch) const = 0;
+};
+
 template <class Exec>
-class DeviceModel {
+class DeviceModel final : public AnyDeviceModel {
   using Memory = typename Exec::memory_space;
 
  public:
@@ -45,11 +70,11 @@ class DeviceModel {
   }
 
   const Exec& space() const noexcept { return exec_; }
-  const double* loss_sum() const noexcept { return loss_sum_.data(); }
+  const double* loss_sum() const noexcept override { return loss_sum_.data(); }
 
   // x, y: [batch, seq, embd]; `saved` receives block_saved_floats() floats.
   void block_forward(const float* params, const float* x, float* y, float* saved,
-                     std::size_t batch) const {
+                     std::size_t batch) const override {
     using namespace kernels;
     require_batch(batch);
     const BlockWeights w = block_weights(config_, params);
@@ -72,7 +97,7 @@ class DeviceModel {
 
   // dy: the gradient of the block's output. Writes dx and dparams, both overwritten.
   void block_backward(const float* params, const float* x, const float* saved, const float* dy,
-                      float* dx, float* dparams, std::size_t batch) const {
+                      float* dx, float* dparams, std::size_t batch) const override {
     using namespace kernels;
     require_batch(batch);
     const BlockWeights w = block_weights(config_, params);
@@ -103,14 +128,14 @@ class DeviceModel {
   // x[b, t] = wte[tokens[b, t]] + wpe[t]. The tokens were checked against the vocabulary where
   // they were read.
   void embed_forward(const float* wte, const float* wpe, const std::uint8_t* tokens, float* x,
-                     std::size_t batch) const {
+                     std::size_t batch) const override {
     require_batch(batch);
     run(rows(batch), kernels::EmbedRow{wte, wpe, tokens, x, config_.embd, config_.seq});
   }
 
   // Adds each token's row of dx into dwte (which the tied head wrote first) and writes dwpe.
   void embed_backward(const std::uint8_t* tokens, const float* dx, float* dwte, float* dwpe,
-                      std::size_t batch) const {
+                      std::size_t batch) const override {
     using namespace kernels;
     require_batch(batch);
     const std::size_t c = config_.embd;
@@ -124,7 +149,7 @@ class DeviceModel {
   // bias) and dwte, all overwritten.
   void head_forward_backward(const float* lnf, const float* wte, const float* x,
                              const std::uint8_t* targets, float* dx, float* dlnf, float* dwte,
-                             std::size_t batch, float gradient_scale) const {
+                             std::size_t batch, float gradient_scale) const override {
     require_batch(batch);
     const std::size_t n = rows(batch), c = config_.embd, vocab = config_.vocab;
     head_forward(lnf, wte, x, targets, batch, logits_.data(), gradient_scale);
@@ -139,7 +164,7 @@ class DeviceModel {
 
   // The same loss into loss_sum(), without gradients (evaluation).
   void head_loss(const float* lnf, const float* wte, const float* x, const std::uint8_t* targets,
-                 std::size_t batch) const {
+                 std::size_t batch) const override {
     require_batch(batch);
     head_forward(lnf, wte, x, targets, batch, nullptr, 1.0f);
   }
@@ -261,5 +286,19 @@ class DeviceModel {
   mutable zero::Buffer<float, Memory> normalised_, mean_, rstd_, logits_;
   mutable zero::Buffer<double, Memory> losses_, loss_sum_;
 };
+
+// The model on a host stream space (the CPU twin of a device), compiled where it is named.
+template <zero::HostStreamBased S>
+std::unique_ptr<AnyDeviceModel> make_device_model(const S& space, const Config& config,
+                                                  std::size_t max_batch) {
+  return std::make_unique<DeviceModel<S>>(space, config, max_batch);
+}
+
+#if ZERO_HAS_CUDA
+// On a GPU: the model with its kernels compiled by nvcc (device_model.cu), so that code the host
+// compiler builds never instantiates a CUDA launch.
+std::unique_ptr<AnyDeviceModel> make_device_model(const zero::CudaStreamSpace& space,
+                                                  const Config& config, std::size_t max_batch);
+#endif
 
 } // namespace gpt

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -32,11 +33,11 @@ class DeviceGpt {
 
  public:
   DeviceGpt(Engine& engine, const gpt::Config& model, std::size_t batch, const Exec& exec)
-      : engine_(engine), model_(model), batch_(batch), exec_(exec), device_(exec, model, batch),
-        rows_(batch * model.seq), saved_floats_(gpt::block_saved_floats(model, batch)),
-        tokens_(rows_), targets_(rows_), inputs_((model.layers + 1) * activation()),
-        saved_(model.layers * saved_floats_), dy_(activation()), dx_(activation()),
-        embedding_weights_(engine.layout().layer(0).numel),
+      : engine_(engine), model_(model), batch_(batch), exec_(exec),
+        device_(gpt::make_device_model(exec, model, batch)), rows_(batch * model.seq),
+        saved_floats_(gpt::block_saved_floats(model, batch)), tokens_(rows_), targets_(rows_),
+        inputs_((model.layers + 1) * activation()), saved_(model.layers * saved_floats_),
+        dy_(activation()), dx_(activation()), embedding_weights_(engine.layout().layer(0).numel),
         weights_(std::max(gpt::block_parameters(model), 2 * model.embd)),
         embedding_gradients_(engine.layout().layer(0).numel), final_gradients_(2 * model.embd),
         block_gradients_(gpt::block_parameters(model)), loss_(1) {}
@@ -53,11 +54,11 @@ class DeviceGpt {
     {
       const zero::LayerParameters p = engine_.acquire(0);
       const float* wte = widen<T>(p, embedding_weights_);
-      device_.embed_forward(wte, wte + model_.vocab * c, tokens_.data(), input(0), batch_);
+      device_->embed_forward(wte, wte + model_.vocab * c, tokens_.data(), input(0), batch_);
     }
     for (std::size_t l = 0; l < model_.layers; ++l) {
       const zero::LayerParameters p = engine_.acquire(l + 1); // stage 3 gathers it
-      device_.block_forward(widen<T>(p, weights_), input(l), input(l + 1), saved(l), batch_);
+      device_->block_forward(widen<T>(p, weights_), input(l), input(l + 1), saved(l), batch_);
     }
     {
       const zero::LayerParameters final_layer = engine_.acquire(last);
@@ -65,11 +66,10 @@ class DeviceGpt {
       // As the host model's head computes it: the scale in float, over the tokens in double.
       const float loss_scale = static_cast<float>(engine_.loss_scale());
       const float gradient_scale = float(double(loss_scale) / double(rows_));
-      device_.head_forward_backward(widen<T>(final_layer, weights_),
-                                    widen<T>(embeddings, embedding_weights_),
-                                    input(model_.layers), targets_.data(), dy_.data(),
-                                    final_gradients_.data(), embedding_gradients_.data(), batch_,
-                                    gradient_scale);
+      device_->head_forward_backward(widen<T>(final_layer, weights_),
+                                     widen<T>(embeddings, embedding_weights_), input(model_.layers),
+                                     targets_.data(), dy_.data(), final_gradients_.data(),
+                                     embedding_gradients_.data(), batch_, gradient_scale);
     }
     hand_over<T>(last, final_gradients_);
     for (std::size_t l = model_.layers; l-- > 0;) {
@@ -79,18 +79,18 @@ class DeviceGpt {
         g = engine_.template gradients<float>(l + 1).data(); // straight into the engine's buffer
       else
         g = block_gradients_.data();
-      device_.block_backward(widen<T>(p, weights_), input(l), saved(l), dy_.data(), dx_.data(), g,
-                             batch_);
+      device_->block_backward(widen<T>(p, weights_), input(l), saved(l), dy_.data(), dx_.data(), g,
+                              batch_);
       if constexpr (std::is_same_v<T, float>)
         engine_.grads_ready(l + 1);
       else
         hand_over<T>(l + 1, block_gradients_);
       std::swap(dy_, dx_);
     }
-    device_.embed_backward(tokens_.data(), dy_.data(), embedding_gradients_.data(),
-                           embedding_gradients_.data() + model_.vocab * c, batch_);
+    device_->embed_backward(tokens_.data(), dy_.data(), embedding_gradients_.data(),
+                            embedding_gradients_.data() + model_.vocab * c, batch_);
     hand_over<T>(0, embedding_gradients_);
-    zero::copy(exec_, zero::View<const double, Memory>(device_.loss_sum(), 1), loss_.view());
+    zero::copy(exec_, zero::View<const double, Memory>(device_->loss_sum(), 1), loss_.view());
     exec_.fence(); // the loss, for the step's line
     return loss_[0] / double(rows_);
   }
@@ -129,7 +129,7 @@ class DeviceGpt {
   const gpt::Config& model_;
   std::size_t batch_;
   Exec exec_;
-  gpt::DeviceModel<Exec> device_;
+  std::unique_ptr<gpt::AnyDeviceModel> device_; // DeviceModel<Exec>, its kernels compiled for Exec
   std::size_t rows_, saved_floats_;
   zero::Buffer<std::uint8_t, Memory> tokens_, targets_;
   Floats inputs_, saved_, dy_, dx_;
@@ -139,9 +139,13 @@ class DeviceGpt {
 
 // The host loop's steps (training.hpp's train()) with the model on the device: the losses, step
 // times, loss scales and the final weights (with --save-npy) in the History the report prints.
-template <class Engine, class Exec>
+// after_step(step, h) runs after each step (a GPU run reads its memory there).
+struct NothingAfterStep {
+  void operator()(int, History&) const noexcept {}
+};
+template <class Engine, class Exec, class AfterStep = NothingAfterStep>
 History train_on_device(zero::MpiCommunicator& world, const Flags& f, Engine& engine,
-                        const Tokens& data, const Exec& exec) {
+                        const Tokens& data, const Exec& exec, AfterStep after_step = {}) {
   return engine.visit_compute_type([&](auto tag) {
     using T = decltype(tag);
     const gpt::Config& model = f.model;
@@ -151,6 +155,7 @@ History train_on_device(zero::MpiCommunicator& world, const Flags& f, Engine& en
     DeviceGpt<Engine, Exec> gpt(engine, model, batch, exec);
     std::vector<std::uint8_t> tokens(rows), targets(rows);
     History h;
+    zero::CommStats data_traffic;
     for (int step = 0; step < f.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       double loss = 0;
@@ -166,6 +171,17 @@ History train_on_device(zero::MpiCommunicator& world, const Flags& f, Engine& en
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       h.applied.push_back(r.applied);
       h.loss_scale.push_back(r.loss_scale);
+      if (step > 0) { // the first step is not counted
+        data_traffic += r.communication;
+        h.gathers_on_demand += r.gathers.on_demand;
+        h.gathers_prefetched += r.gathers.prefetched;
+      }
+      after_step(step, h);
+    }
+    if (f.steps > 1) {
+      const double counted = double(f.steps - 1);
+      h.data_elements_per_step = double(data_traffic.volume_elements()) / counted;
+      h.data_bytes_per_step = double(data_traffic.total_bytes()) / counted;
     }
     h.memory = engine.memory();
     h.psi = engine.layout().numel();

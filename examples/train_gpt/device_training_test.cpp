@@ -68,10 +68,9 @@ void set_initial_weights(Engine& engine, const train_gpt::Flags& f) {
 train_gpt::History on_the_host(const train_gpt::Flags& f, const train_gpt::Tokens& data) {
   train_gpt::Ranks ranks(world(), 1);
   return zero::with_optimizer<zero::AdamW>(examples::optimizer_config(f), [&](auto optimizer) {
-    zero::PrebuiltEngine<3, zero::AdamW> engine(ranks.groups, gpt::specs(f.model),
-                                                std::move(optimizer),
-                                                zero::AnyLossScaler::for_run(f.dtype, nullptr),
-                                                options(f));
+    zero::PrebuiltEngine<3, zero::AdamW> engine(
+        ranks.groups, gpt::specs(f.model), std::move(optimizer),
+        zero::AnyLossScaler::for_run(f.dtype, nullptr), options(f));
     set_initial_weights(engine, f);
     return train_gpt::train(ranks, f, engine, data);
   });
@@ -108,7 +107,8 @@ void expect_twin_equals_host(zero::DType dtype) {
   const std::string run = zero::to_string(dtype);
   ASSERT_EQ(twin.loss.size(), host.loss.size());
   for (std::size_t s = 0; s < host.loss.size(); ++s)
-    EXPECT_EQ(std::bit_cast<std::uint64_t>(twin.loss[s]), std::bit_cast<std::uint64_t>(host.loss[s]))
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(twin.loss[s]),
+              std::bit_cast<std::uint64_t>(host.loss[s]))
         << run << " step " << s << ": loss " << twin.loss[s] << " on the twin, " << host.loss[s]
         << " on the host";
   EXPECT_LT(host.loss.back(), host.loss.front()) << run << ": the run learns";

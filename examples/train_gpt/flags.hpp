@@ -50,8 +50,28 @@ namespace detail {
 // which the flags override), with the functions above.
 struct Text {
   std::string layers, heads, embd, seq, batch, steps, stage, dtype, optimizer, lr, weight_decay,
-      checkpoints, seed, print_every, tp, moment_bits, master_residual_bits;
+      checkpoints, seed, print_every, tp, moment_bits, master_residual_bits, device;
 };
+
+// What --device cuda's loop (device_training.hpp) does not do yet, refused by name.
+inline void require_device_run(const Flags& f) {
+  const auto refuse_unless = [](bool ok, const std::string& what) {
+    zero::require(ok, "--device cuda: " + what, zero::ErrorKind::unsupported);
+  };
+  refuse_unless(f.dtype != zero::DType::float32,
+                "the device engine's CUDA step writes a half or bfloat16 compute copy only: give "
+                "--dtype bf16 or fp16");
+  refuse_unless(f.model.tensor_parallel == 1,
+                "the model runs unsplit on the GPU; --tp is the host model's");
+  refuse_unless(checkpointing(f).number_checkpoints == 0 && f.kept_inputs_nvme.empty(),
+                "every block's activations stay in device memory; activation checkpointing "
+                "(--checkpoint-activations, --kept-inputs-nvme or the config's section) is the "
+                "host loop's");
+  refuse_unless(f.save_checkpoint.empty() && f.load_checkpoint.empty(),
+                "--save-checkpoint and --load-checkpoint are the host loop's");
+  refuse_unless(!(f.ds && f.ds->scheduler),
+                "the config's learning-rate schedule is the host loop's");
+}
 
 // The command line, bound to `text` and `f` (the flags and the texts it keeps). parse reads it;
 // help_text prints it.
@@ -128,6 +148,10 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
                  "resume from DIR's latest checkpoint (any ranks and stage, the\n"
                  "same --tp), and train up to --steps in all")
       ->type_name("DIR");
+  app.add_option("--device", text.device,
+                 "where the model and its states live (default host; cuda: the GPU, bf16 or "
+                 "fp16)")
+      ->type_name("host|cuda");
   app.add_option("--config", f.config, "DeepSpeed ds_config.json")->type_name("FILE");
   app.add_flag("--deterministic", deterministic, "bitwise reproducible across stages")
       ->disable_flag_override();
@@ -226,6 +250,11 @@ inline Flags parse(int argc, char** argv) {
   if (given("--print-every"))
     f.print_every = static_cast<int>(positive("--print-every", text.print_every));
   if (given("--tp")) f.model.tensor_parallel = positive("--tp", text.tp);
+  if (given("--device")) {
+    zero::require(text.device == "host" || text.device == "cuda",
+                  "--device: expected host or cuda, got '" + text.device + "'");
+    f.device = text.device;
+  }
   zero::require(f.model.embd % f.model.heads == 0, "--embd " + std::to_string(f.model.embd) +
                                                        " does not split into " +
                                                        std::to_string(f.model.heads) + " heads");
@@ -239,6 +268,7 @@ inline Flags parse(int argc, char** argv) {
   if (f.ds && f.model.tensor_parallel == 1)
     (void)zero::ActivationCheckpointing::from_config(f.ds->activation_checkpointing,
                                                      f.model.layers);
+  if (f.device == "cuda") detail::require_device_run(f);
   if (f.partition_activations) {
     zero::require(f.model.tensor_parallel > 1,
                   "--partition-activations cuts the kept block inputs over the tensor-parallel "

@@ -30,8 +30,28 @@ namespace {
 
 using examples::share_cores;
 
+#if ZERO_TRAIN_GPT_CUDA
+// --device cuda: run_device.hpp's engines.
+train_gpt::History run_stage_on_gpu(zero::MpiCommunicator& world, const train_gpt::Flags& f,
+                                    const train_gpt::Tokens& data) {
+  switch (f.stage) {
+  case 0:
+    return train_gpt::run_stage0_cuda(world, f, data);
+  case 1:
+    return train_gpt::run_stage1_cuda(world, f, data);
+  case 2:
+    return train_gpt::run_stage2_cuda(world, f, data);
+  default:
+    return train_gpt::run_stage3_cuda(world, f, data);
+  }
+}
+#endif
+
 train_gpt::History run_stage(train_gpt::Ranks& ranks, const train_gpt::Flags& f,
                              const train_gpt::Tokens& data) {
+#if ZERO_TRAIN_GPT_CUDA
+  if (f.device == "cuda") return run_stage_on_gpu(ranks.world, f, data);
+#endif
   switch (f.stage) {
   case 0:
     return train_gpt::run_stage0(ranks, f, data);
@@ -75,6 +95,13 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["applied"] = h.applied;
   j["tokens_per_second"] = tokens_per_second;
   j["stage"] = f.stage;
+  j["device"] = f.device;
+  if (f.device == "cuda") {
+    j["device_name"] = h.device_name;
+    j["device_bytes_built"] = h.device_built;
+    j["device_bytes_first_step"] = h.device_first_step;
+    j["device_bytes_last_step"] = h.device_last_step;
+  }
   j["checkpoints"] = train_gpt::checkpointing(f).number_checkpoints;
   j["peak_activation_bytes"] = h.activations.peak_activation_bytes;
   j["arena_bytes"] = h.arena_bytes;
@@ -113,6 +140,12 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     if (rank == 0) std::printf("%s", train_gpt::help_text().c_str());
     return 0;
   }
+#if !ZERO_TRAIN_GPT_CUDA
+  zero::require(f.device != "cuda",
+                "--device cuda: this train_gpt was built without it (no CUDA toolkit was found, "
+                "or its GPU code was only checked by the compiler: ZERO_GPU_TESTS=syntax)",
+                zero::ErrorKind::unsupported);
+#endif
   const int threads = share_cores(world);
   const int tp = int(f.model.tensor_parallel);
   zero::require(ranks % tp == 0, std::to_string(ranks) +
@@ -132,11 +165,11 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
   const zero::ActivationCheckpointing checkpointing = train_gpt::checkpointing(f);
   if (rank == 0)
     std::printf(
-        "train_gpt: ZeRO stage %d, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
+        "train_gpt: ZeRO stage %d%s, %d ranks x %d thread%s%s, %zu layers, %zu heads, embd "
         "%zu, seq %zu, %s, %s%s, batch %zu (%d micro-step%s), %zu tokens of data, %s moments, %s "
         "master\n"
         "activation checkpointing: %s\n\n",
-        f.stage, ranks, threads, threads > 1 ? "s" : "",
+        f.stage, f.device == "cuda" ? " on the GPU" : "", ranks, threads, threads > 1 ? "s" : "",
         tp > 1 ? (" (tensor parallel " + std::to_string(tp) + " x data parallel " +
                   std::to_string(replicas) + ")")
                      .c_str()
@@ -189,12 +222,20 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
     if (!h.loss.empty()) {
       std::printf("\n%.0f tokens/s after the first step (%.1f ms per step)\n", tokens_per_second,
                   seconds / double(std::max<std::size_t>(1, h.step_seconds.size() - 1)) * 1e3);
-      std::printf("activations: peak %.3f MB live%s, %zu block forwards recomputed per step\n",
-                  mb(double(h.activations.peak_activation_bytes)),
-                  h.arena_bytes
-                      ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
-                      : "",
-                  h.activations.recomputed_layers);
+      if (f.device == "cuda")
+        std::printf("device: %s, ranks talking through %s; memory in use %.1f MB before the "
+                    "engine, %.1f MB built, %.1f MB after the first step, %.1f MB after the "
+                    "last\n",
+                    h.device_name.c_str(), h.device_communicator.c_str(),
+                    mb(double(h.device_before)), mb(double(h.device_built)),
+                    mb(double(h.device_first_step)), mb(double(h.device_last_step)));
+      else
+        std::printf("activations: peak %.3f MB live%s, %zu block forwards recomputed per step\n",
+                    mb(double(h.activations.peak_activation_bytes)),
+                    h.arena_bytes
+                        ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
+                        : "",
+                    h.activations.recomputed_layers);
       const std::size_t kept =
           zero::CheckpointPlan(f.model.layers, checkpointing.number_checkpoints).segment_count() -
           1;

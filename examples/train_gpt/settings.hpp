@@ -37,6 +37,8 @@ struct Flags {
   std::optional<zero::config::Config> ds;
   unsigned seed = 1;
   int print_every = 0;
+  // Where the model and its states live: "host", or "cuda" (device_training.hpp, run_device.hpp).
+  std::string device = "host";
 };
 
 inline zero::MomentStorage moment_storage(const Flags& f) {

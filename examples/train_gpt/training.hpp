@@ -83,6 +83,10 @@ struct History {
   // Tensor parallelism: whether every replicated parameter ends bitwise alike on every rank of
   // its group.
   bool replicated_identical = true;
+  // --device cuda: the GPU, how the ranks talk, and its memory in use (every process's) before the
+  // engine, once it and the model were built, and after the first and the last step.
+  std::string device_name, device_communicator;
+  std::size_t device_before = 0, device_built = 0, device_first_step = 0, device_last_step = 0;
 };
 
 // K measured: the bytes of fp32 master weights and moments rank 0 keeps per parameter of its

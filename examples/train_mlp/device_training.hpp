@@ -9,6 +9,7 @@
 // docs/zero-offload.md). Instantiated once per stage (stage0_cuda.cpp ... stage3_cuda.cpp), and
 // per stage and offloaded placement (stage1_cuda_offload.cpp ... stage3_cuda_offload.cpp).
 
+#include "../common/gpu_place.hpp"
 #include "device_mlp.hpp"
 #include "run.hpp"
 
@@ -47,39 +48,10 @@ using OffloadedToNvme =
 using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
 using StagedOverMpi = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
 
-// The device's memory in use: total less free, as cudaMemGetInfo sees it (every process's).
-inline std::size_t device_bytes_in_use() {
-  std::size_t free = 0, total = 0;
-  ZERO_CHECK_CUDA(cudaMemGetInfo(&free, &total));
-  return total - free;
-}
-
-// The streams of one rank: the trainer's compute stream (the engine's), and the staged
-// communicator's caller and transfer streams. Destroyed after everything that queues on them.
-struct GpuStreams {
-  std::array<cudaStream_t, 3> streams{};
-  GpuStreams() {
-    try {
-      for (cudaStream_t& s : streams)
-        ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    } catch (...) {
-      destroy(); // the ones created (the destructor does not run)
-      throw;
-    }
-  }
-  ~GpuStreams() { destroy(); }
-  GpuStreams(const GpuStreams&) = delete;
-  GpuStreams& operator=(const GpuStreams&) = delete;
-  zero::CudaStreamSpace compute() const { return zero::CudaStreamSpace(streams[0]); }
-  zero::CudaStreamSpace caller() const { return zero::CudaStreamSpace(streams[1]); }
-  zero::CudaStreamSpace transfer() const { return zero::CudaStreamSpace(streams[2]); }
-
- private:
-  void destroy() noexcept {
-    for (cudaStream_t s : streams)
-      if (s) ZERO_LOG_CUDA(cudaStreamDestroy(s));
-  }
-};
+using examples::device_bytes_in_use;
+using examples::GpuPlace;
+using examples::GpuStreams;
+using examples::place_on_gpu;
 
 // A CUDA event that keeps time (zero::CudaEvent orders only): forward's and backward's GPU time.
 class TimingEvent {
@@ -99,36 +71,6 @@ class TimingEvent {
  private:
   cudaEvent_t event_ = nullptr;
 };
-
-// Which GPU this rank uses (its rank among the node's ranks, modulo the node's GPUs; made current
-// here) and whether every rank has one of its own, which NCCL needs. Collective: every rank
-// learns the same answer.
-struct GpuPlace {
-  int device = 0;
-  bool own_gpu = true; // on every rank
-};
-
-inline GpuPlace place_on_gpu(zero::MpiCommunicator& world) {
-  int devices = 0;
-  const cudaError_t found = cudaGetDeviceCount(&devices);
-  zero::require(found == cudaSuccess && devices > 0,
-                "--device cuda: rank " + std::to_string(world.rank()) + " finds no CUDA device (" +
-                    cudaGetErrorString(found) + ")",
-                zero::ErrorKind::unsupported);
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_Comm(world.boost_communicator()), MPI_COMM_TYPE_SHARED, world.rank(),
-                      MPI_INFO_NULL, &node);
-  int local_rank = 0, local_ranks = 1;
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_ranks);
-  MPI_Comm_free(&node);
-  GpuPlace place{local_rank % devices, local_ranks <= devices};
-  ZERO_CHECK_CUDA(cudaSetDevice(place.device));
-  std::array<int, 1> own{place.own_gpu ? 1 : 0};
-  world.all_reduce(std::span<int>(own), zero::ReduceOp::min).wait();
-  place.own_gpu = own[0] == 1;
-  return place;
-}
 
 // The demo's model on the GPU, as train() calls it: the data in device memory once, the
 // activations of a micro-step in buffers allocated once (so that device memory stays flat from

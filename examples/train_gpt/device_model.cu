@@ -1,0 +1,18 @@
+// The device model on a GPU: DeviceModel<CudaStreamSpace>, its kernels launched by
+// zero/core/cuda_for_each.cuh, made here for code the host compiler builds (device_model.hpp).
+
+#include <zero/core/cuda_for_each.cuh>
+
+#include "device_model.hpp"
+
+#include <cstddef>
+#include <memory>
+
+namespace gpt {
+
+std::unique_ptr<AnyDeviceModel> make_device_model(const zero::CudaStreamSpace& space,
+                                                  const Config& config, std::size_t max_batch) {
+  return std::make_unique<DeviceModel<zero::CudaStreamSpace>>(space, config, max_batch);
+}
+
+} // namespace gpt
