@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""`train_gpt --device cuda` on a GPU, checked against the host run and timed against PyTorch.
+
+Run by tools/zero-gpu-check (step train-gpt-gpu) with train_gpt and mpirun on PATH (the pack's, or
+the build's under `local`). Each check prints one line the check's report keeps: "correctness
+...: ok|FAILED" (a failure fails the step: exit 1), "result ..." (figures) and "target ...:
+PASS|FAIL" (the speed goals: a report, not a failure).
+
+  correctness  the GPU run (bf16, ZeRO-3, one rank) against the host run of the same flags: every
+               step's loss within --bound relative (cuBLAS and OpenBLAS order their sums
+               differently, and bf16 weights carry the difference into the next step), the mean
+               of the last 10 within --mean-bound
+  correctness  the GPU's stages 0 and 3: the same losses, bit for bit
+  correctness  the same GPU run twice: the same losses, bit for bit (no atomics in any sum)
+  correctness  2 ranks sharing the GPU (StagedCommunicator) against one rank, within --bound
+  correctness  device memory flat (cudaMemGetInfo after the first and the last step)
+  result       GPT-2 124M's layer shapes (12 layers, 768 wide, 12 heads, sequence 1024) with the
+               byte vocabulary, bf16, stages 0 and 3: tokens per second, and MFU =
+               tokens/s x (6 P + 12 L C T) / the GPU's bf16 dense peak (--peak-tflops)
+  target       stage 3 at least 0.95x stage 0's tokens per second
+  target       stage 0 at least 1.0x PyTorch eager on the same model (scaled_dot_product_attention,
+               AdamW(fused=True), bf16 autocast), when torch sees the GPU
+Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-gpt/.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+failed = False
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def line(text):
+    print(text, flush=True)
+
+
+def verdict(name, ok, detail):
+    global failed
+    failed |= not ok
+    line(f"correctness {name}: {'ok' if ok else 'FAILED'} ({detail})")
+
+
+def train(tmp, name, flags, ranks=1, timeout=120):
+    """Runs train_gpt with `flags`; returns its JSON, or None (shown, and failing the check)."""
+    global failed
+    out = os.path.join(tmp, name + ".json")
+    command = ["train_gpt", *flags, "--json", out]
+    if ranks > 1:
+        command = ["mpirun", "--oversubscribe", "-np", str(ranks), *command]
+    env = dict(os.environ)
+    if "ZERO_GPU_PACK_LD_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = env["ZERO_GPU_PACK_LD_LIBRARY_PATH"]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        line(f"correctness {name}: FAILED (timed out after {timeout} s: {' '.join(command)})")
+        failed = True
+        return None
+    with open(os.path.join(tmp, name + ".out"), "w") as f:
+        f.write(run.stdout + run.stderr)
+    if run.returncode != 0 or not os.path.exists(out):
+        line(f"correctness {name}: FAILED (exit {run.returncode}: {' '.join(command)})")
+        print((run.stdout + run.stderr)[-3000:])
+        failed = True
+        return None
+    with open(out) as f:
+        return json.load(f)
+
+
+def relative_gap(a, b):
+    if len(a) != len(b) or None in a or None in b:
+        return float("inf")
+    return max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+
+
+def tokens_per_second_torch(layers, heads, embd, seq, batch, steps):
+    """PyTorch eager on the same model: examples/common/torch_gpt.py's GPT with its attention
+    through scaled_dot_product_attention, AdamW(fused=True), bf16 autocast; None without torch
+    on a GPU."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or not hasattr(F, "scaled_dot_product_attention"):
+        return None
+    sys.path.insert(0, os.path.join(ROOT, "examples", "common"))
+    import torch_gpt
+
+    def sdpa_forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    torch_gpt.CausalSelfAttention.forward = sdpa_forward
+    model = torch_gpt.GPT(layers, heads, embd, seq).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    tokens = torch.randint(0, 256, (batch, seq + 1), device="cuda")
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.item()
+        times.append(time.perf_counter() - start)
+    return batch * seq / statistics.median(times[2:])
+
+
+def main():
+    global failed
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bound", type=float, default=5e-2)
+    p.add_argument("--mean-bound", type=float, default=1e-2)
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="the GPU's bf16 dense peak (H100 and H200 SXM: 989)")
+    p.add_argument("--speed-batch", type=int, default=8)
+    args = p.parse_args()
+    logs = os.environ.get("ZERO_GPU_CHECK_LOGS")
+    tmp = os.path.join(logs, "train-gpt") if logs else tempfile.mkdtemp(prefix="train-gpt-")
+    os.makedirs(tmp, exist_ok=True)
+    data = ["--data", os.path.join(ROOT, "README.md")]  # the build's default corpus is not here
+    small = [*data, "--layers", "4", "--embd", "128", "--heads", "4", "--seq", "64", "--batch", "16",
+             "--steps", "40", "--dtype", "bf16", "--optimizer", "adamw", "--lr", "3e-3"]
+    host = train(tmp, "host-stage3", [*small, "--stage", "3"], timeout=180)
+    gpu3 = train(tmp, "gpu-stage3", [*small, "--stage", "3", "--device", "cuda"])
+    if host and gpu3:
+        gap = relative_gap(gpu3["loss"], host["loss"])
+        last = (statistics.mean(gpu3["loss"][-10:]), statistics.mean(host["loss"][-10:]))
+        mean_gap = abs(last[0] - last[1]) / abs(last[1])
+        verdict("gpu-vs-host", gap <= args.bound and mean_gap <= args.mean_bound,
+                f"largest step gap {gap:.2e} (bound {args.bound:g}), last 10 steps' mean "
+                f"{last[0]:.5f} against {last[1]:.5f}: {mean_gap:.2e} (bound {args.mean_bound:g})")
+    if gpu3:
+        verdict("memory-flat", gpu3["device_bytes_first_step"] == gpu3["device_bytes_last_step"],
+                f"{gpu3['device_bytes_first_step']} bytes in use after step 1, "
+                f"{gpu3['device_bytes_last_step']} after the last, {gpu3['device_name']}")
+        again = train(tmp, "gpu-stage3-again", [*small, "--stage", "3", "--device", "cuda"])
+        if again:
+            verdict("same-run-twice", again["loss"] == gpu3["loss"],
+                    "the same losses bit for bit" if again["loss"] == gpu3["loss"]
+                    else f"largest gap {relative_gap(again['loss'], gpu3['loss']):.2e}")
+        gpu0 = train(tmp, "gpu-stage0", [*small, "--stage", "0", "--device", "cuda"])
+        if gpu0:
+            verdict("stage0-vs-stage3", gpu0["loss"] == gpu3["loss"],
+                    "the same losses bit for bit" if gpu0["loss"] == gpu3["loss"]
+                    else f"largest gap {relative_gap(gpu0['loss'], gpu3['loss']):.2e}")
+        two = train(tmp, "gpu-stage3-np2", [*small, "--stage", "3", "--device", "cuda"], ranks=2)
+        if two:
+            gap = relative_gap(two["loss"], gpu3["loss"])
+            verdict("two-ranks-sharing-the-gpu", gap <= args.bound,
+                    f"largest gap to one rank {gap:.2e} (bound {args.bound:g})")
+    # Speed: GPT-2 124M's layer shapes with the byte vocabulary.
+    layers, heads, embd, seq = 12, 12, 768, 1024
+    shape = [*data, "--layers", str(layers), "--heads", str(heads), "--embd", str(embd), "--seq",
+             str(seq), "--batch", str(args.speed_batch), "--steps", "8", "--dtype", "bf16",
+             "--optimizer", "adamw", "--lr", "1e-4", "--device", "cuda"]
+    speed = {}
+    for stage in (0, 3):
+        run = train(tmp, f"speed-stage{stage}", [*shape, "--stage", str(stage)], timeout=240)
+        if run:
+            speed[stage] = run
+    for stage, run in speed.items():
+        tps = run["tokens_per_second"]
+        p_count = 256 * embd + seq * embd + layers * (12 * embd * embd + 13 * embd) + 2 * embd
+        flops_per_token = 6 * p_count + 12 * layers * embd * seq
+        mfu = tps * flops_per_token / (args.peak_tflops * 1e12)
+        line(f"result train_gpt --device cuda stage {stage}, {p_count / 1e6:.1f}M parameters, "
+             f"batch {args.speed_batch} x {seq}: {tps:.0f} tokens/s, MFU {100 * mfu:.2f}% "
+             f"(tokens/s x (6 x {p_count} + 12 x {layers} x {embd} x {seq}) / "
+             f"{args.peak_tflops:g} TFLOP/s)")
+    if 0 in speed and 3 in speed:
+        ratio = speed[3]["tokens_per_second"] / speed[0]["tokens_per_second"]
+        line(f"target stage 3 at least 0.95x stage 0: {'PASS' if ratio >= 0.95 else 'FAIL'} "
+             f"({ratio:.3f}x)")
+    if 0 in speed:
+        torch_tps = tokens_per_second_torch(layers, heads, embd, seq, args.speed_batch, 8)
+        if torch_tps is None:
+            line("result torch: skipped (no torch with CUDA and scaled_dot_product_attention)")
+        else:
+            ratio = speed[0]["tokens_per_second"] / torch_tps
+            line(f"result torch eager (SDPA, fused AdamW, bf16 autocast): {torch_tps:.0f} tokens/s")
+            line(f"target stage 0 at least 1.0x torch: {'PASS' if ratio >= 1.0 else 'FAIL'} "
+                 f"({ratio:.3f}x)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
