@@ -47,4 +47,12 @@ History run_stage1(Ranks&, const Flags&, const Tokens&);
 History run_stage2(Ranks&, const Flags&, const Tokens&);
 History run_stage3(Ranks&, const Flags&, const Tokens&);
 
+#if ZERO_TRAIN_GPT_CUDA
+// --device cuda's runs (run_device.hpp), one per stage.
+History run_stage0_cuda(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage1_cuda(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage2_cuda(zero::MpiCommunicator&, const Flags&, const Tokens&);
+History run_stage3_cuda(zero::MpiCommunicator&, const Flags&, const Tokens&);
+#endif
+
 } // namespace train_gpt

@@ -9,6 +9,7 @@
 #include "../common/gpu_place.hpp"
 #include "../common/optimizer_config.hpp"
 #include "device_training.hpp"
+#include "run.hpp"
 #include "weights.hpp"
 
 #include <zero/comm/nccl_communicator.hpp>
@@ -89,10 +90,5 @@ History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Tokens& d
       place.own_gpu ? "NCCL" : "staged through pinned host memory over MPI";
   return h;
 }
-
-History run_stage0_cuda(zero::MpiCommunicator& world, const Flags& f, const Tokens& data);
-History run_stage1_cuda(zero::MpiCommunicator& world, const Flags& f, const Tokens& data);
-History run_stage2_cuda(zero::MpiCommunicator& world, const Flags& f, const Tokens& data);
-History run_stage3_cuda(zero::MpiCommunicator& world, const Flags& f, const Tokens& data);
 
 } // namespace train_gpt
