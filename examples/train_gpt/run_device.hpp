@@ -86,8 +86,7 @@ History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Tokens& d
         return run_on_gpu_with<Plan>(world, comm, streams, f, data, std::move(optimizer));
       });
   h.device_name = properties.name;
-  h.device_communicator =
-      place.own_gpu ? "NCCL" : "staged through pinned host memory over MPI";
+  h.device_communicator = place.own_gpu ? "NCCL" : "staged through pinned host memory over MPI";
   return h;
 }
 
