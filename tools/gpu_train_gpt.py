@@ -19,7 +19,9 @@ PASS|FAIL" (the speed goals: a report, not a failure).
                tokens/s x (6 P + 12 L C T) / the GPU's bf16 dense peak (--peak-tflops)
   target       stage 3 at least 0.95x stage 0's tokens per second
   target       stage 0 at least 1.0x PyTorch eager on the same model (scaled_dot_product_attention,
-               AdamW(fused=True), bf16 autocast), when torch sees the GPU
+               AdamW(fused=True), bf16 autocast), when torch sees the GPU. The device model's
+               products are fp32 without tensor cores and its row kernels a thread per row, so
+               this target is not expected to pass yet: the figures say by how much
 Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-gpt/.
 """
 import argparse
@@ -45,7 +47,7 @@ def verdict(name, ok, detail):
     line(f"correctness {name}: {'ok' if ok else 'FAILED'} ({detail})")
 
 
-def train(tmp, name, flags, ranks=1, timeout=120):
+def train(tmp, name, flags, ranks=1, timeout=30):
     """Runs train_gpt with `flags`; returns its JSON, or None (shown, and failing the check)."""
     global failed
     out = os.path.join(tmp, name + ".json")
@@ -124,6 +126,8 @@ def main():
     p.add_argument("--mean-bound", type=float, default=1e-2)
     p.add_argument("--peak-tflops", type=float, default=989.0,
                    help="the GPU's bf16 dense peak (H100 and H200 SXM: 989)")
+    p.add_argument("--fp32-peak-tflops", type=float, default=67.0,
+                   help="the GPU's fp32 peak without tensor cores (H100 and H200 SXM: 67)")
     p.add_argument("--speed-batch", type=int, default=8)
     args = p.parse_args()
     logs = os.environ.get("ZERO_GPU_CHECK_LOGS")
@@ -132,7 +136,8 @@ def main():
     data = ["--data", os.path.join(ROOT, "README.md")]  # the build's default corpus is not here
     small = [*data, "--layers", "4", "--embd", "128", "--heads", "4", "--seq", "64", "--batch", "16",
              "--steps", "40", "--dtype", "bf16", "--optimizer", "adamw", "--lr", "3e-3"]
-    host = train(tmp, "host-stage3", [*small, "--stage", "3"], timeout=180)
+    # Each run's limit keeps the step within its 240 s (a cut run fails the check).
+    host = train(tmp, "host-stage3", [*small, "--stage", "3"], timeout=60)
     gpu3 = train(tmp, "gpu-stage3", [*small, "--stage", "3", "--device", "cuda"])
     if host and gpu3:
         gap = relative_gap(gpu3["loss"], host["loss"])
@@ -167,18 +172,21 @@ def main():
              "--optimizer", "adamw", "--lr", "1e-4", "--device", "cuda"]
     speed = {}
     for stage in (0, 3):
-        run = train(tmp, f"speed-stage{stage}", [*shape, "--stage", str(stage)], timeout=240)
+        run = train(tmp, f"speed-stage{stage}", [*shape, "--stage", str(stage)], timeout=45)
         if run:
             speed[stage] = run
     for stage, run in speed.items():
         tps = run["tokens_per_second"]
         p_count = 256 * embd + seq * embd + layers * (12 * embd * embd + 13 * embd) + 2 * embd
         flops_per_token = 6 * p_count + 12 * layers * embd * seq
-        mfu = tps * flops_per_token / (args.peak_tflops * 1e12)
+        flops = tps * flops_per_token
         line(f"result train_gpt --device cuda stage {stage}, {p_count / 1e6:.1f}M parameters, "
-             f"batch {args.speed_batch} x {seq}: {tps:.0f} tokens/s, MFU {100 * mfu:.2f}% "
+             f"batch {args.speed_batch} x {seq}: {tps:.0f} tokens/s, MFU "
+             f"{100 * flops / (args.peak_tflops * 1e12):.2f}% of the bf16 dense peak "
              f"(tokens/s x (6 x {p_count} + 12 x {layers} x {embd} x {seq}) / "
-             f"{args.peak_tflops:g} TFLOP/s)")
+             f"{args.peak_tflops:g} TFLOP/s); {100 * flops / (args.fp32_peak_tflops * 1e12):.1f}% "
+             f"of the fp32 peak ({args.fp32_peak_tflops:g} TFLOP/s), which bounds the model's "
+             f"fp32 products without tensor cores")
     if 0 in speed and 3 in speed:
         ratio = speed[3]["tokens_per_second"] / speed[0]["tokens_per_second"]
         line(f"target stage 3 at least 0.95x stage 0: {'PASS' if ratio >= 0.95 else 'FAIL'} "

@@ -139,7 +139,8 @@ class DeviceGpt {
 
 // The host loop's steps (training.hpp's train()) with the model on the device: the losses, step
 // times, loss scales and the final weights (with --save-npy) in the History the report prints.
-// after_step(step, h) runs after each step (a GPU run reads its memory there).
+// after_step(step, h) runs once the model is built (step -1) and after each step: a GPU run reads
+// its memory there.
 struct NothingAfterStep {
   void operator()(int, History&) const noexcept {}
 };
@@ -155,6 +156,8 @@ History train_on_device(zero::MpiCommunicator& world, const Flags& f, Engine& en
     DeviceGpt<Engine, Exec> gpt(engine, model, batch, exec);
     std::vector<std::uint8_t> tokens(rows), targets(rows);
     History h;
+    exec.fence(); // the model's buffers are in place
+    after_step(-1, h);
     zero::CommStats data_traffic;
     for (int step = 0; step < f.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();

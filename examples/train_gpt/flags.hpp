@@ -63,10 +63,11 @@ inline void require_device_run(const Flags& f) {
                 "--dtype bf16 or fp16");
   refuse_unless(f.model.tensor_parallel == 1,
                 "the model runs unsplit on the GPU; --tp is the host model's");
-  refuse_unless(checkpointing(f).number_checkpoints == 0 && f.kept_inputs_nvme.empty(),
+  refuse_unless(checkpointing(f).number_checkpoints == 0 && f.kept_inputs_nvme.empty() &&
+                    !f.contiguous_memory,
                 "every block's activations stay in device memory; activation checkpointing "
-                "(--checkpoint-activations, --kept-inputs-nvme or the config's section) is the "
-                "host loop's");
+                "(--checkpoint-activations, --contiguous-memory, --kept-inputs-nvme or the "
+                "config's section) is the host loop's");
   refuse_unless(f.save_checkpoint.empty() && f.load_checkpoint.empty(),
                 "--save-checkpoint and --load-checkpoint are the host loop's");
   refuse_unless(!(f.ds && f.ds->scheduler),

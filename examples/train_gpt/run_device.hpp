@@ -54,12 +54,12 @@ History run_on_gpu_with(zero::MpiCommunicator& world, Comm& comm,
   const std::vector<std::vector<float>> layers = layers_of(f.model, init, 0);
   for (std::size_t l = 0; l < engine.layers(); ++l)
     engine.set_layer(l, layers[l]);
-  ZERO_CHECK_CUDA(cudaStreamSynchronize(streams.compute().stream()));
-  const std::size_t built = examples::device_bytes_in_use();
-  std::size_t first_step = 0, last_step = 0;
+  std::size_t built = 0, first_step = 0, last_step = 0; // built: the engine and the model
   History h = train_on_device(world, f, engine, data, streams.compute(), [&](int step, History&) {
-    last_step = examples::device_bytes_in_use();
-    if (step == 0) first_step = last_step;
+    const std::size_t in_use = examples::device_bytes_in_use();
+    if (step < 0) built = in_use;
+    if (step == 0) first_step = in_use;
+    last_step = in_use;
   });
   h.device_before = before;
   h.device_built = built;
@@ -68,7 +68,9 @@ History run_on_gpu_with(zero::MpiCommunicator& world, Comm& comm,
   return h;
 }
 
-// Builds the communicator the ranks can use and trains with every model state on the GPU.
+// Builds the communicator the ranks can use and trains with every model state on the GPU: NCCL
+// where every rank of the node has a GPU of its own among those it sees (a launcher that shows
+// each rank one GPU through CUDA_VISIBLE_DEVICES gets the staged communicator instead).
 template <class Plan>
 History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Tokens& data) {
   const examples::GpuPlace place = examples::place_on_gpu(world);
