@@ -9,7 +9,8 @@ lm_head has no file). Data is a byte file; step s's global batch is `batch` sequ
 starting at ((s * batch + b) * seq) mod (len(data) - seq - 1), its targets one byte further, and
 rank r of N ranks takes the r-th contiguous share of the sequences.
 
-As a script it trains on the full global batch in fp32 and prints `step S loss X` per step:
+As a script it trains on the full global batch in fp32 (or with --autocast bf16, the forward pass
+in bfloat16 under torch.autocast; --device cuda on a GPU) and prints `step S loss X` per step:
     reference.py --layers 4 --heads 4 --embd 64 --seq 64 --batch 8 --steps 20 \
         --optimizer adamw --lr 1e-3 --weight-decay 0.1 --data README.md --init-npy DIR
 Needs torch 1.13 or later and numpy; init_npy and batch_starts need numpy only.
@@ -115,15 +116,21 @@ if torch is not None:
                                 weight_decay=weight_decay)
 
     def train(model, data, steps, batch_size, optimizer="adam", lr=1e-3, weight_decay=0.0,
-              step_seconds=None, on_step=None):
+              step_seconds=None, on_step=None, autocast=None):
         """Trains `steps` steps on the full global batch and returns the losses. Appends each step's
-        wall time to `step_seconds` when given; calls on_step(step, loss) after each step."""
+        wall time to `step_seconds` when given; calls on_step(step, loss) after each step. The
+        batches go where the model's parameters are; `autocast` (torch.bfloat16, say) runs the
+        forward pass under torch.autocast on that device."""
         opt = make_optimizer(model, optimizer, lr, weight_decay)
+        device = next(model.parameters()).device
         losses = []
         for step in range(steps):
             start = time.perf_counter()
             inputs, targets = batch(data, step, batch_size, model.seq)
-            _, loss = model(inputs.long(), targets)
+            inputs, targets = inputs.to(device), targets.to(device)
+            with torch.autocast(device.type, dtype=autocast or torch.bfloat16,
+                                enabled=autocast is not None):
+                _, loss = model(inputs.long(), targets)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -153,6 +160,9 @@ def main():
     parser.add_argument("--save-npy", help="directory to write the trained weights to")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--json", help='writes {"loss": [...], "tokens_per_second": ...}')
+    parser.add_argument("--device", default="cpu", help="where the model trains (cpu, cuda)")
+    parser.add_argument("--autocast", choices=("bf16",),
+                        help="the forward pass under torch.autocast in bfloat16 (default: fp32)")
     args = parser.parse_args()
 
     if args.threads:
@@ -163,10 +173,12 @@ def main():
         init_npy(args.init_npy, args.layers, args.heads, args.embd, args.seq, args.init_seed)
     model = GPT(args.layers, args.heads, args.embd, args.seq)
     load_npy(model, args.init_npy)
+    model.to(args.device)
     seconds = []
     losses = train(model, data, args.steps, args.batch, args.optimizer, args.lr,
                    args.weight_decay, seconds,
-                   on_step=lambda step, loss: print(f"step {step} loss {loss:.8f}", flush=True))
+                   on_step=lambda step, loss: print(f"step {step} loss {loss:.8f}", flush=True),
+                   autocast=torch.bfloat16 if args.autocast == "bf16" else None)
     if args.save_npy:
         save_npy(model, args.save_npy)
     if args.json:
