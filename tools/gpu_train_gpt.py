@@ -36,51 +36,19 @@ import sys
 import tempfile
 import time
 
-failed = False
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_check_runs  # noqa: E402
+
+REPORT = gpu_check_runs.Report()
+line = REPORT.line
+verdict = REPORT.verdict
+relative_gap = gpu_check_runs.relative_gap
 
 
-def line(text):
-    print(text, flush=True)
-
-
-def verdict(name, ok, detail):
-    global failed
-    failed |= not ok
-    line(f"correctness {name}: {'ok' if ok else 'FAILED'} ({detail})")
-
-
-def train(tmp, name, flags, ranks=1, timeout=30):
-    """Runs train_gpt with `flags`; returns its JSON, or None (shown, and failing the check)."""
-    global failed
-    out = os.path.join(tmp, name + ".json")
-    command = ["train_gpt", *flags, "--json", out]
-    if ranks > 1:
-        command = ["mpirun", "--oversubscribe", "-np", str(ranks), *command]
-    env = dict(os.environ)
-    if "ZERO_GPU_PACK_LD_LIBRARY_PATH" in env:
-        env["LD_LIBRARY_PATH"] = env["ZERO_GPU_PACK_LD_LIBRARY_PATH"]
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        line(f"correctness {name}: FAILED (timed out after {timeout} s: {' '.join(command)})")
-        failed = True
-        return None
-    with open(os.path.join(tmp, name + ".out"), "w") as f:
-        f.write(run.stdout + run.stderr)
-    if run.returncode != 0 or not os.path.exists(out):
-        line(f"correctness {name}: FAILED (exit {run.returncode}: {' '.join(command)})")
-        print((run.stdout + run.stderr)[-3000:])
-        failed = True
-        return None
-    with open(out) as f:
-        return json.load(f)
-
-
-def relative_gap(a, b):
-    if len(a) != len(b) or None in a or None in b:
-        return float("inf")
-    return max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+def train(tmp, name, flags, ranks=1, timeout=30, unavailable=None):
+    """Runs train_gpt with `flags`; its JSON, or None (the run failed the check, or the machine
+    cannot make it: gpu_check_runs.Report.run_json)."""
+    return REPORT.run_json("train_gpt", tmp, name, flags, ranks, timeout, unavailable)
 
 
 def torch_losses(tmp, flags, steps):
@@ -153,7 +121,6 @@ def tokens_per_second_torch(layers, heads, embd, seq, batch, steps):
 
 
 def main():
-    global failed
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bound", type=float, default=5e-2)
     p.add_argument("--mean-bound", type=float, default=1e-2)
@@ -252,7 +219,7 @@ def main():
             line(f"result torch eager (SDPA, fused AdamW, bf16 autocast): {torch_tps:.0f} tokens/s")
             line(f"target stage 0 at least 1.0x torch: {'PASS' if ratio >= 1.0 else 'FAIL'} "
                  f"({ratio:.3f}x)")
-    return 1 if failed else 0
+    return 1 if REPORT.failed else 0
 
 
 if __name__ == "__main__":

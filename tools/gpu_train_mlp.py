@@ -56,63 +56,22 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-failed = False
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_check_runs  # noqa: E402
 
-
-def line(text):
-    print(text, flush=True)
-
-
-def verdict(name, ok, detail):
-    global failed
-    failed |= not ok
-    line(f"correctness {name}: {'ok' if ok else 'FAILED'} ({detail})")
+REPORT = gpu_check_runs.Report()
+line = REPORT.line
+verdict = REPORT.verdict
+relative_gap = gpu_check_runs.relative_gap
 
 
 def train(tmp, name, flags, ranks=1, timeout=120, unavailable=None):
-    """Runs train_mlp with `flags`, returns its JSON (None, with the output shown, if it failed:
-    a run that crashes or hangs fails the check, not only the comparisons it would have fed).
-    `unavailable`: text in the output of a run the machine cannot make (its kernel refusing
-    io_uring, say), which then prints a "skipped" line instead of failing."""
-    global failed
-    out = os.path.join(tmp, name + ".json")
-    command = ["train_mlp", *flags, "--json", out]
-    if ranks > 1:
-        command = ["mpirun", "--oversubscribe", "-np", str(ranks), *command]
-    # zero-gpu-check runs Python with the machine's libraries; the packed programs need the pack's.
-    env = dict(os.environ)
-    if "ZERO_GPU_PACK_LD_LIBRARY_PATH" in env:
-        env["LD_LIBRARY_PATH"] = env["ZERO_GPU_PACK_LD_LIBRARY_PATH"]
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        line(f"correctness {name}: FAILED (timed out after {timeout} s: {' '.join(command)})")
-        failed = True
-        return None
-    with open(os.path.join(tmp, name + ".out"), "w") as f:
-        f.write(run.stdout + run.stderr)
-    if run.returncode != 0 and unavailable and unavailable in run.stdout + run.stderr:
-        line(f"result {name}: skipped, this machine cannot run it ({unavailable})")
-        return None
-    if run.returncode != 0 or not os.path.exists(out):
-        line(f"correctness {name}: FAILED (exit {run.returncode}: {' '.join(command)})")
-        print((run.stdout + run.stderr)[-3000:])
-        failed = True
-        return None
-    with open(out) as f:
-        return json.load(f)
-
-
-def relative_gap(a, b):
-    """The largest relative difference of two loss curves; infinite when their lengths differ or
-    a loss is not finite (null in train_mlp's JSON), so that any bound fails."""
-    if len(a) != len(b) or None in a or None in b:
-        return float("inf")
-    return max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+    """Runs train_mlp with `flags`; its JSON, or None (the run failed the check, or the machine
+    cannot make it: gpu_check_runs.Report.run_json)."""
+    return REPORT.run_json("train_mlp", tmp, name, flags, ranks, timeout, unavailable)
 
 
 def memory_flat(name, run):
@@ -145,7 +104,6 @@ def median_step(run, warmup):
 
 
 def main():
-    global failed
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bound", type=float, default=0.05)
     logs = os.environ.get("ZERO_GPU_CHECK_LOGS")
@@ -406,7 +364,7 @@ def main():
                 if abs(suggested - ratio) < 0.05 or not 0 < suggested <= 1:
                     break
                 ratio = suggested
-    return 1 if failed else 0
+    return 1 if REPORT.failed else 0
 
 
 if __name__ == "__main__":
