@@ -6,9 +6,10 @@
 //   stream's worker, so that the twin computes the host model's bits: kernels::gemm for a single
 //   product, and for a batch one OpenBLAS call per product (the host attention's calls).
 // - Products<zero::CudaStreamSpace>: cuBLAS on the space's stream (device_products.cpp). fp32
-//   throughout, without TF32 (CUBLAS_PEDANTIC_MATH), on a fixed workspace, so that a product's
-//   bits do not change from run to run: cuBLAS picks one algorithm per shape and, with its own
-//   workspace on the stream, reduces in a fixed order.
+//   throughout, without TF32 (CUBLAS_PEDANTIC_MATH), on a workspace of the handle's own, so that
+//   a product's bits do not change from run to run: cuBLAS documents bitwise reproducible results
+//   on GPUs of the same architecture and SM count for a given toolkit, where other concurrent
+//   streams do not share the handle's workspace (a handle per stream, or cublasSetWorkspace).
 
 #include "gpt_kernels.hpp"
 
