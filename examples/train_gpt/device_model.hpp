@@ -69,7 +69,6 @@ class DeviceModel final : public AnyDeviceModel {
                  "the device model is unsplit: tensor parallelism runs on the host model only");
   }
 
-  const Exec& space() const noexcept { return exec_; }
   const double* loss_sum() const noexcept override { return loss_sum_.data(); }
 
   // x, y: [batch, seq, embd]; `saved` receives block_saved_floats() floats.
