@@ -44,7 +44,8 @@ using OffloadedToCpu =
     zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::optimizer_states_in<zero::host>>;
 using OffloadedToNvme =
     zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::optimizer_states_in<zero::nvme>>;
-// CUDA's fused step writes a half or bfloat16 compute copy only (docs/gpu-engine.md).
+// bf16 or fp16: each placement's engines are compiled for those only (float would add a third
+// instantiation of every stage for no check the GPU runs need).
 using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
 using StagedOverMpi = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
 

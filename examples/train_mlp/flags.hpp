@@ -459,8 +459,8 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
   if (f.device == "cuda") {
     // What the GPU engine refuses (docs/gpu-engine.md), refused here by the name that set it.
     zero::require(f.dtype != zero::DType::float32,
-                  "--device cuda computes in bf16 or fp16 (CUDA's fused step writes a half or "
-                  "bfloat16 compute copy): give --dtype bf16 or --dtype fp16",
+                  "--device cuda computes in bf16 or fp16 (train_mlp's device engines are "
+                  "compiled for those): give --dtype bf16 or --dtype fp16",
                   zero::ErrorKind::unsupported);
     // ZeRO-Offload (docs/zero-offload.md): the optimizer states in host memory or on NVMe.
     const std::string on_cpu =

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA units' one switch from a DType to the C++ type their kernels are instantiated with: a
-// gradient's (float, half or bfloat16) and a compute copy's (half or bfloat16, or none). Any other
+// gradient's and a compute copy's (float, half or bfloat16; a copy may be none). Any other
 // type is refused with an error that names the call.
 
 #include "zero/core/bfloat16.hpp"
@@ -30,12 +30,13 @@ void with_gradient_type(DType type, const char* what, F&& f) {
   with_one_of<float, half, bfloat16>(type, what, "gradients must be float, half or bfloat16", f);
 }
 
-// f(Out{}), Out the C++ type of a compute copy of type `type`, or NoCopy where the call writes
-// none (`has_copy` false, whatever `type` says).
+// f(Out{}), Out the C++ type of a compute copy of type `type` (an fp32 run's copy is float), or
+// NoCopy where the call writes none (`has_copy` false, whatever `type` says).
 template <class F>
 void with_copy_type(DType type, bool has_copy, const char* what, F&& f) {
   if (!has_copy) return f(NoCopy{});
-  with_one_of<half, bfloat16>(type, what, "the compute copy must be half or bfloat16", f);
+  with_one_of<float, half, bfloat16>(type, what, "the compute copy must be float, half or bfloat16",
+                                     f);
 }
 
 } // namespace zero::cuda_kernels

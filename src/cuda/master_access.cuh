@@ -103,8 +103,23 @@ void with_residual_type(int bits, const char* what, F&& f) {
        std::string(what) + ": residuals have 8 or 16 bits, not " + std::to_string(bits));
 }
 
-// Whether a kernel over (Out, R) exists: split masters write a compute copy.
-template <class Out, class R>
-inline constexpr bool masters_supported = std::is_same_v<R, NoResidual> || SplitComputeType<Out>;
+// Whether a step kernel over gradients G, compute copy Out and residuals R exists. Split masters
+// keep a half or bfloat16 compute copy; a float one is an fp32 run's, whose gradients are float,
+// so its other pairings are left uncompiled (each would be a kernel nothing calls).
+template <class G, class Out, class R>
+inline constexpr bool step_kernel_exists = (std::is_same_v<R, NoResidual> ||
+                                            SplitComputeType<Out>)&&(!std::is_same_v<Out, float> ||
+                                                                     std::is_same_v<G, float>);
+
+// Refuses, naming the call, the pairings step_kernel_exists leaves out.
+template <class G, class Out, class R>
+void require_step_kernel(const char* what) {
+  if constexpr (!std::is_same_v<R, NoResidual> && !SplitComputeType<Out>)
+    fail(ErrorKind::invalid_argument,
+         std::string(what) + ": split masters need a half or bfloat16 compute copy");
+  else if constexpr (!step_kernel_exists<G, Out, R>)
+    fail(ErrorKind::invalid_argument,
+         std::string(what) + ": a float compute copy is written from float gradients only");
+}
 
 } // namespace zero::cuda_kernels

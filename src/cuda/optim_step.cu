@@ -190,7 +190,8 @@ void dispatch(const Update& update, std::span<const StepTensor> tensors, StepTyp
       with_residual_type(types.residual_bits, "cuda fused_step", [&](auto residual_tag) {
         using Out = decltype(copy_tag);
         using R = decltype(residual_tag);
-        if constexpr (masters_supported<Out, R>)
+        require_step_kernel<decltype(grad_tag), Out, R>("cuda fused_step");
+        if constexpr (step_kernel_exists<decltype(grad_tag), Out, R>)
           launch_all<Update, decltype(grad_tag), Out, R>(update, tensors, grad_multiplier, stream);
       });
     });

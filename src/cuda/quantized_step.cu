@@ -257,7 +257,8 @@ void quantized_fused_step(const AdamUpdate& update, std::span<const QuantizedSte
           with_residual_type(types.residual_bits, "cuda quantized_fused_step", [&](auto r_tag) {
             using Out = decltype(copy_tag);
             using R = decltype(r_tag);
-            if constexpr (masters_supported<Out, R>)
+            require_step_kernel<decltype(grad_tag), Out, R>("cuda quantized_fused_step");
+            if constexpr (step_kernel_exists<decltype(grad_tag), Out, R>)
               launch_all<decltype(grad_tag), Out, R>(update, tensors, grad_multiplier, stream);
           });
         });

@@ -23,29 +23,10 @@
 
 namespace device_engine_test {
 
-#if ZERO_TEST_TWIN
 TEST(DeviceEngine, Fp32GivesTheHostEnginesBits) {
   StagedSetup s;
   every_stage<float>(s, {.dtype = DType::float32});
 }
-#else
-// CUDA's fused step writes a half or bfloat16 compute copy only: an fp32 one is refused when the
-// engine is built, naming it (an engine compiled for every compute type still compiles).
-TEST(DeviceEngine, Fp32ComputeIsRefusedOverCuda) {
-  StagedSetup s;
-  try {
-    // Compiled for every compute type: over CUDA memory float is left out, and refused by name.
-    zero::Engine<zero::Stage<0>, Staged, OnTheDevice, zero::Adam, zero::StaticLossScaler> engine(
-        world(), s.comm, model(), adam(), zero::StaticLossScaler{},
-        options_for({.dtype = DType::float32}), s.compute());
-    ADD_FAILURE() << "an fp32 compute copy over CUDA was accepted";
-  } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("writes a float16 or bfloat16 compute copy only"),
-              std::string::npos)
-        << e.what();
-  }
-}
-#endif
 
 #if ZERO_TEST_TWIN
 // The compute stream held through each backward: every stage must start its reductions after the

@@ -46,12 +46,10 @@ using Offloaded =
 using OffloadedPinned =
     zero::Placement<zero::execute_on<DeviceSpace>, zero::optimizer_states_in<zero::pinned_host>>;
 
-#if ZERO_TEST_TWIN
 TEST(Offload, Fp32GivesTheHostEnginesBits) {
   StagedSetup s;
   every_stage<float, Offloaded>(s, {.dtype = DType::float32}, "offloaded, ");
 }
-#endif
 
 TEST(Offload, Bf16WithMicroStepsAndClippingGivesTheHostEnginesBits) {
   StagedSetup s;

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace {
@@ -146,6 +147,53 @@ TEST(CudaFusedStep, SingleViewOverload) {
   Problem<half, half> got = host;
   device.read_back(got);
   zero::testing::expect_same_bits(got, host, "single view");
+}
+
+// An fp32 run's compute copy is float: every tensor's copy is its masters' bits, and the masters
+// and moments are the host's, aligned and misaligned. A float copy beside half gradients has no
+// kernel and is refused by name.
+TEST(CudaFusedStep, FloatComputeCopyIsTheMasters) {
+  std::vector<Problem<float, float>> host;
+  std::vector<DeviceProblem<float, float>> device;
+  std::vector<zero::cuda_kernels::StepTensor> tensors;
+  for (std::size_t t = 0; t < mixed_sizes.size(); ++t) {
+    host.emplace_back(mixed_sizes[t] + t % 3, 2, 300 + t);
+    device.emplace_back(host.back(), t % 3);
+    tensors.push_back(device.back().tensor());
+    tensors.back().low_precision = device.back().copy.data() + t % 3; // float: written too
+  }
+  zero::AdamW adamw({.lr = 0.01, .weight_decay = 0.01});
+  for (int step = 0; step < 2; ++step) {
+    const auto update = adamw.begin_step();
+    for (std::size_t t = 0; t < host.size(); ++t)
+      zero::testing::fused_step_on(host[t], update, t % 3, 0.5f);
+    zero::cuda_kernels::fused_step(update, tensors, {zero::DType::float32, zero::DType::float32},
+                                   0.5f, nullptr);
+  }
+  ZERO_CHECK_CUDA(cudaDeviceSynchronize());
+  for (std::size_t t = 0; t < host.size(); ++t) {
+    Problem<float, float> got = host[t];
+    device[t].read_back(got);
+    zero::testing::expect_same_bits(got, host[t], "tensor " + std::to_string(t)); // no copy
+    for (std::size_t i = t % 3; i < got.copy.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got.copy[i]),
+                std::bit_cast<std::uint32_t>(got.master[i]))
+          << "tensor " << t << " element " << i;
+  }
+
+  Problem<half, float> mixed(8, 2, 7);
+  DeviceProblem<half, float> on_device(mixed, 0);
+  zero::cuda_kernels::StepTensor tensor = on_device.tensor();
+  tensor.low_precision = on_device.copy.data();
+  try {
+    zero::cuda_kernels::fused_step(adamw.begin_step(), {&tensor, 1},
+                                   {zero::DType::float16, zero::DType::float32}, 1.0f, nullptr);
+    ADD_FAILURE() << "a float compute copy from half gradients was accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a float compute copy is written from float gradients"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // LAMB on tensors that are pieces of parameters: the device's chunk sums, added in order, and

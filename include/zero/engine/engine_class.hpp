@@ -93,8 +93,7 @@ class Engine {
   template <class T>
   using States = ModelStates<T, Plan, typename Groups::counted_type, Placement, Opt,
                              typename Groups::control_type>;
-  using ComputeList = typename detail::compute_types_on<Exec, Compute>::type;
-  using Typed = TypedStates<States, ComputeList>;
+  using Typed = TypedStates<States, Compute>;
   // Where gradients are handed out: host memory, or the device's.
   using GradientMemory = HandedOutMemory<typename Placement::gradients>;
 
@@ -187,7 +186,7 @@ class Engine {
   // option to typed forward and backward code.
   template <class F>
   decltype(auto) visit_compute_type(F&& f) {
-    return ComputeList::visit(options_.compute_dtype, std::forward<F>(f));
+    return Compute::visit(options_.compute_dtype, std::forward<F>(f));
   }
 
   // --- checkpoints (docs/checkpoints.md) -------------------------------------------------------

@@ -123,9 +123,6 @@ class ModelStates {
   // memory, so it is given the host communicator of the shard group.
   static constexpr bool offloaded = detail::offloaded_from<typename Where::optimizer_states, Exec>;
   using OptimizerGroup = std::conditional_t<offloaded, Control, Comm>;
-  static_assert(!std::same_as<T, float> || !std::same_as<typename Exec::memory_space, cuda>,
-                "zero: CUDA's fused step writes a float16 or bfloat16 compute copy only: over "
-                "CUDA memory the engine's zero::ComputeTypes must name half or bfloat16");
   static_assert(ParameterStoreType<Parameters, T>,
                 "zero: the parameter store of this placement does not provide the contract the "
                 "engine calls (zero::ParameterStoreType, engine/stores.hpp)");

@@ -58,7 +58,7 @@ void quantized_fused_step(const AdamUpdate& update, std::span<const QuantizedSte
 
 // The device counterpart of the host quantized_fused_step for one tensor, ordered on `stream`.
 template <class G, class Out = half>
-requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
 void quantized_fused_step(const AdamUpdate& update, View<float, cuda> master,
                           DeviceQuantizedMoment exp_avg, DeviceQuantizedMoment exp_avg_sq,
                           View<G, cuda> grad, float grad_multiplier, View<Out, cuda> low_precision,
@@ -108,7 +108,7 @@ void quantized_fused_step(const AdamUpdate& update, SplitMasterView<T, R, cuda> 
 // The form over CudaStreamSpace, with the shape of the HostStreamSpace one
 // (optim/stream_quantized_step.hpp), so that code written over StreamSpace calls either.
 template <class G, class Out = half>
-requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
 void quantized_fused_step(const CudaStreamSpace& space, const AdamUpdate& update,
                           View<float, cuda> master, DeviceQuantizedMoment exp_avg,
                           DeviceQuantizedMoment exp_avg_sq, View<G, cuda> grad,

@@ -48,7 +48,7 @@ struct StepTensor {
 
 struct StepTypes {
   DType grad = DType::float16;          // float32, float16 or bfloat16
-  DType low_precision = DType::float16; // float16 or bfloat16
+  DType low_precision = DType::float16; // float16 or bfloat16; float32 from float32 gradients
   int residual_bits = 0;                // 0: fp32 masters; 8 or 16: split masters
 };
 
@@ -84,7 +84,7 @@ namespace zero {
 
 // The device counterpart of the host fused_step for one tensor, ordered on `stream`.
 template <ElementwiseUpdate U, class G, class Out = half>
-requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out>
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out>
 void fused_step(const U& update, View<float, cuda> master,
                 const std::array<View<float, cuda>, U::state_tensors>& state, View<G, cuda> grad,
                 float grad_multiplier, View<Out, cuda> low_precision, cudaStream_t stream) {

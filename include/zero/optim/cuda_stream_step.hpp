@@ -4,8 +4,9 @@
 // code written over StreamSpace calls `fused_step(space, update, master, state, grad, multiplier,
 // copy)` on either, and `split_fused_step(space, update, split_master, state, grad, multiplier)`
 // over split masters. The sizes are checked at the call, before the launch. The kernels exist for
-// Adam/AdamW and SGD (with and without momentum) only, and write a half or bfloat16 compute copy
-// (or none): the constraints below say so at compile time rather than at link time.
+// Adam/AdamW and SGD (with and without momentum) only, and write a float, half or bfloat16 compute
+// copy (or none; a float one from float gradients): the constraints below say so at compile time
+// rather than at link time.
 // tests/optim/gpu_stream_test.cpp checks it against the host on a GPU (passed on an H100).
 
 // First, so that a build without CUDA hears about this header rather than one it includes.
@@ -33,7 +34,7 @@ namespace zero {
 // Queues master, state and low_precision (empty: no compute copy) updated by `update` from
 // grad * grad_multiplier on the space's stream; device memory throughout.
 template <ElementwiseUpdate U, class G, class Out = half>
-requires GradientElement<std::remove_const_t<G>> && LowPrecision<Out> &&
+requires GradientElement<std::remove_const_t<G>> && GradientElement<Out> &&
     requires(const U& update, std::span<const cuda_kernels::StepTensor> tensors,
              cuda_kernels::StepTypes types, float multiplier, cudaStream_t stream) {
   cuda_kernels::fused_step(update, tensors, types, multiplier, stream);

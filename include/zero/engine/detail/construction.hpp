@@ -83,31 +83,6 @@ consteval bool engine_arguments_fit() {
   return true;
 }
 
-// The compute types an engine over Exec keeps of those it was given: CUDA's fused step writes a
-// float16 or bfloat16 compute copy only, so over CUDA memory float is left out (and refused by name
-// when the options ask for it, check_requested_places below).
-template <class Out, class... In>
-struct without_float {
-  using type = Out;
-};
-template <class... Out, class First, class... Rest>
-struct without_float<ComputeTypes<Out...>, First, Rest...>
-    : without_float<std::conditional_t<std::same_as<First, float>, ComputeTypes<Out...>,
-                                       ComputeTypes<Out..., First>>,
-                    Rest...> {};
-template <class Exec, class Types>
-struct compute_types_on {
-  using type = Types;
-};
-template <class Exec, class... Types>
-requires std::same_as<typename Exec::memory_space, cuda>
-struct compute_types_on<Exec, ComputeTypes<Types...>> {
-  using type = typename without_float<ComputeTypes<>, Types...>::type;
-  static_assert(!std::same_as<type, ComputeTypes<>>,
-                "zero: CUDA's fused step writes a float16 or bfloat16 compute copy only: an engine "
-                "over CUDA memory needs zero::half or zero::bfloat16 among its ComputeTypes");
-};
-
 inline EngineOptions validated(EngineOptions o) {
   o.validate();
   return o;
@@ -205,13 +180,6 @@ constexpr bool in_device_memory() {
 // offload devices, its fp16 or bf16 section).
 template <class Placement>
 void check_requested_places(const EngineOptions& options) {
-  using Exec = typename Placement::execution_space;
-  if constexpr (std::same_as<typename Exec::memory_space, cuda>)
-    require_on_every_rank(
-        options.compute_dtype != DType::float32,
-        std::string("compute_dtype float32 (fp16 and bf16 disabled): the optimizer step over ") +
-            Exec::name + " writes a float16 or bfloat16 compute copy only",
-        ErrorKind::unsupported);
   constexpr bool device = !Placement::execution_space::memory_space::host_accessible;
   check_requested_place(options.offload_optimizer,
                         std::same_as<typename Placement::optimizer_states, nvme>,
