@@ -19,7 +19,7 @@
 namespace {
 
 using zero::ActivationMemory;
-using Lifetime = ActivationMemory::Lifetime;
+using Lifetime = zero::ActivationLifetime;
 
 struct Footprint {
   std::size_t heap = 0;      // bytes the heap grew by over the run

@@ -8,6 +8,9 @@
 //   stage 3 every gather but the first of a step is foreseen once the order was recorded.
 
 #include "zero/config/json.hpp"
+#include "zero/core/buffer.hpp"
+#include "zero/core/host_stream.hpp"
+#include "zero/core/host_stream_space.hpp"
 #include "zero/engine/engine.hpp"
 #include "zero/optim/adam.hpp"
 #include "zero/residual/checkpointed_layers.hpp"
@@ -21,6 +24,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -177,6 +181,128 @@ TEST(CheckpointedLayers, TheArenaHoldsTheLivePeakAndNothingMore) {
     EXPECT_TRUE(step());
   EXPECT_EQ(loop.memory().growths(), 0u);
   EXPECT_EQ(loop.memory().reserved_bytes(), loop.memory().peak_live_bytes());
+}
+
+// ToyLayers on a device: over the host stream space that stands in for one, every layer's work is
+// queued on the stream, its activations in the space's memory.
+struct QueuedToyLayers {
+  using Memory = zero::device_twin;
+  ToyLayers& toy;
+  zero::DeviceTwinSpace space;
+
+  std::size_t layers() const { return toy.layers(); }
+  std::size_t activation_elements() const { return toy.activation_elements(); }
+  std::size_t saved_elements(std::size_t l) const { return toy.saved_elements(l); }
+  void forward(std::size_t l, View<const float, Memory> in, View<float, Memory> out,
+               View<float, Memory> saved) {
+    space.stream().enqueue("toy forward", [this, l, in, out, saved] {
+      toy.forward(l, zero::detail::on_worker(in), zero::detail::on_worker(out),
+                  zero::detail::on_worker(saved));
+    });
+  }
+  void backward(std::size_t l, View<const float, Memory> in, View<const float, Memory> saved,
+                View<const float, Memory> grad_out, View<float, Memory> grad_in) {
+    space.stream().enqueue("toy backward", [this, l, in, saved, grad_out, grad_in] {
+      toy.backward(l, zero::detail::on_worker(in), zero::detail::on_worker(saved),
+                   zero::detail::on_worker(grad_out), zero::detail::on_worker(grad_in));
+    });
+  }
+};
+
+// Over a stream space the driver queues its copies beside the layers' work and waits for the
+// stream only where it frees a buffer: any number of checkpoints gives the host loop's bits, the
+// kept inputs in the space's memory or in pinned host memory, with the stream running its work
+// only when something waits for it (so that a buffer freed under queued work is read after it was
+// given back, which the sanitizer build catches), and with the arena a step after the first
+// returns from backward with the stream's work still queued.
+TEST(CheckpointedLayers, OnAStreamSpaceGivesTheHostLoopsBits) {
+  struct Case {
+    bool contiguous, in_host_memory;
+  };
+  for (const Case c : {Case{false, false}, Case{true, false}, Case{true, true}})
+    for (std::size_t k : {0, 1, 3, 7}) {
+      const bool contiguous = c.contiguous;
+      const std::string what = std::to_string(k) + " checkpoints" +
+                               (contiguous ? ", contiguous" : "") +
+                               (c.in_host_memory ? ", kept in host memory" : "");
+      const Gradients host = run_toy(k, false, contiguous);
+      ToyLayers toy;
+      std::vector<std::vector<float>> weights;
+      for (std::size_t l = 0; l < toy.count; ++l)
+        weights.push_back(ramp(toy.width * toy.width, 0.3f, float(l)));
+      Gradients got;
+      got.weights.resize(toy.count);
+      toy.weights = [&](std::size_t l) { return weights[l].data(); };
+      toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { got.weights[l] = dw; };
+      zero::HostStream stream("toy layers");
+      stream.defer_until_waited();
+      const zero::DeviceTwinSpace space(stream);
+      QueuedToyLayers queued{toy, space};
+      zero::CheckpointedLayers<QueuedToyLayers, zero::NoRandomState, zero::DeviceTwinSpace> loop(
+          queued,
+          {.number_checkpoints = k,
+           .contiguous_memory = contiguous,
+           .kept_inputs_in_host_memory = c.in_host_memory},
+          {}, space);
+      using Twin = zero::Buffer<float, zero::device_twin>;
+      const std::size_t n = toy.activation_elements();
+      Twin x(n, zero::uninitialized), dy(n, zero::uninitialized), dx(n, zero::uninitialized);
+      got.output.resize(n);
+      got.input.resize(n);
+      for (int step = 0; step < 3; ++step) {
+        const std::vector<float> x_host = ramp(n, 1.0f, float(step)), dy_host = ramp(n, 0.5f, 2.0f);
+        zero::copy(space, View<const float>(x_host), x.view());
+        zero::copy(space, View<const float>(dy_host), dy.view());
+        const View<const float, zero::device_twin> y = loop.forward(std::as_const(x).view());
+        zero::copy(space, y, View<float>(got.output));
+        loop.backward(std::as_const(dy).view(), dx.view());
+        if (contiguous && step > 0) {
+          EXPECT_GT(stream.deferred_tasks(), 0u) << what << ": backward waited for the stream";
+        }
+        zero::copy(space, std::as_const(dx).view(), View<float>(got.input));
+        space.fence();
+      }
+      expect_bitwise_equal(host, got, what);
+      // Every segment's input but the last's is kept, in one memory or the other.
+      const std::size_t kept = (zero::CheckpointPlan(toy.count, k).segment_count() - 1) *
+                               toy.activation_elements() * sizeof(float);
+      EXPECT_EQ(loop.stats().kept_input_bytes, c.in_host_memory ? 0 : kept) << what;
+      EXPECT_EQ(loop.stats().kept_input_host_bytes, c.in_host_memory ? kept : 0) << what;
+    }
+}
+
+// A kept-input tier and partitioned activations move host memory: refused over a stream space;
+// kept inputs moved to host memory from host memory are refused too.
+TEST(CheckpointedLayers, OnAStreamSpaceATierOrAPartitionIsRefused) {
+  ToyLayers toy;
+  zero::HostStream stream("toy layers");
+  const zero::DeviceTwinSpace space(stream);
+  QueuedToyLayers queued{toy, space};
+  struct NoTier : zero::KeptInputTier {
+    void reserve(std::size_t, std::size_t) override {}
+    void keep(std::size_t, View<const float>) override {}
+    void prefetch(std::size_t) override {}
+    void restore(std::size_t, View<float>) override {}
+    void synchronize() override {}
+    std::size_t buffer_bytes() const override { return 0; }
+    std::size_t bytes_written() const override { return 0; }
+    std::size_t bytes_read() const override { return 0; }
+  } tier;
+  // and kept inputs in host memory, over host memory, are refused as meaningless
+  EXPECT_THROW(
+      zero::CheckpointedLayers(toy, {.number_checkpoints = 2, .kept_inputs_in_host_memory = true}),
+      zero::Error);
+  using Loop =
+      zero::CheckpointedLayers<QueuedToyLayers, zero::NoRandomState, zero::DeviceTwinSpace>;
+  try {
+    Loop loop(queued, {.number_checkpoints = 2, .kept_inputs = &tier}, {}, space);
+    ADD_FAILURE() << "a kept-input tier over a stream space was accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CheckpointedLayers over device_twin_stream: the kept "
+                                         "inputs stay in its memory"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointedLayers, AnAbandonedStepLeavesTheLoopUsable) {

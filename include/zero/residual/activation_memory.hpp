@@ -10,6 +10,11 @@
 // The first step allocates one by one and measures each region's peak; at its end the arena is
 // allocated at exactly those peaks. A later step that needs more (a longer sequence, say) still
 // gets its memory, one by one, and the arena grows to the new peak when that step ends.
+//
+// The memory is Memory's: host memory by default, a device's for a loop whose layers run on its
+// stream. Then a buffer freed while queued work still reads it would be reused too early, so the
+// caller waits for its stream before ending a segment or a step that frees any
+// (frees_at_segment_end, frees_at_step_end); with the arena, no step after the first frees one.
 
 #include "zero/core/buffer.hpp"
 
@@ -19,14 +24,18 @@
 
 namespace zero {
 
+// How long an activation buffer lives: until the step ends, or the segment.
+enum class ActivationLifetime { step, segment };
+
+template <class Memory = host>
 class ActivationMemory {
  public:
-  enum class Lifetime { step, segment };
+  using Lifetime = ActivationLifetime;
 
   explicit ActivationMemory(bool contiguous) : contiguous_(contiguous) {}
 
   // `elements` floats that live until the end of the segment or the step. Uninitialized.
-  View<float> take(Lifetime lifetime, std::size_t elements) {
+  View<float, Memory> take(Lifetime lifetime, std::size_t elements) {
     Region& r = region(lifetime);
     const std::size_t size = round_up(elements);
     r.used += size;
@@ -40,6 +49,11 @@ class ActivationMemory {
 
   // What the segment took is free again.
   void end_segment() { empty(region(Lifetime::segment)); }
+  // Whether end_segment() or end_step() gives back a buffer (rather than only arena space).
+  bool frees_at_segment_end() const noexcept { return !segment_.one_by_one.empty(); }
+  bool frees_at_step_end() const noexcept {
+    return !segment_.one_by_one.empty() || !step_.one_by_one.empty();
+  }
 
   // What the step took is free again; the first step (or one that needed more) sizes the arena.
   void end_step() {
@@ -49,7 +63,7 @@ class ActivationMemory {
     for (Region* r : {&step_, &segment_})
       if (r->peak > r->arena.size()) {
         if (r->arena.size() > 0) ++growths_;
-        r->arena = Buffer<float>(r->peak, uninitialized);
+        r->arena = Buffer<float, Memory>(r->peak, uninitialized);
       }
   }
 
@@ -79,8 +93,8 @@ class ActivationMemory {
 
  private:
   struct Region {
-    Buffer<float> arena;
-    std::vector<Buffer<float>> one_by_one;
+    Buffer<float, Memory> arena;
+    std::vector<Buffer<float, Memory>> one_by_one;
     std::size_t used = 0, peak = 0;
   };
 

@@ -35,6 +35,10 @@ struct ActivationCheckpointing {
   // shares it, e.g. ActivationPartitionOver(groups.tensor()). With a tier too, the slices go
   // there. Not owned; null: whole inputs.
   ActivationPartition* partition = nullptr;
+  // Over a stream space (a device): the kept inputs in pinned host memory between forward and
+  // backward rather than the device's, copied there and back on the loop's stream (ZeRO-R's CPU
+  // checkpointing, for whole inputs). Over host memory there is nothing to move, and it is refused.
+  bool kept_inputs_in_host_memory = false;
   // With a tier: wait for its transfers at every segment boundary (a debugging aid; it gives up
   // the overlap).
   bool synchronize_boundary = false;

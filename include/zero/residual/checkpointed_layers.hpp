@@ -30,8 +30,18 @@
 // the NVMe tier); or, with partitioned activations (partition: ZeRO-R's Pa under tensor
 // parallelism), as this rank's slice of each, in memory or on the tier, all-gathered whole before
 // backward recomputes from it (residual/activation_partition.hpp).
+//
+// On a device: with a stream space as Exec (CudaStreamSpace, or the host stream space that stands
+// in for it), every activation is in Exec's memory, the layers queue their work on its stream, and
+// the driver's copies are queued there too, so that a step never waits for the device but where a
+// buffer is freed (ActivationMemory; with the contiguous arena, only in the first step). The kept
+// inputs stay in the device's memory, or with kept_inputs_in_host_memory go to pinned host memory
+// and come back on the stream; a tier and a partition move host memory and are refused there.
 
+#include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
+#include "zero/core/execution_space.hpp"
+#include "zero/core/stream_space.hpp"
 #include "zero/core/view.hpp"
 #include "zero/core/work.hpp"
 #include "zero/residual/activation_memory.hpp"
@@ -53,16 +63,19 @@
 
 namespace zero {
 
-template <class L>
-concept CheckpointableLayers = requires(L& layers, const L& constant, std::size_t l,
-                                        View<const float> in, View<float> out,
-                                        View<const float> saved) {
+// Layers whose activations are in Memory (host memory, or a device's for a loop on its stream).
+template <class L, class Memory>
+concept CheckpointableLayersIn = requires(L& layers, const L& constant, std::size_t l,
+                                          View<const float, Memory> in, View<float, Memory> out,
+                                          View<const float, Memory> saved) {
   { constant.layers() } -> std::convertible_to<std::size_t>;
   { constant.activation_elements() } -> std::convertible_to<std::size_t>;
   { constant.saved_elements(l) } -> std::convertible_to<std::size_t>;
   layers.forward(l, in, out, out);
   layers.backward(l, in, saved, in, out);
 };
+template <class L>
+concept CheckpointableLayers = CheckpointableLayersIn<L, host>;
 
 // Where a loop's random numbers come from, so that a recomputed segment draws what its first
 // forward drew: save() captures the generator's state, restore() puts it back.
@@ -84,8 +97,10 @@ struct CheckpointStats {
   std::size_t recomputed_layers = 0;
   std::size_t peak_activation_bytes = 0; // the most live at once in any step so far
   // The kept inputs this rank holds in memory from forward to backward, exact (the arena's
-  // cache-line rounding aside): whole inputs, slices with a partition, none with a tier.
+  // cache-line rounding aside): whole inputs, slices with a partition, none with a tier or in host
+  // memory (kept_inputs_in_host_memory, whose bytes are the next figure).
   std::size_t kept_input_bytes = 0;
+  std::size_t kept_input_host_bytes = 0;
   // With a partition: the elements all-gathered (whole inputs, as nccl-tests counts an all-gather)
   // and the time backward waited for them, not hidden behind the segment before.
   std::size_t gathered_elements = 0;
@@ -93,19 +108,41 @@ struct CheckpointStats {
   double forward_seconds = 0, recompute_seconds = 0, backward_seconds = 0;
 };
 
-template <CheckpointableLayers Layers, RandomStateHook Random = NoRandomState>
+// Exec runs the layers: HostThreads (the default; every call completes in place) or a stream
+// space, whose memory the activations are in (above).
+template <class Layers, RandomStateHook Random = NoRandomState, ExecutionSpace Exec = HostThreads>
+requires CheckpointableLayersIn<Layers, typename Exec::memory_space>
 class CheckpointedLayers {
-  using Lifetime = ActivationMemory::Lifetime;
+  using Memory = typename Exec::memory_space;
+  using Floats = View<float, Memory>;
+  using ConstFloats = View<const float, Memory>;
+  using Lifetime = ActivationLifetime;
+  // Queued on a stream, or done in place: a tier and a partition read and write the inputs at once.
+  static constexpr bool queued = StreamSpace<Exec>;
 
  public:
-  CheckpointedLayers(Layers& layers, ActivationCheckpointing options, Random random = {})
-      : layers_(layers), options_(options), random_(std::move(random)),
+  CheckpointedLayers(Layers& layers, ActivationCheckpointing options, Random random = {},
+                     Exec exec = {})
+      : layers_(layers), options_(options), random_(std::move(random)), exec_(std::move(exec)),
         plan_(layers.layers(), options.number_checkpoints), memory_(options.contiguous_memory),
-        segments_(plan_.segment_count()) {}
+        segments_(plan_.segment_count()) {
+    if constexpr (queued)
+      require(!options.kept_inputs && !options.partition,
+              std::string("CheckpointedLayers over ") + Exec::name +
+                  ": the kept inputs stay in its memory (or in pinned host memory, "
+                  "kept_inputs_in_host_memory); a kept-input tier and partitioned activations "
+                  "move host memory and are not built for a stream space",
+              ErrorKind::unsupported);
+    else
+      require(!options.kept_inputs_in_host_memory,
+              "CheckpointedLayers: kept_inputs_in_host_memory moves a device's kept inputs to the "
+              "host, and this loop's memory is the host's already",
+              ErrorKind::unsupported);
+  }
 
   // Runs every layer forward from `input`; returns the last layer's output, valid until
-  // backward() returns.
-  View<const float> forward(View<const float> input) {
+  // backward() returns (over a stream space: queued on its stream, as the layers' work is).
+  ConstFloats forward(ConstFloats input) {
     require(!in_step_, "CheckpointedLayers: forward() twice without backward()");
     check_size("forward's input", input.size());
     in_step_ = true;
@@ -117,20 +154,24 @@ class CheckpointedLayers {
     // a tier, or in slices, or both), and then two whole buffers take turns as the current one.
     KeptInputTier* tier = last > 0 ? options_.kept_inputs : nullptr;
     ActivationPartition* partition = last > 0 ? options_.partition : nullptr;
-    const bool elsewhere = tier || partition;
+    const bool in_host_memory = last > 0 && options_.kept_inputs_in_host_memory;
+    const bool elsewhere = tier || partition || in_host_memory;
+    if constexpr (queued)
+      if (in_host_memory && host_kept_.size() < last * activations())
+        host_kept_ = Buffer<float, pinned_host>(last * activations(), uninitialized);
     if (tier) tier->reserve(last, kept_elements(partition));
-    if (tier && partition) slice_ = memory_.take(Lifetime::step, kept_elements(partition));
-    View<float> spare =
-        elsewhere ? memory_.take(Lifetime::step, whole_elements(partition)) : View<float>{};
+    if constexpr (!queued) // (a stream space has neither: refused when the loop was built)
+      if (tier && partition) slice_ = memory_.take(Lifetime::step, kept_elements(partition));
+    Floats spare = elsewhere ? memory_.take(Lifetime::step, whole_elements(partition)) : Floats{};
     segments_[0].input = memory_.take(Lifetime::step, whole_elements(partition));
-    copy(input, segments_[0].input);
+    copy_floats(input, segments_[0].input);
     for (std::size_t s = 0; s < last; ++s) {
       segments_[s].random = random_.save();
       keep(s, tier, partition);
-      View<const float> x = segments_[s].input.first(activations());
+      ConstFloats x = segments_[s].input.first(activations());
       const Range layers = plan_.segment(s);
       for (std::size_t l = layers.begin; l < layers.end; ++l) {
-        View<float> out = memory_.take(Lifetime::segment, activations());
+        Floats out = memory_.take(Lifetime::segment, activations());
         layers_.forward(l, x, out, memory_.take(Lifetime::segment, layers_.saved_elements(l)));
         x = out;
       }
@@ -142,8 +183,8 @@ class CheckpointedLayers {
       } else {
         segments_[s + 1].input = memory_.take(Lifetime::step, activations());
       }
-      copy(x, segments_[s + 1].input);
-      memory_.end_segment();
+      copy_floats(x, segments_[s + 1].input);
+      end_segment();
     }
     restored_ = spare; // backward reads the inputs back into it
     output_ = run_segment(last, segments_[last].input.first(activations()));
@@ -153,34 +194,42 @@ class CheckpointedLayers {
 
   // From the gradient of the last layer's output: every layer's backward, last first; the
   // gradient of forward's input goes to `grad_input` unless it is empty.
-  void backward(View<const float> grad_output, View<float> grad_input) {
+  void backward(ConstFloats grad_output, Floats grad_input) {
     require(in_step_, "CheckpointedLayers: backward() without forward()");
     check_size("backward's gradient", grad_output.size());
     if (!grad_input.empty()) check_size("backward's input gradient", grad_input.size());
     StartOverOnError guard{*this};
-    View<float> grad = memory_.take(Lifetime::step, activations());
-    View<float> other = memory_.take(Lifetime::step, activations());
-    copy(grad_output, grad);
+    Floats grad = memory_.take(Lifetime::step, activations());
+    Floats other = memory_.take(Lifetime::step, activations());
+    copy_floats(grad_output, grad);
     KeptInputTier* tier = options_.kept_inputs;
     ActivationPartition* partition = options_.partition;
     const std::size_t last = plan_.segment_count() - 1;
-    if (last > 0) { // bring back the first input needed while the last segment runs
-      if (partition)
-        gather(last - 1, tier);
-      else if (tier)
-        tier->prefetch(last - 1);
-    }
+    if constexpr (!queued)
+      if (last > 0) { // bring back the first input needed while the last segment runs
+        if (partition)
+          gather(last - 1, tier);
+        else if (tier)
+          tier->prefetch(last - 1);
+      }
     for (std::size_t s = plan_.segment_count(); s-- > 0;) {
       if (s < last) {
         const Timer timer(options_.profile, stats_.recompute_seconds);
-        View<const float> input = segments_[s].input;
-        if (partition) {
-          input = gathered(s);
-          if (s > 0) gather(s - 1, tier); // behind this segment's recomputation and backward
-        } else if (tier) {
-          tier->restore(s, restored_);
-          if (s > 0) tier->prefetch(s - 1);
-          input = restored_;
+        ConstFloats input = segments_[s].input;
+        if constexpr (queued) {
+          if (options_.kept_inputs_in_host_memory) {
+            copy_floats(host_kept(s), restored_.first(activations()));
+            input = restored_;
+          }
+        } else {
+          if (partition) {
+            input = gathered(s);
+            if (s > 0) gather(s - 1, tier); // behind this segment's recomputation and backward
+          } else if (tier) {
+            tier->restore(s, restored_);
+            if (s > 0) tier->prefetch(s - 1);
+            input = restored_;
+          }
         }
         const auto now = random_.save();
         random_.restore(segments_[s].random);
@@ -195,32 +244,33 @@ class CheckpointedLayers {
         layers_.backward(l, held.input, held.saved, grad, other);
         std::swap(grad, other);
       }
-      memory_.end_segment();
+      end_segment();
       if (tier && options_.synchronize_boundary) tier->synchronize();
     }
-    if (!grad_input.empty()) copy(grad, grad_input);
+    if (!grad_input.empty()) copy_floats(grad, grad_input);
     stats_.peak_activation_bytes = memory_.peak_live_bytes();
     guard.done = true;
+    if (memory_.frees_at_step_end()) exec_.fence(); // no queued work reads what is freed
     memory_.end_step();
     in_step_ = false;
   }
 
   const CheckpointPlan& plan() const noexcept { return plan_; }
-  const ActivationMemory& memory() const noexcept { return memory_; }
+  const ActivationMemory<Memory>& memory() const noexcept { return memory_; }
   // The last step's figures (complete once its backward returned).
   const CheckpointStats& stats() const noexcept { return stats_; }
   Random& random() noexcept { return random_; }
 
  private:
   struct Segment {
-    View<float> input;      // kept through the step (kept elsewhere: while it is the current one)
+    Floats input;           // kept through the step (kept elsewhere: while it is the current one)
     View<float> slice;      // with a partition and no tier: this rank's slice of the input
     std::uint64_t hash = 0; // with a partition: of the whole input, to check the gathered one
     typename Random::state_type random{};
   };
   struct Held { // a layer of the segment whose backward comes next
-    View<const float> input;
-    View<const float> saved;
+    ConstFloats input;
+    ConstFloats saved;
   };
   // A layer that throws leaves the step unfinished: its memory is given back, and the next
   // forward() starts a new step.
@@ -234,6 +284,10 @@ class CheckpointedLayers {
           in_flight->wait(); // its buffers are given back below
         } catch (...) {      // the step is being abandoned for another error already
         }
+      }
+      try {
+        loop.exec_.fence(); // nor does queued work
+      } catch (...) {
       }
       loop.memory_.abandon_step();
       loop.in_step_ = false;
@@ -256,8 +310,27 @@ class CheckpointedLayers {
                                        std::to_string(size) + " elements, the layers take " +
                                        std::to_string(activations()));
   }
-  static void copy(View<const float> from, View<float> to) {
-    std::copy(from.begin(), from.end(), to.begin());
+  void copy_floats(ConstFloats from, Floats to) const {
+    if constexpr (queued)
+      copy(exec_, from, to); // the space's own, found by its type
+    else
+      std::copy(from.begin(), from.end(), to.begin());
+  }
+  // Over a stream space: to and from pinned host memory, queued.
+  void copy_floats(ConstFloats from, View<float, pinned_host> to) const requires queued {
+    copy(exec_, from, to);
+  }
+  void copy_floats(View<const float, pinned_host> from, Floats to) const requires queued {
+    copy(exec_, from, to);
+  }
+  // Over a stream space with kept_inputs_in_host_memory: segment s's kept input.
+  View<float, pinned_host> host_kept(std::size_t s) {
+    return host_kept_.view().subview(s * activations(), activations());
+  }
+  // Ends the segment, first waiting for the stream where a buffer is freed.
+  void end_segment() {
+    if (memory_.frees_at_segment_end()) exec_.fence();
+    memory_.end_segment();
   }
 
   // A kept input as it is stored: this rank's slice with a partition, else whole.
@@ -272,6 +345,19 @@ class CheckpointedLayers {
   // Keeps segment s's input (its current buffer) until backward: whole in memory, or its slice
   // with a partition, and on the tier when there is one.
   void keep(std::size_t s, KeptInputTier* tier, ActivationPartition* partition) {
+    if constexpr (queued) {
+      if (options_.kept_inputs_in_host_memory) {
+        copy_floats(segments_[s].input.first(activations()), host_kept(s));
+        stats_.kept_input_host_bytes += activations() * sizeof(float);
+      } else {
+        stats_.kept_input_bytes += activations() * sizeof(float); // whole, in the device's memory
+      }
+    } else {
+      keep_elsewhere(s, tier, partition);
+    }
+  }
+  void keep_elsewhere(std::size_t s, KeptInputTier* tier,
+                      ActivationPartition* partition) requires(!queued) {
     View<const float> kept = segments_[s].input.first(activations());
     if (partition) {
       segments_[s].hash = XXH3_64bits(kept.data(), kept.size() * sizeof(float));
@@ -293,13 +379,13 @@ class CheckpointedLayers {
   // With a partition: the whole buffer segment s is recomputed from. Two take turns, so that the
   // next input can be gathered while a segment runs from the other: the spare of forward
   // (restored_), and the buffer the last segment ran from, free once its backward is done.
-  View<float> whole_buffer(std::size_t s) {
+  Floats whole_buffer(std::size_t s) {
     const std::size_t last = plan_.segment_count() - 1;
     return (last - 1 - s) % 2 == 0 ? restored_ : segments_[last].input;
   }
   // Starts gathering segment s's input whole from every rank's slice (read back from the tier
   // first, when there is one).
-  void gather(std::size_t s, KeptInputTier* tier) {
+  void gather(std::size_t s, KeptInputTier* tier) requires(!queued) {
     View<const float> slice = segments_[s].slice;
     if (tier) {
       tier->restore(s, slice_);
@@ -320,7 +406,7 @@ class CheckpointedLayers {
   // in forward: ranks that computed different inputs would otherwise recompute from a mix of
   // them. Every rank compares every rank's hash with the gathered input's, so all of them stop,
   // naming the same ranks.
-  View<const float> gathered(std::size_t s) {
+  View<const float> gathered(std::size_t s) requires(!queued) {
     const auto start = std::chrono::steady_clock::now();
     gather_.wait();
     hash_gather_.wait();
@@ -346,13 +432,13 @@ class CheckpointedLayers {
 
   // Runs segment s forward from `input`, keeping every layer's input and saved state for its
   // backward; returns the segment's output.
-  View<const float> run_segment(std::size_t s, View<const float> input) {
+  ConstFloats run_segment(std::size_t s, ConstFloats input) {
     const Range layers = plan_.segment(s);
     held_.resize(layers.size());
-    View<const float> x = input;
+    ConstFloats x = input;
     for (std::size_t l = layers.begin; l < layers.end; ++l) {
-      View<float> out = memory_.take(Lifetime::segment, activations());
-      View<float> saved = memory_.take(Lifetime::segment, layers_.saved_elements(l));
+      Floats out = memory_.take(Lifetime::segment, activations());
+      Floats saved = memory_.take(Lifetime::segment, layers_.saved_elements(l));
       layers_.forward(l, x, out, saved);
       held_[l - layers.begin] = {x, saved};
       x = out;
@@ -363,14 +449,16 @@ class CheckpointedLayers {
   Layers& layers_;
   ActivationCheckpointing options_;
   Random random_;
+  Exec exec_;
   CheckpointPlan plan_;
-  ActivationMemory memory_;
+  ActivationMemory<Memory> memory_;
   std::vector<Segment> segments_;
   std::vector<Held> held_;
-  View<const float> output_;
-  View<float> restored_; // kept elsewhere: the input being recomputed from
-  View<float> slice_;    // with a partition and a tier: a slice on its way to or from the tier
-  Work gather_;          // with a partition: the gather in flight
+  ConstFloats output_;
+  Floats restored_;                      // kept elsewhere: the input being recomputed from
+  Buffer<float, pinned_host> host_kept_; // kept_inputs_in_host_memory: every kept input
+  View<float> slice_; // with a partition and a tier: a slice on its way to or from the tier
+  Work gather_;       // with a partition: the gather in flight
   // and every rank's hash of its forward input (64 bits as two floats each), gathered beside it
   Work hash_gather_;
   std::array<float, 2> own_hash_{};
