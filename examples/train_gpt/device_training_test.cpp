@@ -1,8 +1,9 @@
 // train_gpt's device loop (device_training.hpp) over the CPU twin of a device (DeviceTwinSpace:
 // the engine's stores, the model's activations and its kernels in device_twin memory, the ranks'
 // collectives through StagedCommunicator) against the host loop (training.hpp's train(), the
-// prebuilt host engine): ZeRO-3 with AdamW, fp32 and bf16, two micro-steps, the same losses every
-// step and the same final weights, bit for bit. Run at 1-3 ranks.
+// prebuilt host engine): ZeRO-3 with AdamW, fp32 and bf16, two micro-steps, with and without
+// activation checkpointing, the same losses every step and the same final weights, bit for bit.
+// Run at 1-3 ranks.
 
 #include "comm_test.hpp"
 
@@ -99,12 +100,25 @@ void expect_same_bits(const std::vector<float>& twin, const std::vector<float>& 
     }
 }
 
-void expect_twin_equals_host(zero::DType dtype) {
-  const train_gpt::Flags f = flags(dtype);
+void expect_twin_equals_host(zero::DType dtype, std::size_t checkpoints = 0,
+                             bool kept_inputs_cpu = false) {
+  train_gpt::Flags f = flags(dtype);
+  if (checkpoints > 0) f.checkpoints = checkpoints;
+  train_gpt::Flags on_device = f;
+  on_device.kept_inputs_cpu = kept_inputs_cpu; // the host loop's are in host memory already
   const train_gpt::Tokens data = train_gpt::Tokens::from_file(ZERO_TEST_GPT_DATA, f.model.seq);
   const train_gpt::History host = on_the_host(f, data);
-  const train_gpt::History twin = on_the_twin(f, data);
-  const std::string run = zero::to_string(dtype);
+  const train_gpt::History twin = on_the_twin(on_device, data);
+  const std::string run = zero::to_string(dtype) +
+                          (checkpoints ? ", " + std::to_string(checkpoints) + " checkpoints" : "") +
+                          (kept_inputs_cpu ? ", kept in host memory" : "");
+  // Both loops ran every block but the last segment's forward again in backward.
+  const std::size_t recomputed = checkpoints ? f.model.layers - f.model.layers / checkpoints : 0;
+  EXPECT_EQ(twin.activations.recomputed_layers, recomputed) << run;
+  EXPECT_EQ(host.activations.recomputed_layers, recomputed) << run;
+  const std::size_t kept = checkpoints ? host.activations.kept_input_bytes : 0;
+  EXPECT_EQ(twin.activations.kept_input_host_bytes, kept_inputs_cpu ? kept : 0) << run;
+  EXPECT_EQ(twin.activations.kept_input_bytes, kept_inputs_cpu ? 0 : kept) << run;
   ASSERT_EQ(twin.loss.size(), host.loss.size());
   for (std::size_t s = 0; s < host.loss.size(); ++s)
     EXPECT_EQ(std::bit_cast<std::uint64_t>(twin.loss[s]),
@@ -124,6 +138,14 @@ TEST(DeviceTraining, Fp32TwinGivesTheHostRunsBits) {
 
 TEST(DeviceTraining, Bf16TwinGivesTheHostRunsBits) {
   expect_twin_equals_host(zero::DType::bfloat16);
+}
+
+// Activation checkpointing in the device's memory: each block's forward runs again from its kept
+// input in backward, as the host loop's does, and changes no bit.
+TEST(DeviceTraining, CheckpointedTwinGivesTheHostRunsBits) {
+  expect_twin_equals_host(zero::DType::bfloat16, 2);
+  // ZeRO-R's CPU checkpointing: the kept inputs to pinned host memory and back.
+  expect_twin_equals_host(zero::DType::bfloat16, 2, /*kept_inputs_cpu=*/true);
 }
 
 } // namespace

@@ -58,16 +58,11 @@ inline void require_device_run(const Flags& f) {
   const auto refuse_unless = [](bool ok, const std::string& what) {
     zero::require(ok, "--device cuda: " + what, zero::ErrorKind::unsupported);
   };
-  refuse_unless(f.dtype != zero::DType::float32,
-                "the device engine's CUDA step writes a half or bfloat16 compute copy only: give "
-                "--dtype bf16 or fp16");
   refuse_unless(f.model.tensor_parallel == 1,
                 "the model runs unsplit on the GPU; --tp is the host model's");
-  refuse_unless(checkpointing(f).number_checkpoints == 0 && f.kept_inputs_nvme.empty() &&
-                    !f.contiguous_memory,
-                "every block's activations stay in device memory; activation checkpointing "
-                "(--checkpoint-activations, --contiguous-memory, --kept-inputs-nvme or the "
-                "config's section) is the host loop's");
+  refuse_unless(f.kept_inputs_nvme.empty(),
+                "the kept block inputs stay in device memory; --kept-inputs-nvme is the host "
+                "loop's");
   refuse_unless(f.save_checkpoint.empty() && f.load_checkpoint.empty(),
                 "--save-checkpoint and --load-checkpoint are the host loop's");
   refuse_unless(!(f.ds && f.ds->scheduler),
@@ -133,6 +128,10 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
                  "the kept block inputs on the NVMe tier, in DIR, between forward\n"
                  "and backward")
       ->type_name("DIR");
+  app.add_flag("--kept-inputs-cpu", f.kept_inputs_cpu,
+               "with --device cuda: the kept block inputs in pinned host memory\n"
+               "between forward and backward (ZeRO-R's CPU checkpointing)")
+      ->disable_flag_override();
   app.add_option("--data", f.data,
                  "the token stream: FILE's bytes (default: the repository's docs)")
       ->type_name("FILE");
@@ -270,6 +269,15 @@ inline Flags parse(int argc, char** argv) {
     (void)zero::ActivationCheckpointing::from_config(f.ds->activation_checkpointing,
                                                      f.model.layers);
   if (f.device == "cuda") detail::require_device_run(f);
+  if (f.kept_inputs_cpu) {
+    zero::require(f.device == "cuda",
+                  "--kept-inputs-cpu moves the kept block inputs out of a GPU's memory, and the "
+                  "host loop's are in host memory already: give --device cuda",
+                  zero::ErrorKind::unsupported);
+    zero::require(checkpointing(f).number_checkpoints > 0,
+                  "--kept-inputs-cpu moves the kept block inputs, and activation checkpointing "
+                  "is off: give --checkpoint-activations K");
+  }
   if (f.partition_activations) {
     zero::require(f.model.tensor_parallel > 1,
                   "--partition-activations cuts the kept block inputs over the tensor-parallel "

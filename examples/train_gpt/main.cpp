@@ -125,6 +125,8 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["replicated_identical"] = h.replicated_identical;
   j["partition_activations"] = f.partition_activations;
   j["kept_input_bytes"] = h.activations.kept_input_bytes;
+  j["kept_inputs_cpu"] = f.kept_inputs_cpu;
+  j["kept_input_host_bytes"] = h.activations.kept_input_host_bytes;
   j["activation_gathers_per_step"] = h.activation_gathers_per_step;
   j["activation_gathered_elements_per_step"] = h.activation_gathered_elements_per_step;
   j["activation_gather_bytes_per_step"] = h.activation_gather_bytes_per_step;
@@ -187,8 +189,9 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
             ? "off"
             : (std::to_string(checkpointing.number_checkpoints) + " kept inputs of " +
                std::to_string(f.model.layers) + " blocks" +
-               (checkpointing.contiguous_memory ? ", contiguous arena" : "") +
-               (f.partition_activations ? ", partitioned over the tensor-parallel group" : ""))
+               (checkpointing.contiguous_memory || f.device == "cuda" ? ", contiguous arena" : "") +
+               (f.partition_activations ? ", partitioned over the tensor-parallel group" : "") +
+               (f.kept_inputs_cpu ? ", kept in pinned host memory" : ""))
                   .c_str());
 
   train_gpt::Ranks grid(world, tp);
@@ -229,13 +232,13 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
                     h.device_name.c_str(), h.device_communicator.c_str(),
                     mb(double(h.device_before)), mb(double(h.device_built)),
                     mb(double(h.device_first_step)), mb(double(h.device_last_step)));
-      else
-        std::printf("activations: peak %.3f MB live%s, %zu block forwards recomputed per step\n",
-                    mb(double(h.activations.peak_activation_bytes)),
-                    h.arena_bytes
-                        ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
-                        : "",
-                    h.activations.recomputed_layers);
+      std::printf("activations%s: peak %.3f MB live%s, %zu block forwards recomputed per step\n",
+                  f.device == "cuda" ? " in device memory" : "",
+                  mb(double(h.activations.peak_activation_bytes)),
+                  h.arena_bytes
+                      ? (", arena " + std::to_string(mb(double(h.arena_bytes))) + " MB").c_str()
+                      : "",
+                  h.activations.recomputed_layers);
       const std::size_t kept =
           zero::CheckpointPlan(f.model.layers, checkpointing.number_checkpoints).segment_count() -
           1;
@@ -244,6 +247,10 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
         std::printf("kept block inputs: %zu of %zu floats each; in memory on rank 0: %zu bytes%s\n",
                     kept, input, h.activations.kept_input_bytes,
                     !f.kept_inputs_nvme.empty() ? " (on the NVMe tier)"
+                    : f.kept_inputs_cpu
+                        ? (" (in pinned host memory: " +
+                           std::to_string(h.activations.kept_input_host_bytes) + " bytes)")
+                              .c_str()
                     : f.partition_activations
                         ? (" (1/" + std::to_string(tp) + " slices of " +
                            std::to_string((input + std::size_t(tp) - 1) / std::size_t(tp)) +

@@ -174,6 +174,11 @@ def main():
     model = GPT(args.layers, args.heads, args.embd, args.seq)
     load_npy(model, args.init_npy)
     model.to(args.device)
+    if args.device.startswith("cuda"):
+        # fp32 products in fp32, as train_gpt --device cuda computes them: TF32 would round their
+        # inputs to 10 bits of mantissa.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     seconds = []
     losses = train(model, data, args.steps, args.batch, args.optimizer, args.lr,
                    args.weight_decay, seconds,

@@ -28,8 +28,8 @@
 namespace train_gpt {
 
 using OnTheGpu = zero::Placement<zero::execute_on<zero::CudaStreamSpace>>;
-// CUDA's fused step writes a half or bfloat16 compute copy only (docs/gpu-engine.md).
-using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
+// fp32 (the exactness check against PyTorch), and bf16 or fp16 with fp32 master weights.
+using GpuComputeTypes = zero::ComputeTypes<float, zero::half, zero::bfloat16>;
 using StagedOverMpi = zero::StagedCommunicator<zero::CudaStreamSpace, zero::MpiCommunicator>;
 
 template <class Plan, class Comm, class Optimizer>

@@ -32,6 +32,7 @@ struct Flags {
   std::optional<std::size_t> checkpoints; // --checkpoint-activations
   bool contiguous_memory = false, deterministic = false;
   bool partition_activations = false; // ZeRO-R's Pa over the tensor-parallel group
+  bool kept_inputs_cpu = false;       // --device cuda: the kept block inputs in host memory
   std::string data, init_npy, save_npy, config, json, kept_inputs_nvme;
   std::string save_checkpoint, load_checkpoint;
   std::optional<zero::config::Config> ds;
@@ -64,6 +65,7 @@ inline zero::ActivationCheckpointing checkpointing(const Flags& f,
   if (f.checkpoints) a.number_checkpoints = *f.checkpoints;
   a.contiguous_memory = f.contiguous_memory;
   if (f.partition_activations) a.partition = partition;
+  a.kept_inputs_in_host_memory = f.kept_inputs_cpu;
   return a;
 }
 
