@@ -189,10 +189,13 @@ struct QueuedToyLayers {
   using Memory = zero::device_twin;
   ToyLayers& toy;
   zero::DeviceTwinSpace space;
+  std::size_t extra_saved = 0; // asked for beyond what layers 3 and up save: a step needing more
 
   std::size_t layers() const { return toy.layers(); }
   std::size_t activation_elements() const { return toy.activation_elements(); }
-  std::size_t saved_elements(std::size_t l) const { return toy.saved_elements(l); }
+  std::size_t saved_elements(std::size_t l) const {
+    return toy.saved_elements(l) + (l >= 3 ? extra_saved : 0);
+  }
   void forward(std::size_t l, View<const float, Memory> in, View<float, Memory> out,
                View<float, Memory> saved) {
     space.stream().enqueue("toy forward", [this, l, in, out, saved] {
@@ -269,6 +272,47 @@ TEST(CheckpointedLayers, OnAStreamSpaceGivesTheHostLoopsBits) {
       EXPECT_EQ(loop.stats().kept_input_bytes, c.in_host_memory ? 0 : kept) << what;
       EXPECT_EQ(loop.stats().kept_input_host_bytes, c.in_host_memory ? kept : 0) << what;
     }
+}
+
+// A later step that needs more than the arena holds (here the layers of the later segments, 3-6 of
+// 0-2, 3-4, 5-6, save more) grows it at the step's end. The first segment, backward's last, fits
+// the old arena and ends without a wait, so the grown arena would free the old one under its
+// queued backward unless the driver waits for the stream first: the sanitizer build reads freed
+// memory otherwise. The gradients stay the host loop's.
+TEST(CheckpointedLayers, OnAStreamSpaceAnArenaThatGrowsOutlivesItsQueuedWork) {
+  const Gradients host = run_toy(3, false, true);
+  ToyLayers toy;
+  std::vector<std::vector<float>> weights;
+  for (std::size_t l = 0; l < toy.count; ++l)
+    weights.push_back(ramp(toy.width * toy.width, 0.3f, float(l)));
+  Gradients got;
+  got.weights.resize(toy.count);
+  toy.weights = [&](std::size_t l) { return weights[l].data(); };
+  toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { got.weights[l] = dw; };
+  zero::HostStream stream("toy layers");
+  stream.defer_until_waited();
+  const zero::DeviceTwinSpace space(stream);
+  QueuedToyLayers queued{toy, space};
+  zero::CheckpointedLayers<QueuedToyLayers, zero::NoRandomState, zero::DeviceTwinSpace> loop(
+      queued, {.number_checkpoints = 3, .contiguous_memory = true}, {}, space);
+  const std::size_t n = toy.activation_elements();
+  zero::Buffer<float, zero::device_twin> x(n, zero::uninitialized), dy(n, zero::uninitialized),
+      dx(n, zero::uninitialized);
+  got.output.resize(n);
+  got.input.resize(n);
+  for (int step = 0; step < 3; ++step) {
+    if (step == 1) queued.extra_saved = 4 * n; // step 1 needs more: the arena grows at its end
+    const std::vector<float> x_host = ramp(n, 1.0f, float(step)), dy_host = ramp(n, 0.5f, 2.0f);
+    zero::copy(space, View<const float>(x_host), x.view());
+    zero::copy(space, View<const float>(dy_host), dy.view());
+    const View<const float, zero::device_twin> y = loop.forward(std::as_const(x).view());
+    zero::copy(space, y, View<float>(got.output));
+    loop.backward(std::as_const(dy).view(), dx.view());
+    zero::copy(space, std::as_const(dx).view(), View<float>(got.input));
+    space.fence();
+  }
+  EXPECT_EQ(loop.memory().growths(), 1u);
+  expect_bitwise_equal(host, got, "an arena that grew");
 }
 
 // A kept-input tier and partitioned activations move host memory: refused over a stream space;

@@ -5,8 +5,8 @@
 // copy)` on either, and `split_fused_step(space, update, split_master, state, grad, multiplier)`
 // over split masters. The sizes are checked at the call, before the launch. The kernels exist for
 // Adam/AdamW and SGD (with and without momentum) only, and write a float, half or bfloat16 compute
-// copy (or none; a float one from float gradients): the constraints below say so at compile time
-// rather than at link time.
+// copy (or none): the constraints below say so at compile time rather than at link time. A float
+// copy is written from float gradients only; beside half ones it is refused when called.
 // tests/optim/gpu_stream_test.cpp checks it against the host on a GPU (passed on an H100).
 
 // First, so that a build without CUDA hears about this header rather than one it includes.

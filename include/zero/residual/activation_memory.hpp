@@ -14,7 +14,8 @@
 // The memory is Memory's: host memory by default, a device's for a loop whose layers run on its
 // stream. Then a buffer freed while queued work still reads it would be reused too early, so the
 // caller waits for its stream before ending a segment or a step that frees any
-// (frees_at_segment_end, frees_at_step_end); with the arena, no step after the first frees one.
+// (frees_at_segment_end, frees_at_step_end); with the arena, only a step that needed more than the
+// steps before it (the first, or one that makes the arena grow) frees any.
 
 #include "zero/core/buffer.hpp"
 
@@ -49,10 +50,13 @@ class ActivationMemory {
 
   // What the segment took is free again.
   void end_segment() { empty(region(Lifetime::segment)); }
-  // Whether end_segment() or end_step() gives back a buffer (rather than only arena space).
+  // Whether end_segment() or end_step() gives back a buffer (rather than only arena space): one
+  // taken one by one, or at the step's end an arena that grows.
   bool frees_at_segment_end() const noexcept { return !segment_.one_by_one.empty(); }
   bool frees_at_step_end() const noexcept {
-    return !segment_.one_by_one.empty() || !step_.one_by_one.empty();
+    for (const Region* r : {&step_, &segment_})
+      if (!r->one_by_one.empty() || (contiguous_ && r->peak > r->arena.size())) return true;
+    return false;
   }
 
   // What the step took is free again; the first step (or one that needed more) sizes the arena.

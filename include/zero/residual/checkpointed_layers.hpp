@@ -34,7 +34,8 @@
 // On a device: with a stream space as Exec (CudaStreamSpace, or the host stream space that stands
 // in for it), every activation is in Exec's memory, the layers queue their work on its stream, and
 // the driver's copies are queued there too, so that a step never waits for the device but where a
-// buffer is freed (ActivationMemory; with the contiguous arena, only in the first step). The kept
+// buffer is freed (ActivationMemory; with the contiguous arena, only in a step that needs more
+// than the steps before it: the first). The kept
 // inputs stay in the device's memory, or with kept_inputs_in_host_memory go to pinned host memory
 // and come back on the stream; a tier and a partition move host memory and are refused there.
 
@@ -121,6 +122,18 @@ class CheckpointedLayers {
   static constexpr bool queued = StreamSpace<Exec>;
 
  public:
+  CheckpointedLayers(const CheckpointedLayers&) = delete;
+  CheckpointedLayers& operator=(const CheckpointedLayers&) = delete;
+  // Over a stream space, a step's work may still be queued: its buffers go only after it.
+  ~CheckpointedLayers() {
+    if constexpr (queued) {
+      try {
+        exec_.fence();
+      } catch (...) { // a failed stream was reported by whoever waited on it
+      }
+    }
+  }
+
   CheckpointedLayers(Layers& layers, ActivationCheckpointing options, Random random = {},
                      Exec exec = {})
       : layers_(layers), options_(options), random_(std::move(random)), exec_(std::move(exec)),
@@ -157,8 +170,10 @@ class CheckpointedLayers {
     const bool in_host_memory = last > 0 && options_.kept_inputs_in_host_memory;
     const bool elsewhere = tier || partition || in_host_memory;
     if constexpr (queued)
-      if (in_host_memory && host_kept_.size() < last * activations())
+      if (in_host_memory && host_kept_.size() < last * activations()) {
+        if (host_kept_.size() > 0) exec_.fence(); // no queued copy uses the old buffer
         host_kept_ = Buffer<float, pinned_host>(last * activations(), uninitialized);
+      }
     if (tier) tier->reserve(last, kept_elements(partition));
     if constexpr (!queued) // (a stream space has neither: refused when the loop was built)
       if (tier && partition) slice_ = memory_.take(Lifetime::step, kept_elements(partition));
@@ -249,8 +264,8 @@ class CheckpointedLayers {
     }
     if (!grad_input.empty()) copy_floats(grad, grad_input);
     stats_.peak_activation_bytes = memory_.peak_live_bytes();
-    guard.done = true;
     if (memory_.frees_at_step_end()) exec_.fence(); // no queued work reads what is freed
+    guard.done = true;
     memory_.end_step();
     in_step_ = false;
   }
