@@ -30,8 +30,8 @@ PASS|FAIL" (the speed goals: a report, not a failure).
   target       stage 3 at least 0.95x stage 0's tokens per second
   target       stage 0 at least 1.0x PyTorch eager on the same model (scaled_dot_product_attention,
                AdamW(fused=True), bf16 autocast), when torch sees the GPU. The device model's
-               products are fp32 without tensor cores and its row kernels a thread per row, so
-               this target is not expected to pass yet: the figures say by how much
+               products are fp32 without tensor cores (its row kernels a warp per row), so this
+               target is not expected to pass yet: the figures say by how much
 Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-gpt/.
 """
 import argparse

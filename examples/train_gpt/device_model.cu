@@ -1,7 +1,10 @@
 // The device model on a GPU: DeviceModel<CudaStreamSpace>, its kernels launched by
-// zero/core/cuda_for_each.cuh, made here for code the host compiler builds (device_model.hpp).
+// zero/core/cuda_for_each.cuh (a thread per index) and row_kernels.cuh (a warp per row), made
+// here for code the host compiler builds (device_model.hpp).
 
 #include <zero/core/cuda_for_each.cuh>
+
+#include "row_kernels.cuh" // before DeviceModel is instantiated: its rows a warp each
 
 #include "device_model.hpp"
 

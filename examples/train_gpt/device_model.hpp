@@ -179,9 +179,13 @@ class DeviceModel final : public AnyDeviceModel {
                      " it was built for");
   }
 
+  // n indices of an element or strip kernel; n rows of a row kernel.
   template <class K>
   void run(std::size_t n, const K& kernel) const {
-    zero::for_each_index(exec_, n, kernel);
+    if constexpr (kernels::RowKernel<K>)
+      for_each_row(exec_, n, kernel); // CudaStreamSpace's: a warp per row (row_kernels.cuh)
+    else
+      zero::for_each_index(exec_, n, kernel);
   }
 
   // z = x W^T + b (W is [out, in]); as the host model's layers: the bias first, then the product

@@ -5,7 +5,11 @@
 // (the .cu builds, run by tools/zero-gpu-check), otherwise DeviceTwinSpace and device_twin memory
 // (in CI).
 
+#include "model_kernels.hpp"
+
 #if ZERO_TEST_CUDA
+#include "row_kernels.cuh"
+
 #include <zero/core/cuda_check.hpp>
 #include <zero/core/cuda_for_each.cuh>
 #include <zero/core/cuda_stream_space.hpp>
@@ -76,9 +80,13 @@ class Device {
   std::vector<T> download(const zero::Buffer<T, Memory>& buffer) {
     return download(buffer.data(), buffer.size());
   }
+  // n indices of an element or strip kernel; n rows of a row kernel.
   template <class K>
   void run(std::size_t n, const K& kernel) {
-    zero::for_each_index(space_, n, kernel);
+    if constexpr (gpt::kernels::RowKernel<K>)
+      for_each_row(space_, n, kernel);
+    else
+      zero::for_each_index(space_, n, kernel);
   }
   const Space& space() const { return space_; }
 

@@ -89,8 +89,7 @@ inline void linear_backward(const float* x, const float* w, const float* dz, flo
 // the backward pass reads.
 inline void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                               float* rstd, std::size_t rows, std::size_t cols) {
-  zero::for_each_index(zero::HostThreads{}, rows,
-                       LayerNormForwardRow{x, w, b, y, mean, rstd, cols});
+  for_each_row(zero::HostThreads{}, rows, LayerNormForwardRow{x, w, b, y, mean, rstd, cols});
 }
 
 // From dy: dx = `residual` + the gradient through the normalisation (residual may be dx's own
@@ -98,8 +97,8 @@ inline void layernorm_forward(const float* x, const float* w, const float* b, fl
 inline void layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
                                const float* dy, const float* residual, float* dx, float* dw,
                                float* db, std::size_t rows, std::size_t cols) {
-  zero::for_each_index(zero::HostThreads{}, rows,
-                       LayerNormBackwardRow{x, w, mean, rstd, dy, residual, dx, cols});
+  for_each_row(zero::HostThreads{}, rows,
+               LayerNormBackwardRow{x, w, mean, rstd, dy, residual, dx, cols});
   using zero::HostThreads;
   zero::for_each_index(
       HostThreads{}, strips<HostThreads>(cols),
@@ -136,7 +135,7 @@ inline void attention_forward(const float* qkv, float* att, float* out, std::siz
                 q, int(row), k, int(row), 0.0f, p, int(seq));
     const CausalSoftmaxRow softmax{p, seq};
     for (std::size_t i = 0; i < seq; ++i)
-      softmax(i);
+      softmax(i, SerialLanes{});
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(seq), int(head_size), int(seq), 1.0f,
                 p, int(seq), v, int(row), 0.0f, out + b * seq * embd + h * head_size, int(embd));
   }
@@ -169,7 +168,7 @@ inline void attention_backward(const float* qkv, const float* att, const float* 
     // Through the softmax, in place of dp.
     const CausalSoftmaxBackwardRow through_softmax{p, dp, seq};
     for (std::size_t i = 0; i < seq; ++i)
-      through_softmax(i);
+      through_softmax(i, SerialLanes{});
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(seq), int(head_size), int(seq),
                 scale, dp, int(seq), k, int(row), 0.0f, dq, int(row));
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(seq), int(head_size), int(seq), scale,
@@ -183,8 +182,8 @@ inline void attention_backward(const float* qkv, const float* att, const float* 
 inline void cross_entropy(const float* logits, const std::uint8_t* targets, double* losses,
                           float* dlogits, std::size_t rows, std::size_t classes,
                           float gradient_scale) {
-  zero::for_each_index(zero::HostThreads{}, rows,
-                       CrossEntropyRow{logits, targets, losses, dlogits, classes, gradient_scale});
+  for_each_row(zero::HostThreads{}, rows,
+               CrossEntropyRow{logits, targets, losses, dlogits, classes, gradient_scale});
 }
 
 } // namespace gpt::kernels

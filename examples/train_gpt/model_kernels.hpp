@@ -1,10 +1,13 @@
 #pragma once
 // The GPT's element-wise and per-row work, written once for every execution space: each kernel is
-// an object whose call operator handles one index (an element, a row, a strip of columns), run by
+// an object whose call operator handles one index (an element, a strip of columns), run by
 // zero::for_each_index over HostThreads (the host model, gpt_kernels.hpp), over a host stream
 // space (DeviceTwinSpace: the device model's arithmetic on the CPU, in CI) and over
-// CudaStreamSpace (device_kernels.cu, with zero/core/cuda_for_each.cuh). The matrix products are
-// not here: OpenBLAS on the host, cuBLAS on a device.
+// CudaStreamSpace (device_model.cu, with zero/core/cuda_for_each.cuh). A row kernel's call
+// operator takes a row and its lanes (below), and for_each_row runs it: one thread plays the 32
+// lanes in turn on the host and the twin, a warp's 32 threads are the lanes on a GPU
+// (row_kernels.cuh), so that a warp reads 32 neighbouring elements of its row at once. The matrix
+// products are not here: OpenBLAS on the host, cuBLAS on a device.
 //
 // Summation orders, which every space follows, so that the spaces give the same sums:
 // - Along a row (LayerNorm's statistics and its backward's two sums, the softmax's denominator and
@@ -26,6 +29,7 @@
 
 #include <zero/core/bit_cast.hpp>
 #include <zero/core/execution_space.hpp>
+#include <zero/core/for_each.hpp>
 #include <zero/core/host_stream_space.hpp>
 #include <zero/core/platform.hpp>
 
@@ -38,22 +42,68 @@ namespace gpt::kernels {
 
 // --- Sums in lane order ---------------------------------------------------------------------
 
-inline constexpr std::size_t lanes = 32;
+inline constexpr std::size_t lane_count = 32;
 
 // The sum of term(c) for c in [0, n), in lane order (above).
 template <class T, class Term>
 ZERO_HOST_DEVICE T lane_sum(std::size_t n, const Term& term) {
-  T lane[lanes] = {};
+  T lane[lane_count] = {};
   std::size_t c = 0;
-  for (; c + lanes <= n; c += lanes)
-    for (std::size_t j = 0; j < lanes; ++j)
+  for (; c + lane_count <= n; c += lane_count)
+    for (std::size_t j = 0; j < lane_count; ++j)
       lane[j] += term(c + j);
   for (std::size_t j = 0; c + j < n; ++j)
     lane[j] += term(c + j);
-  for (std::size_t width = lanes / 2; width > 0; width /= 2)
+  for (std::size_t width = lane_count / 2; width > 0; width /= 2)
     for (std::size_t j = 0; j < width; ++j)
       lane[j] += lane[j + width];
   return lane[0];
+}
+
+// A row's 32 lanes, played in turn by one thread (the host, the twin): lane j takes the row's
+// elements j, j + 32, ... A CUDA warp's lanes (WarpLanes, row_kernels.cuh) give the same sums and
+// maxima. A row kernel reads in a sum, a maximum or for_each only the elements of its own lane, or
+// calls sync() between reading another lane's elements and writing over them; the row's own
+// scalars (its mean, its loss) are written by the leader.
+struct SerialLanes {
+  template <class T, class Term>
+  ZERO_HOST_DEVICE T sum(std::size_t n, const Term& term) const {
+    return lane_sum<T>(n, term);
+  }
+  // The largest term(c), c in [0, n), n > 0.
+  template <class T, class Term>
+  ZERO_HOST_DEVICE T max(std::size_t n, const Term& term) const {
+    T top = term(0);
+    for (std::size_t c = 1; c < n; ++c)
+      top = top < term(c) ? term(c) : top;
+    return top;
+  }
+  template <class F>
+  ZERO_HOST_DEVICE void for_each(std::size_t n, const F& f) const {
+    for (std::size_t c = 0; c < n; ++c)
+      f(c);
+  }
+  ZERO_HOST_DEVICE bool leader() const { return true; }
+  ZERO_HOST_DEVICE void sync() const {}
+};
+
+template <class K>
+concept RowKernel = requires(const K& kernel, std::size_t r) {
+  kernel(r, SerialLanes{});
+};
+
+// A row kernel as for_each_index runs it: a row per call, its lanes played in turn.
+template <RowKernel K>
+struct EachRow {
+  K kernel;
+  ZERO_HOST_DEVICE void operator()(std::size_t r) const { kernel(r, SerialLanes{}); }
+};
+
+// Runs kernel(r, lanes) for every row r < rows over `space`; CudaStreamSpace has its own, a warp
+// per row (row_kernels.cuh).
+template <zero::ExecutionSpace Space, RowKernel K>
+void for_each_row(const Space& space, std::size_t rows, const K& kernel) {
+  zero::for_each_index(space, rows, EachRow<K>{kernel});
 }
 
 // --- Element-wise math ---------------------------------------------------------------------
@@ -140,11 +190,12 @@ struct EmbedRow {
   const std::uint8_t* tokens;
   float* x;
   std::size_t cols, seq;
-  ZERO_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  ZERO_HOST_DEVICE void operator()(std::size_t r, const Lanes& lanes) const {
     const float* token = wte + std::size_t(tokens[r]) * cols;
     const float* position = wpe + (r % seq) * cols;
-    for (std::size_t c = 0; c < cols; ++c)
-      x[r * cols + c] = token[c] + position[c];
+    float* xr = x + r * cols;
+    lanes.for_each(cols, [=](std::size_t c) { xr[c] = token[c] + position[c]; });
   }
 };
 
@@ -215,21 +266,25 @@ struct LayerNormForwardRow {
   float* mean;
   float* rstd;
   std::size_t cols;
-  ZERO_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  ZERO_HOST_DEVICE void operator()(std::size_t r, const Lanes& lanes) const {
     const float* xr = x + r * cols;
-    const double m =
-        lane_sum<double>(cols, [xr](std::size_t c) { return double(xr[c]); }) / double(cols);
-    const double squares = lane_sum<double>(cols, [xr, m](std::size_t c) {
+    const double m = lanes.template sum<double>(cols, [xr](std::size_t c) {
+      return double(xr[c]);
+    }) / double(cols);
+    const double squares = lanes.template sum<double>(cols, [xr, m](std::size_t c) {
       const double d = double(xr[c]) - m;
       return d * d;
     });
     const double s = 1.0 / std::sqrt(squares / double(cols) + layernorm_eps);
     const float mf = float(m), sf = float(s);
     float* yr = y + r * cols;
-    for (std::size_t c = 0; c < cols; ++c)
-      yr[c] = (xr[c] - mf) * sf * w[c] + b[c];
-    mean[r] = mf;
-    rstd[r] = sf;
+    const float *wc = w, *bc = b;
+    lanes.for_each(cols, [=](std::size_t c) { yr[c] = (xr[c] - mf) * sf * wc[c] + bc[c]; });
+    if (lanes.leader()) {
+      mean[r] = mf;
+      rstd[r] = sf;
+    }
   }
 };
 
@@ -245,20 +300,25 @@ struct LayerNormBackwardRow {
   const float* residual;
   float* dx;
   std::size_t cols;
-  ZERO_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  ZERO_HOST_DEVICE void operator()(std::size_t r, const Lanes& lanes) const {
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
+    const float* wc = w;
     const float mr = mean[r], sr = rstd[r];
-    const float g_sum = lane_sum<float>(cols, [=, this](std::size_t c) { return dyr[c] * w[c]; });
-    const float gx_sum = lane_sum<float>(
-        cols, [=, this](std::size_t c) { return dyr[c] * w[c] * ((xr[c] - mr) * sr); });
+    const float g_sum =
+        lanes.template sum<float>(cols, [=](std::size_t c) { return dyr[c] * wc[c]; });
+    const float gx_sum = lanes.template sum<float>(
+        cols, [=](std::size_t c) { return dyr[c] * wc[c] * ((xr[c] - mr) * sr); });
     const float g_mean = g_sum / float(cols), gx_mean = gx_sum / float(cols);
     float* dxr = dx + r * cols;
-    for (std::size_t c = 0; c < cols; ++c) {
+    const float* rr = residual ? residual + r * cols : nullptr;
+    // Each lane rewrites only the elements its sums read (dx may be dy, or the residual).
+    lanes.for_each(cols, [=](std::size_t c) {
       const float normalised = (xr[c] - mr) * sr;
-      const float through = sr * (dyr[c] * w[c] - g_mean - normalised * gx_mean);
-      dxr[c] = (residual ? residual[r * cols + c] : 0.0f) + through;
-    }
+      const float through = sr * (dyr[c] * wc[c] - g_mean - normalised * gx_mean);
+      dxr[c] = (rr ? rr[c] : 0.0f) + through;
+    });
   }
 };
 
@@ -294,20 +354,16 @@ struct LayerNormBackwardStrip {
 struct CausalSoftmaxRow {
   float* p;
   std::size_t seq;
-  ZERO_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  ZERO_HOST_DEVICE void operator()(std::size_t r, const Lanes& lanes) const {
     const std::size_t i = r % seq;
     float* pi = p + r * seq;
-    float top = pi[0];
-    for (std::size_t j = 1; j <= i; ++j)
-      top = top < pi[j] ? pi[j] : top;
-    for (std::size_t j = 0; j <= i; ++j)
-      pi[j] = fast_exp(pi[j] - top);
-    const float sum = lane_sum<float>(i + 1, [pi](std::size_t j) { return pi[j]; });
+    const float top = lanes.template max<float>(i + 1, [pi](std::size_t j) { return pi[j]; });
+    lanes.sync(); // every lane read element 0: now it may be overwritten
+    lanes.for_each(i + 1, [=](std::size_t j) { pi[j] = fast_exp(pi[j] - top); });
+    const float sum = lanes.template sum<float>(i + 1, [pi](std::size_t j) { return pi[j]; });
     const float inverse = 1.0f / sum;
-    for (std::size_t j = 0; j <= i; ++j)
-      pi[j] *= inverse;
-    for (std::size_t j = i + 1; j < seq; ++j)
-      pi[j] = 0.0f;
+    lanes.for_each(seq, [=](std::size_t j) { pi[j] = j <= i ? pi[j] * inverse : 0.0f; });
   }
 };
 
@@ -317,15 +373,14 @@ struct CausalSoftmaxBackwardRow {
   const float* p;
   float* dp;
   std::size_t seq;
-  ZERO_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  ZERO_HOST_DEVICE void operator()(std::size_t r, const Lanes& lanes) const {
     const std::size_t i = r % seq;
     const float* pi = p + r * seq;
     float* di = dp + r * seq;
-    const float dot = lane_sum<float>(i + 1, [pi, di](std::size_t j) { return pi[j] * di[j]; });
-    for (std::size_t j = 0; j <= i; ++j)
-      di[j] = pi[j] * (di[j] - dot);
-    for (std::size_t j = i + 1; j < seq; ++j)
-      di[j] = 0.0f;
+    const float dot =
+        lanes.template sum<float>(i + 1, [pi, di](std::size_t j) { return pi[j] * di[j]; });
+    lanes.for_each(seq, [=](std::size_t j) { di[j] = j <= i ? pi[j] * (di[j] - dot) : 0.0f; });
   }
 };
 
@@ -340,22 +395,23 @@ struct CrossEntropyRow {
   float* dlogits;
   std::size_t classes;
   float gradient_scale;
-  ZERO_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  ZERO_HOST_DEVICE void operator()(std::size_t r, const Lanes& lanes) const {
     const float* lr = logits + r * classes;
-    float top = lr[0];
-    for (std::size_t c = 1; c < classes; ++c)
-      top = top < lr[c] ? lr[c] : top;
-    const double sum = lane_sum<double>(
+    const float top = lanes.template max<float>(classes, [lr](std::size_t c) { return lr[c]; });
+    const double sum = lanes.template sum<double>(
         classes, [lr, top](std::size_t c) { return double(fast_exp(lr[c] - top)); });
     const std::size_t target = targets[r];
     const float target_logit = lr[target];
-    losses[r] = std::log(sum) - double(target_logit - top);
+    if (lanes.leader()) losses[r] = std::log(sum) - double(target_logit - top);
     if (!dlogits) return;
-    const float inverse = float(1.0 / sum);
+    lanes.sync(); // every lane read the target's logit and element 0: dlogits may overwrite them
+    const float inverse = float(1.0 / sum), scale = gradient_scale;
     float* dr = dlogits + r * classes;
-    for (std::size_t c = 0; c < classes; ++c)
-      dr[c] = fast_exp(lr[c] - top) * inverse * gradient_scale;
-    dr[target] = (fast_exp(target_logit - top) * inverse - 1.0f) * gradient_scale;
+    lanes.for_each(classes, [=](std::size_t c) {
+      const float softmax = fast_exp(lr[c] - top) * inverse;
+      dr[c] = (c == target ? softmax - 1.0f : softmax) * scale;
+    });
   }
 };
 

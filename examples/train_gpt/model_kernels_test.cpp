@@ -128,8 +128,9 @@ TEST(ModelKernels, CausalSoftmaxMatchesTheHostModelAndTheFormula) {
   std::vector<float> p = scores, ds = dp;
   for (std::size_t g = 0; g < groups; ++g)
     for (std::size_t i = 0; i < seq; ++i) {
-      CausalSoftmaxRow{p.data() + g * seq * seq, seq}(i);
-      CausalSoftmaxBackwardRow{p.data() + g * seq * seq, ds.data() + g * seq * seq, seq}(i);
+      CausalSoftmaxRow{p.data() + g * seq * seq, seq}(i, SerialLanes{});
+      CausalSoftmaxBackwardRow{p.data() + g * seq * seq, ds.data() + g * seq * seq,
+                               seq}(i, SerialLanes{});
     }
   expect_host_result(device.download(pd), p, "the causal softmax");
   expect_host_result(device.download(dpd), ds, "the causal softmax's backward");
@@ -224,8 +225,8 @@ TEST(ModelKernels, EmbeddingsMatchTheHostModel) {
 #if ZERO_TEST_CUDA
   // The host model's kernels, on the host.
   std::vector<float> x(rows * cols), dwte = dwte_first, dwpe(seq * cols);
-  zero::for_each_index(zero::HostThreads{}, rows,
-                       EmbedRow{wte.data(), wpe.data(), tokens.data(), x.data(), cols, seq});
+  for_each_row(zero::HostThreads{}, rows,
+               EmbedRow{wte.data(), wpe.data(), tokens.data(), x.data(), cols, seq});
   zero::for_each_index(zero::HostThreads{}, strips<zero::HostThreads>(cols),
                        EmbeddingBackwardStrip<strip_width<zero::HostThreads>>{
                            tokens.data(), dx.data(), dwte.data(), rows, cols});
