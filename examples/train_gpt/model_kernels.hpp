@@ -31,6 +31,7 @@
 #include <zero/core/execution_space.hpp>
 #include <zero/core/for_each.hpp>
 #include <zero/core/host_stream_space.hpp>
+#include <zero/core/memory_space.hpp>
 #include <zero/core/platform.hpp>
 
 #include <cmath>
@@ -99,10 +100,12 @@ struct EachRow {
   ZERO_HOST_DEVICE void operator()(std::size_t r) const { kernel(r, SerialLanes{}); }
 };
 
-// Runs kernel(r, lanes) for every row r < rows over `space`; CudaStreamSpace has its own, a warp
-// per row (row_kernels.cuh).
+// Runs kernel(r, lanes) for every row r < rows over `space`. A space of CUDA memory has its own, a
+// warp per row (row_kernels.cuh): without that header this does not compile for it, rather than
+// run a thread per row.
 template <zero::ExecutionSpace Space, RowKernel K>
-void for_each_row(const Space& space, std::size_t rows, const K& kernel) {
+requires(!std::same_as<typename Space::memory_space, zero::cuda>) void for_each_row(
+    const Space& space, std::size_t rows, const K& kernel) {
   zero::for_each_index(space, rows, EachRow<K>{kernel});
 }
 
