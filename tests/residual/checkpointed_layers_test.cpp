@@ -212,6 +212,53 @@ struct QueuedToyLayers {
   }
 };
 
+// Three steps of the toy loop on a stream space whose stream runs work only when something waits
+// for it, with `options`; from step 1 on, layers 3 and up ask for `extra_saved` more floats. The
+// gradients of the last step, the loop's figures, how often its arena grew, and whether backward
+// returned with the stream's work still queued in every step after the first.
+struct QueuedRun {
+  Gradients gradients;
+  std::size_t growths = 0;
+  bool later_steps_returned_queued = true;
+};
+QueuedRun run_queued(const zero::ActivationCheckpointing& options, std::size_t extra_saved = 0) {
+  ToyLayers toy;
+  std::vector<std::vector<float>> weights;
+  for (std::size_t l = 0; l < toy.count; ++l)
+    weights.push_back(ramp(toy.width * toy.width, 0.3f, float(l)));
+  QueuedRun run;
+  Gradients& got = run.gradients;
+  got.weights.resize(toy.count);
+  toy.weights = [&](std::size_t l) { return weights[l].data(); };
+  toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { got.weights[l] = dw; };
+  zero::HostStream stream("toy layers");
+  stream.defer_until_waited();
+  const zero::DeviceTwinSpace space(stream);
+  QueuedToyLayers queued{toy, space};
+  zero::CheckpointedLayers<QueuedToyLayers, zero::NoRandomState, zero::DeviceTwinSpace> loop(
+      queued, options, {}, space);
+  const std::size_t n = toy.activation_elements();
+  zero::Buffer<float, zero::device_twin> x(n, zero::uninitialized), dy(n, zero::uninitialized),
+      dx(n, zero::uninitialized);
+  got.output.resize(n);
+  got.input.resize(n);
+  for (int step = 0; step < 3; ++step) {
+    if (step == 1) queued.extra_saved = extra_saved;
+    const std::vector<float> x_host = ramp(n, 1.0f, float(step)), dy_host = ramp(n, 0.5f, 2.0f);
+    zero::copy(space, View<const float>(x_host), x.view());
+    zero::copy(space, View<const float>(dy_host), dy.view());
+    const View<const float, zero::device_twin> y = loop.forward(std::as_const(x).view());
+    zero::copy(space, y, View<float>(got.output));
+    loop.backward(std::as_const(dy).view(), dx.view());
+    if (step > 0 && stream.deferred_tasks() == 0) run.later_steps_returned_queued = false;
+    zero::copy(space, std::as_const(dx).view(), View<float>(got.input));
+    space.fence();
+  }
+  got.stats = loop.stats();
+  run.growths = loop.memory().growths();
+  return run;
+}
+
 // Over a stream space the driver queues its copies beside the layers' work and waits for the
 // stream only where it frees a buffer: any number of checkpoints gives the host loop's bits, the
 // kept inputs in the space's memory or in pinned host memory, with the stream running its work
@@ -224,53 +271,22 @@ TEST(CheckpointedLayers, OnAStreamSpaceGivesTheHostLoopsBits) {
   };
   for (const Case c : {Case{false, false}, Case{true, false}, Case{true, true}})
     for (std::size_t k : {0, 1, 3, 7}) {
-      const bool contiguous = c.contiguous;
       const std::string what = std::to_string(k) + " checkpoints" +
-                               (contiguous ? ", contiguous" : "") +
+                               (c.contiguous ? ", contiguous" : "") +
                                (c.in_host_memory ? ", kept in host memory" : "");
-      const Gradients host = run_toy(k, false, contiguous);
-      ToyLayers toy;
-      std::vector<std::vector<float>> weights;
-      for (std::size_t l = 0; l < toy.count; ++l)
-        weights.push_back(ramp(toy.width * toy.width, 0.3f, float(l)));
-      Gradients got;
-      got.weights.resize(toy.count);
-      toy.weights = [&](std::size_t l) { return weights[l].data(); };
-      toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { got.weights[l] = dw; };
-      zero::HostStream stream("toy layers");
-      stream.defer_until_waited();
-      const zero::DeviceTwinSpace space(stream);
-      QueuedToyLayers queued{toy, space};
-      zero::CheckpointedLayers<QueuedToyLayers, zero::NoRandomState, zero::DeviceTwinSpace> loop(
-          queued,
-          {.number_checkpoints = k,
-           .contiguous_memory = contiguous,
-           .kept_inputs_in_host_memory = c.in_host_memory},
-          {}, space);
-      using Twin = zero::Buffer<float, zero::device_twin>;
-      const std::size_t n = toy.activation_elements();
-      Twin x(n, zero::uninitialized), dy(n, zero::uninitialized), dx(n, zero::uninitialized);
-      got.output.resize(n);
-      got.input.resize(n);
-      for (int step = 0; step < 3; ++step) {
-        const std::vector<float> x_host = ramp(n, 1.0f, float(step)), dy_host = ramp(n, 0.5f, 2.0f);
-        zero::copy(space, View<const float>(x_host), x.view());
-        zero::copy(space, View<const float>(dy_host), dy.view());
-        const View<const float, zero::device_twin> y = loop.forward(std::as_const(x).view());
-        zero::copy(space, y, View<float>(got.output));
-        loop.backward(std::as_const(dy).view(), dx.view());
-        if (contiguous && step > 0) {
-          EXPECT_GT(stream.deferred_tasks(), 0u) << what << ": backward waited for the stream";
-        }
-        zero::copy(space, std::as_const(dx).view(), View<float>(got.input));
-        space.fence();
+      const QueuedRun run = run_queued({.number_checkpoints = k,
+                                        .contiguous_memory = c.contiguous,
+                                        .kept_inputs_in_host_memory = c.in_host_memory});
+      expect_bitwise_equal(run_toy(k, false, c.contiguous), run.gradients, what);
+      if (c.contiguous) {
+        EXPECT_TRUE(run.later_steps_returned_queued) << what << ": backward waited for the stream";
       }
-      expect_bitwise_equal(host, got, what);
       // Every segment's input but the last's is kept, in one memory or the other.
-      const std::size_t kept = (zero::CheckpointPlan(toy.count, k).segment_count() - 1) *
-                               toy.activation_elements() * sizeof(float);
-      EXPECT_EQ(loop.stats().kept_input_bytes, c.in_host_memory ? 0 : kept) << what;
-      EXPECT_EQ(loop.stats().kept_input_host_bytes, c.in_host_memory ? kept : 0) << what;
+      const std::size_t kept = (zero::CheckpointPlan(ToyLayers{}.count, k).segment_count() - 1) *
+                               ToyLayers{}.activation_elements() * sizeof(float);
+      const zero::CheckpointStats& stats = run.gradients.stats;
+      EXPECT_EQ(stats.kept_input_bytes, c.in_host_memory ? 0 : kept) << what;
+      EXPECT_EQ(stats.kept_input_host_bytes, c.in_host_memory ? kept : 0) << what;
     }
 }
 
@@ -280,39 +296,10 @@ TEST(CheckpointedLayers, OnAStreamSpaceGivesTheHostLoopsBits) {
 // queued backward unless the driver waits for the stream first: the sanitizer build reads freed
 // memory otherwise. The gradients stay the host loop's.
 TEST(CheckpointedLayers, OnAStreamSpaceAnArenaThatGrowsOutlivesItsQueuedWork) {
-  const Gradients host = run_toy(3, false, true);
-  ToyLayers toy;
-  std::vector<std::vector<float>> weights;
-  for (std::size_t l = 0; l < toy.count; ++l)
-    weights.push_back(ramp(toy.width * toy.width, 0.3f, float(l)));
-  Gradients got;
-  got.weights.resize(toy.count);
-  toy.weights = [&](std::size_t l) { return weights[l].data(); };
-  toy.gradients = [&](std::size_t l, const std::vector<float>& dw) { got.weights[l] = dw; };
-  zero::HostStream stream("toy layers");
-  stream.defer_until_waited();
-  const zero::DeviceTwinSpace space(stream);
-  QueuedToyLayers queued{toy, space};
-  zero::CheckpointedLayers<QueuedToyLayers, zero::NoRandomState, zero::DeviceTwinSpace> loop(
-      queued, {.number_checkpoints = 3, .contiguous_memory = true}, {}, space);
-  const std::size_t n = toy.activation_elements();
-  zero::Buffer<float, zero::device_twin> x(n, zero::uninitialized), dy(n, zero::uninitialized),
-      dx(n, zero::uninitialized);
-  got.output.resize(n);
-  got.input.resize(n);
-  for (int step = 0; step < 3; ++step) {
-    if (step == 1) queued.extra_saved = 4 * n; // step 1 needs more: the arena grows at its end
-    const std::vector<float> x_host = ramp(n, 1.0f, float(step)), dy_host = ramp(n, 0.5f, 2.0f);
-    zero::copy(space, View<const float>(x_host), x.view());
-    zero::copy(space, View<const float>(dy_host), dy.view());
-    const View<const float, zero::device_twin> y = loop.forward(std::as_const(x).view());
-    zero::copy(space, y, View<float>(got.output));
-    loop.backward(std::as_const(dy).view(), dx.view());
-    zero::copy(space, std::as_const(dx).view(), View<float>(got.input));
-    space.fence();
-  }
-  EXPECT_EQ(loop.memory().growths(), 1u);
-  expect_bitwise_equal(host, got, "an arena that grew");
+  const std::size_t more = 4 * ToyLayers{}.activation_elements();
+  const QueuedRun run = run_queued({.number_checkpoints = 3, .contiguous_memory = true}, more);
+  EXPECT_EQ(run.growths, 1u);
+  expect_bitwise_equal(run_toy(3, false, true), run.gradients, "an arena that grew");
 }
 
 // A kept-input tier and partitioned activations move host memory: refused over a stream space;
