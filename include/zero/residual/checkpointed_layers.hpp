@@ -35,9 +35,10 @@
 // in for it), every activation is in Exec's memory, the layers queue their work on its stream, and
 // the driver's copies are queued there too, so that a step never waits for the device but where a
 // buffer is freed (ActivationMemory; with the contiguous arena, only in a step that needs more
-// than the steps before it: the first). The kept
-// inputs stay in the device's memory, or with kept_inputs_in_host_memory go to pinned host memory
-// and come back on the stream; a tier and a partition move host memory and are refused there.
+// than the steps before it: the first). The kept inputs stay in the device's memory, or with
+// kept_inputs_in_host_memory go to pinned host memory and come back on the stream; a tier and a
+// partition move host memory and are refused there. `profile`'s times are then the host's time
+// to queue the work, not the device's to run it.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
