@@ -14,8 +14,9 @@
 namespace gpt {
 
 std::unique_ptr<AnyDeviceModel> make_device_model(const zero::CudaStreamSpace& space,
-                                                  const Config& config, std::size_t max_batch) {
-  return std::make_unique<DeviceModel<zero::CudaStreamSpace>>(space, config, max_batch);
+                                                  const Config& config, std::size_t max_batch,
+                                                  ProductPrecision precision) {
+  return std::make_unique<DeviceModel<zero::CudaStreamSpace>>(space, config, max_batch, precision);
 }
 
 } // namespace gpt

@@ -6,7 +6,10 @@
 //
 // Written once over the space. Over DeviceTwinSpace (device_twin memory) it computes the host
 // model's bits, which zero_test_train_gpt_kernels checks; over CudaStreamSpace (device_model.cu
-// instantiates it) the kernels are CUDA's and the products cuBLAS's.
+// instantiates it) the kernels are CUDA's and the products cuBLAS's. The products are fp32, or
+// bf16 operands summed in fp32 (device_products.hpp); the activations and the kernels' arithmetic
+// stay fp32 either way. Over the twin, bf16 products round the operands as a GPU does, so their
+// results differ from a GPU's only in the order of the products' sums.
 //
 // Every call only queues work and returns; pointers are the space's memory, and must outlive the
 // queued work. The loss of head_forward_backward lands in loss_sum(), one double in the space's
@@ -20,6 +23,7 @@
 #include <zero/core/error.hpp>
 #include <zero/core/for_each.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -58,9 +62,11 @@ class DeviceModel final : public AnyDeviceModel {
 
  public:
   // `max_batch`: the most sequences a call is given (a micro-step's).
-  DeviceModel(const Exec& exec, const Config& config, std::size_t max_batch)
-      : exec_(exec), products_(exec), config_(config), max_batch_(max_batch),
-        wide_(rows(max_batch) * 4 * config.embd), narrow_(rows(max_batch) * config.embd),
+  DeviceModel(const Exec& exec, const Config& config, std::size_t max_batch,
+              ProductPrecision precision = ProductPrecision::fp32)
+      : exec_(exec), products_(exec, precision, largest_operand(config, max_batch)),
+        config_(config), max_batch_(max_batch), wide_(rows(max_batch) * 4 * config.embd),
+        narrow_(rows(max_batch) * config.embd),
         att_scratch_(max_batch * config.heads * config.seq * config.seq),
         normalised_(rows(max_batch) * config.embd), mean_(rows(max_batch)), rstd_(rows(max_batch)),
         logits_(rows(max_batch) * config.vocab), losses_(rows(max_batch)), loss_sum_(1) {
@@ -170,6 +176,15 @@ class DeviceModel final : public AnyDeviceModel {
 
  private:
   std::size_t rows(std::size_t batch) const noexcept { return batch * config_.seq; }
+
+  // The most elements a product's operand spans: the MLP's activations and weights, the head's
+  // logits and the token embedding, the attention's probabilities (q, k and v span less than a
+  // row of qkv each per token).
+  static std::size_t largest_operand(const Config& config, std::size_t max_batch) noexcept {
+    const std::size_t n = max_batch * config.seq, c = config.embd;
+    return std::max({n * 4 * c, 4 * c * c, n * config.vocab, config.vocab * c,
+                     max_batch * config.heads * config.seq * config.seq});
+  }
 
   void require_batch(std::size_t batch) const {
     if (batch > max_batch_)
@@ -293,15 +308,17 @@ class DeviceModel final : public AnyDeviceModel {
 // The model on a host stream space (the CPU twin of a device), compiled where it is named.
 template <zero::HostStreamBased S>
 std::unique_ptr<AnyDeviceModel> make_device_model(const S& space, const Config& config,
-                                                  std::size_t max_batch) {
-  return std::make_unique<DeviceModel<S>>(space, config, max_batch);
+                                                  std::size_t max_batch,
+                                                  ProductPrecision precision) {
+  return std::make_unique<DeviceModel<S>>(space, config, max_batch, precision);
 }
 
 #if ZERO_HAS_CUDA
 // On a GPU: the model with its kernels compiled by nvcc (device_model.cu), so that code the host
 // compiler builds never instantiates a CUDA launch.
 std::unique_ptr<AnyDeviceModel> make_device_model(const zero::CudaStreamSpace& space,
-                                                  const Config& config, std::size_t max_batch);
+                                                  const Config& config, std::size_t max_batch,
+                                                  ProductPrecision precision);
 #endif
 
 } // namespace gpt

@@ -3,17 +3,26 @@
 // model_kernels_test.cpp is: over DeviceTwinSpace in CI, where every output must be the host
 // model's bits; over CudaStreamSpace from device_model_test.cu (tools/zero-gpu-check), within
 // device_bound of the host model in relative L2 norm per tensor (cuBLAS's products sum in
-// another order than OpenBLAS's).
+// another order than OpenBLAS's). bf16 products: against the host's fp32 products of the rounded
+// operands (the same bits on the twin, within device_bound on a GPU, whose tensor cores sum the
+// exact products in fp32 in their own order), and the model with them near the host model's fp32.
 
 #include "device_test_space.hpp"
 
 #include "device_model.hpp"
+#include "device_products.hpp"
 #include "gpt.hpp"
+#include "gpt_kernels.hpp"
+
+#include <zero/core/bfloat16.hpp>
 
 #include <gtest/gtest.h>
 
+#include <cblas.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <iostream>
 #include <vector>
 
 namespace {
@@ -22,6 +31,7 @@ using gpt::testing::Device;
 using gpt::testing::expect_host_result;
 using gpt::testing::random_floats;
 using gpt::testing::random_tokens;
+using gpt::testing::relative_l2;
 
 // Sizes that leave partial lanes, strips and tiles: 3 sequences of 9 tokens, 2 heads of 12.
 const gpt::Config config{.layers = 1, .heads = 2, .embd = 24, .seq = 9, .vocab = 256};
@@ -92,6 +102,90 @@ TEST(DeviceModel, EmbeddingsAndHeadMatchTheHostModel) {
                      "the loss");
   expect_host_result(std::vector<double>{evaluated_sum / normalizer},
                      std::vector<double>{evaluated}, "the evaluated loss");
+}
+
+std::vector<float> rounded_to_bf16(std::vector<float> x) {
+  for (float& v : x)
+    v = float(zero::bfloat16(v));
+  return x;
+}
+
+// One product and a batch of them (two sequences of three heads, as the attention's), transposed
+// either way, with alpha and beta: the products of the bf16-rounded operands summed in fp32.
+TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
+  Device device;
+  const std::size_t m = 37, n = 29, k = 45, outer = 2, inner = 3, each = m * k;
+  const auto a = random_floats(outer * inner * m * k, 1.0f, 31);
+  const auto b = random_floats(outer * inner * k * n, 1.0f, 32);
+  const auto c = random_floats(outer * inner * m * n, 1.0f, 33);
+  auto a_d = device.upload(a), b_d = device.upload(b), c_d = device.upload(c),
+       batch_d = device.upload(c);
+  const gpt::Batch products_batch{outer,         inner, inner * each,  each,
+                                  inner * k * n, k * n, inner * m * n, m * n};
+  {
+    const gpt::Products<gpt::testing::Space> products(device.space(), gpt::ProductPrecision::bf16,
+                                                      a.size());
+    // a stored k x m (transposed), b n x k (transposed).
+    products.gemm(true, true, m, n, k, 0.5f, a_d.data(), m, b_d.data(), k, 1.0f, c_d.data(), n);
+    // a m x k, b k x n.
+    products.gemm_batched(false, false, m, n, k, 0.5f, a_d.data(), k, b_d.data(), n, 1.0f,
+                          batch_d.data(), n, products_batch);
+    // An operand larger than the products were built for is refused, not overrun.
+    EXPECT_THROW(products.gemm(false, false, m, n, 2 * a.size(), 1.0f, a_d.data(), 2 * a.size(),
+                               b_d.data(), n, 0.0f, c_d.data(), n),
+                 zero::Error);
+    device.space().fence();
+  }
+
+  const std::vector<float> a_bf16 = rounded_to_bf16(a), b_bf16 = rounded_to_bf16(b);
+  std::vector<float> single = c, single_fp32 = c, batched = c;
+  gpt::kernels::gemm(true, true, m, n, k, 0.5f, a_bf16.data(), m, b_bf16.data(), k, 1.0f,
+                     single.data(), n);
+  gpt::kernels::gemm(true, true, m, n, k, 0.5f, a.data(), m, b.data(), k, 1.0f, single_fp32.data(),
+                     n);
+  for (std::size_t p = 0; p < outer * inner; ++p)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 0.5f,
+                a_bf16.data() + p * each, int(k), b_bf16.data() + p * k * n, int(n), 1.0f,
+                batched.data() + p * m * n, int(n));
+  expect_host_result(device.download(c_d), single, "a bf16 product");
+  expect_host_result(device.download(batch_d), batched, "a batch of bf16 products");
+  // Rounding the operands moves the result far beyond the bound the comparisons allow: a product
+  // that forgot to round would fail them.
+  const double rounding = relative_l2(single_fp32, single);
+  std::cout << "bf16 operands against fp32 ones: relative L2 distance " << rounding << "\n";
+  EXPECT_GT(rounding, 100 * gpt::testing::gpu_bound);
+}
+
+// The whole model with bf16 products stays near the host model's fp32 (bf16's rounding, 2^-9
+// relative, through a block's four products and the attention's), and is not its bits.
+TEST(DeviceModel, Bf16ProductsStayNearTheHostModel) {
+  Device device;
+  const std::size_t n = batch * config.seq * config.embd;
+  const std::size_t saved_floats = gpt::block_saved_floats(config, batch);
+  const auto params = random_floats(gpt::block_parameters(config), 0.2f, 21);
+  const auto x = random_floats(n, 1.0f, 22), dy = random_floats(n, 1.0f, 23);
+  auto params_d = device.upload(params), x_d = device.upload(x), dy_d = device.upload(dy);
+  zero::Buffer<float, gpt::testing::Memory> y_d(n), saved_d(saved_floats), dx_d(n),
+      dparams_d(params.size());
+  const gpt::DeviceModel model(device.space(), config, batch, gpt::ProductPrecision::bf16);
+  model.block_forward(params_d.data(), x_d.data(), y_d.data(), saved_d.data(), batch);
+  model.block_backward(params_d.data(), x_d.data(), saved_d.data(), dy_d.data(), dx_d.data(),
+                       dparams_d.data(), batch);
+
+  std::vector<float> y(n), saved(saved_floats), dx(n), dparams(params.size());
+  gpt::block_forward(config, params.data(), x.data(), y.data(), saved.data(), batch);
+  gpt::block_backward(config, params.data(), x.data(), saved.data(), dy.data(), dx.data(),
+                      dparams.data(), batch);
+  const auto expect_near = [](const std::vector<float>& got, const std::vector<float>& fp32,
+                              const char* what) {
+    const double distance = relative_l2(got, fp32);
+    std::cout << what << " with bf16 products: relative L2 distance to fp32 " << distance << "\n";
+    EXPECT_LT(distance, 1e-2) << what;
+    EXPECT_GT(distance, 1e-4) << what << ": the products were not rounded";
+  };
+  expect_near(device.download(y_d), y, "the block's output");
+  expect_near(device.download(dx_d), dx, "the block's input gradient");
+  expect_near(device.download(dparams_d), dparams, "the block's parameter gradients");
 }
 
 TEST(DeviceModel, RefusesABatchLargerThanItWasBuiltFor) {

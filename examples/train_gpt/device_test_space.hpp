@@ -38,11 +38,15 @@
 
 namespace gpt::testing {
 
+// Relative L2 distance allowed between a GPU's result and the host model's (on the twin: none,
+// the same bits).
+inline constexpr double gpu_bound = 1e-5;
+
 #if ZERO_TEST_CUDA
 using Space = zero::CudaStreamSpace;
 using Memory = zero::cuda;
 // Relative L2 distance allowed between a device's result and the host model's.
-inline constexpr double device_bound = 1e-5;
+inline constexpr double device_bound = gpu_bound;
 struct Stream {
   cudaStream_t native = nullptr;
   Stream() { ZERO_CHECK_CUDA(cudaStreamCreateWithFlags(&native, cudaStreamNonBlocking)); }

@@ -77,9 +77,9 @@ class DeviceGpt {
   using Loop = zero::CheckpointedLayers<Blocks, zero::NoRandomState, Exec>;
 
   DeviceGpt(Engine& engine, const gpt::Config& model, std::size_t batch, const Exec& exec,
-            const zero::ActivationCheckpointing& checkpointing)
+            const zero::ActivationCheckpointing& checkpointing, gpt::ProductPrecision products)
       : engine_(engine), model_(model), batch_(batch), exec_(exec),
-        device_(gpt::make_device_model(exec, model, batch)), rows_(batch * model.seq),
+        device_(gpt::make_device_model(exec, model, batch, products)), rows_(batch * model.seq),
         saved_floats_(gpt::block_saved_floats(model, batch)), tokens_(rows_), targets_(rows_),
         x_(activation()), dy_(activation()), dx_(activation()),
         embedding_weights_(engine.layout().layer(0).numel),
@@ -191,7 +191,7 @@ History train_on_device(zero::MpiCommunicator& world, const Flags& f, Engine& en
     const std::size_t rows = batch * model.seq;
     zero::ActivationCheckpointing checkpointing = train_gpt::checkpointing(f);
     checkpointing.contiguous_memory = true; // a step after the first allocates nothing
-    DeviceGpt<Engine, Exec, T> gpt(engine, model, batch, exec, checkpointing);
+    DeviceGpt<Engine, Exec, T> gpt(engine, model, batch, exec, checkpointing, f.products);
     std::vector<std::uint8_t> tokens(rows), targets(rows);
     History h;
     exec.fence(); // the model's buffers are in place

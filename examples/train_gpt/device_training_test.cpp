@@ -23,8 +23,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -146,6 +149,32 @@ TEST(DeviceTraining, CheckpointedTwinGivesTheHostRunsBits) {
   expect_twin_equals_host(zero::DType::bfloat16, 2);
   // ZeRO-R's CPU checkpointing: the kept inputs to pinned host memory and back.
   expect_twin_equals_host(zero::DType::bfloat16, 2, /*kept_inputs_cpu=*/true);
+}
+
+// bf16 products (the default on a GPU with --dtype bf16): the twin rounds the products' operands
+// as a GPU does, so its run leaves the host run's bits (whose products are fp32) but stays near
+// them.
+TEST(DeviceTraining, Bf16ProductsTwinStaysNearTheHostRun) {
+  const train_gpt::Flags f = flags(zero::DType::bfloat16);
+  train_gpt::Flags on_device = f;
+  on_device.products = gpt::ProductPrecision::bf16;
+  const train_gpt::Tokens data = train_gpt::Tokens::from_file(ZERO_TEST_GPT_DATA, f.model.seq);
+  const train_gpt::History host = on_the_host(f, data);
+  const train_gpt::History twin = on_the_twin(on_device, data);
+  ASSERT_EQ(twin.loss.size(), host.loss.size());
+  std::size_t different = 0;
+  double largest = 0;
+  for (std::size_t s = 0; s < host.loss.size(); ++s) {
+    const double gap = std::abs(twin.loss[s] - host.loss[s]) / host.loss[s];
+    largest = std::max(largest, gap);
+    EXPECT_LT(gap, 1e-3) << "step " << s << ": loss " << twin.loss[s] << " with bf16 products, "
+                         << host.loss[s] << " with fp32";
+    different += twin.loss[s] != host.loss[s];
+  }
+  if (world().rank() == 0)
+    std::cout << "bf16 products against fp32: the losses' largest relative gap " << largest << "\n";
+  EXPECT_GT(different, 0u) << "the products were not rounded";
+  EXPECT_LT(twin.loss.back(), twin.loss.front()) << "the run learns";
 }
 
 } // namespace

@@ -50,7 +50,7 @@ namespace detail {
 // which the flags override), with the functions above.
 struct Text {
   std::string layers, heads, embd, seq, batch, steps, stage, dtype, optimizer, lr, weight_decay,
-      checkpoints, seed, print_every, tp, moment_bits, master_residual_bits, device;
+      checkpoints, seed, print_every, tp, moment_bits, master_residual_bits, device, products;
 };
 
 // What --device cuda's loop (device_training.hpp) does not do yet, refused by name.
@@ -149,9 +149,13 @@ inline void describe(CLI::App& app, Text& text, Flags& f, bool& deterministic,
                  "same --tp), and train up to --steps in all")
       ->type_name("DIR");
   app.add_option("--device", text.device,
-                 "where the model and its states live (default host; cuda: the GPU, bf16 or "
-                 "fp16)")
+                 "where the model and its states live (default host; cuda: the GPU)")
       ->type_name("host|cuda");
+  app.add_option("--products", text.products,
+                 "with --device cuda, the matrix products: bf16 operands summed in\n"
+                 "fp32 (tensor cores; the default with --dtype bf16) or fp32\n"
+                 "without TF32 (the default otherwise; the host model's)")
+      ->type_name("fp32|bf16");
   app.add_option("--config", f.config, "DeepSpeed ds_config.json")->type_name("FILE");
   app.add_flag("--deterministic", deterministic, "bitwise reproducible across stages")
       ->disable_flag_override();
@@ -269,6 +273,18 @@ inline Flags parse(int argc, char** argv) {
     (void)zero::ActivationCheckpointing::from_config(f.ds->activation_checkpointing,
                                                      f.model.layers);
   if (f.device == "cuda") detail::require_device_run(f);
+  if (given("--products")) {
+    zero::require(text.products == "fp32" || text.products == "bf16",
+                  "--products: expected fp32 or bf16, got '" + text.products + "'");
+    zero::require(f.device == "cuda" || text.products == "fp32",
+                  "--products bf16: the host model's products are fp32; bf16 products are the "
+                  "device model's (give --device cuda)",
+                  zero::ErrorKind::unsupported);
+    f.products =
+        text.products == "bf16" ? gpt::ProductPrecision::bf16 : gpt::ProductPrecision::fp32;
+  } else if (f.device == "cuda" && f.dtype == zero::DType::bfloat16) {
+    f.products = gpt::ProductPrecision::bf16; // as PyTorch's bf16 autocast computes them
+  }
   if (f.kept_inputs_cpu) {
     zero::require(f.device == "cuda",
                   "--kept-inputs-cpu moves the kept block inputs out of a GPU's memory, and the "

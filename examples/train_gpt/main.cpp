@@ -98,6 +98,7 @@ void write_json(const std::string& path, const train_gpt::Flags& f, const train_
   j["device"] = f.device;
   if (f.device == "cuda") {
     j["device_name"] = h.device_name;
+    j["products"] = gpt::to_string(f.products);
     j["device_bytes_built"] = h.device_built;
     j["device_bytes_first_step"] = h.device_first_step;
     j["device_bytes_last_step"] = h.device_last_step;
@@ -226,12 +227,13 @@ int train_on(zero::MpiCommunicator& world, int argc, char** argv) {
       std::printf("\n%.0f tokens/s after the first step (%.1f ms per step)\n", tokens_per_second,
                   seconds / double(std::max<std::size_t>(1, h.step_seconds.size() - 1)) * 1e3);
       if (f.device == "cuda")
-        std::printf("device: %s, ranks talking through %s; memory in use %.1f MB before the "
-                    "engine, %.1f MB built, %.1f MB after the first step, %.1f MB after the "
-                    "last\n",
+        std::printf("device: %s, ranks talking through %s, %s products; memory in use %.1f MB "
+                    "before the engine, %.1f MB built, %.1f MB after the first step, %.1f MB "
+                    "after the last\n",
                     h.device_name.c_str(), h.device_communicator.c_str(),
-                    mb(double(h.device_before)), mb(double(h.device_built)),
-                    mb(double(h.device_first_step)), mb(double(h.device_last_step)));
+                    gpt::to_string(f.products), mb(double(h.device_before)),
+                    mb(double(h.device_built)), mb(double(h.device_first_step)),
+                    mb(double(h.device_last_step)));
       std::printf("activations%s: peak %.3f MB live%s, %zu block forwards recomputed per step\n",
                   f.device == "cuda" ? " in device memory" : "",
                   mb(double(h.activations.peak_activation_bytes)),

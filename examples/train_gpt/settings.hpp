@@ -3,6 +3,7 @@
 // apart from the parser, so that the training code does not compile CLI11.
 
 #include "gpt.hpp"
+#include "product_precision.hpp"
 
 #include <zero/config/config.hpp>
 #include <zero/core/dtype.hpp>
@@ -40,6 +41,9 @@ struct Flags {
   int print_every = 0;
   // Where the model and its states live: "host", or "cuda" (device_training.hpp, run_device.hpp).
   std::string device = "host";
+  // The device model's matrix products (the host model's are fp32): --products, by default bf16
+  // with --device cuda --dtype bf16.
+  gpt::ProductPrecision products = gpt::ProductPrecision::fp32;
 };
 
 inline zero::MomentStorage moment_storage(const Flags& f) {
