@@ -200,6 +200,40 @@ TEST(FromConfig, BytesPerParameterFollowPrecisionAndOptimizer) {
   EXPECT_EQ(est::model_state_memory(split).on(est::Tier::cpu), 0.25 * 14 * 7.5e9 / 64);
 }
 
+// The largest model over a device, host memory and NVMe together: the tier that fills first bounds
+// it, and names itself.
+TEST(Memory, LargestModelOverEveryTierNamesTheTierThatFillsFirst) {
+  using est::Tier;
+  // ZeRO-Offload on one V100 of 32 GB with 1.5 TB of host memory (a DGX-2's): stage 2 with the
+  // optimizer states and gradients in host memory keeps 2 bytes a parameter on the device, 14 on
+  // the host. The device bounds it, at 16B (the paper trains 13B: activations and buffers take
+  // the rest, which model states leave out).
+  const est::ModelStateQuery offload{0, 1, 2, {}, Tier::cpu};
+  est::LargestModel largest = est::largest_model({.device = 32e9, .cpu = 1.5e12}, offload);
+  EXPECT_EQ(largest.parameters, 16e9);
+  EXPECT_EQ(largest.bound_by, Tier::device);
+  // With 128 GB of host memory the host fills first: 128e9 / 14.
+  largest = est::largest_model({.device = 32e9, .cpu = 128e9}, offload);
+  EXPECT_EQ(largest.parameters, 128e9 / 14);
+  EXPECT_EQ(largest.bound_by, Tier::cpu);
+  // ZeRO-Infinity's placement on one H200 (139 GB), 128 GB of host memory and 64 GB of disk:
+  // nothing on the device, the gradients' 2 bytes on the host, 14 on NVMe, which bounds it.
+  const est::ModelStateQuery infinity{0, 1, 3, {}, Tier::nvme, Tier::nvme};
+  largest = est::largest_model({.device = 139e9, .cpu = 128e9, .nvme = 64e9}, infinity);
+  EXPECT_EQ(largest.parameters, 64e9 / 14);
+  EXPECT_EQ(largest.bound_by, Tier::nvme);
+  // Over 8 ranks each rank holds an eighth: eight times the model.
+  largest = est::largest_model({.device = 139e9, .cpu = 128e9, .nvme = 64e9},
+                               {0, 8, 3, {}, Tier::nvme, Tier::nvme});
+  EXPECT_EQ(largest.parameters, 8 * 64e9 / 14);
+  // A tier without a size bounds nothing: with host memory unsized, states offloaded there fit
+  // any model.
+  largest = est::largest_model({.device = 32e9}, {0, 1, 3, {}, Tier::cpu, Tier::cpu});
+  EXPECT_TRUE(std::isinf(largest.parameters));
+  EXPECT_FALSE(largest.bound_by);
+  EXPECT_THROW(est::largest_model({.device = 32e9, .cpu = -1}, offload), zero::Error);
+}
+
 TEST(Library, TheDocumentedCalls) {
   // example-begin estimate-library
   namespace est = zero::estimate;

@@ -35,6 +35,8 @@ struct Arguments {
   std::optional<std::int64_t> data_parallel;
   std::optional<int> stage;
   std::optional<double> device_memory;
+  std::optional<double> host_memory; // each rank's, for offloaded states
+  std::optional<double> nvme_memory;
   std::optional<std::string> config_path;
   std::optional<double> optimizer_bytes;
   std::optional<double> param_bytes;
@@ -136,10 +138,10 @@ namespace detail {
 // What CLI11 reads, as text: parse_arguments converts and checks each value after it, with the
 // functions above, so that their messages name the flag.
 struct Text {
-  std::string parameters, data_parallel, stage, device_memory, config_path, optimizer_bytes,
-      param_bytes, grad_bytes, offload_optimizer, offload_ratio, offload_param, tensor_parallel,
-      layers, hidden, heads, sequence, vocabulary, micro_batch, recomputed_layers, checkpoints,
-      activation_bytes;
+  std::string parameters, data_parallel, stage, device_memory, host_memory, nvme_memory,
+      config_path, optimizer_bytes, param_bytes, grad_bytes, offload_optimizer, offload_ratio,
+      offload_param, tensor_parallel, layers, hidden, heads, sequence, vocabulary, micro_batch,
+      recomputed_layers, checkpoints, activation_bytes;
 };
 
 // The command line, bound to `text` and `args` (the flags). parse_arguments reads it; help_text
@@ -178,6 +180,13 @@ inline void describe(CLI::App& app, Text& text, Arguments& args) {
   app.add_option("--device-memory", text.device_memory,
                  "also print the largest model per stage that fits SIZE per device:\n"
                  "32GB, 80GiB, 1.5TB (units B KB MB GB TB KiB MiB GiB TiB)")
+      ->type_name("SIZE");
+  app.add_option("--host-memory", text.host_memory,
+                 "host memory per rank for offloaded states: with --device-memory,\n"
+                 "the largest model bounded by both, and per offload placement")
+      ->type_name("SIZE");
+  app.add_option("--nvme-memory", text.nvme_memory,
+                 "NVMe space per rank for offloaded states, as --host-memory")
       ->type_name("SIZE");
   app.add_option("--config", text.config_path,
                  "a DeepSpeed ds_config.json: stage, offload and bytes per parameter\n"
@@ -333,6 +342,11 @@ inline Arguments parse_arguments(int argc, char** argv) {
   if (given("--stage")) args.stage = static_cast<int>(parse_whole("--stage", text.stage, 0, 3));
   if (given("--device-memory"))
     args.device_memory = parse_bytes("--device-memory", text.device_memory);
+  if (given("--host-memory")) args.host_memory = parse_bytes("--host-memory", text.host_memory);
+  if (given("--nvme-memory")) args.nvme_memory = parse_bytes("--nvme-memory", text.nvme_memory);
+  if ((args.host_memory || args.nvme_memory) && !args.device_memory)
+    throw UsageError("--host-memory and --nvme-memory size the tiers below a device: give "
+                     "--device-memory too");
   if (given("--config")) args.config_path = text.config_path;
   if (given("--optimizer-bytes"))
     args.optimizer_bytes = parse_non_negative("--optimizer-bytes", text.optimizer_bytes);

@@ -72,6 +72,8 @@ Plan make_plan(const Arguments& args) {
   plan.recomputed_layers = args.recomputed_layers;
   if (args.shape) plan.parameters = zero::estimate::transformer_parameters(*args.shape);
   plan.device_memory = args.device_memory;
+  plan.host_memory = args.host_memory;
+  plan.nvme_memory = args.nvme_memory;
   plan.bytes_origin = "mixed-precision Adam, as in the paper";
   plan.data_parallel_origin = "default";
   std::optional<int> stage = args.stage;

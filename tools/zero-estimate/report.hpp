@@ -1,6 +1,8 @@
 #pragma once
 // What zero-estimate prints: the resolved inputs, one row per ZeRO stage, and the largest model
-// per stage, as an aligned table or as JSON.
+// per stage and per placement, as an aligned table or as JSON.
+
+#include "plan.hpp"
 
 #include "zero/estimate/activation_memory.hpp"
 #include "zero/estimate/communication.hpp"
@@ -13,87 +15,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace zero_estimate {
-
-namespace est = zero::estimate;
-
-struct Plan {
-  std::optional<double> parameters; // Ψ of the whole model
-  std::int64_t data_parallel = 1;
-  std::int64_t tensor_parallel = 1;
-  std::optional<est::TransformerShape> shape;
-  std::int64_t recomputed_layers = 0;
-  bool recomputed_from_checkpoints = false; // R is what --checkpoints recomputes
-  // Activation checkpointing's K, capped at L (default L: every layer checkpointed), as asked.
-  std::int64_t checkpoints = 0;
-  std::optional<std::int64_t> checkpoints_asked;
-  double activation_bytes = 2; // bytes per activation element
-  bool activation_bytes_given = false;
-  std::string data_parallel_origin;
-  est::BytesPerParameter bytes;
-  std::string bytes_origin;
-  est::Tier optimizer_offload = est::Tier::device;
-  double optimizer_offload_ratio = 1; // the share of them offload moves
-  est::Tier parameter_offload = est::Tier::device;
-  std::optional<double> device_memory;
-  std::vector<int> stages;
-
-  // How a tensor-parallel group holds Ψ: by the transformer's layout, else all of it split.
-  est::ParameterSplit split() const {
-    return shape ? est::transformer_parameters(*shape, tensor_parallel)
-                 : est::all_split(parameters.value_or(0), tensor_parallel);
-  }
-  // The tensor-parallel all-reduces, of activations (in the parameters' dtype by default).
-  est::TensorParallelCommunication tensor_communication() const {
-    return est::tensor_parallel_communication(*shape, tensor_parallel, recomputed_layers,
-                                              activation_bytes);
-  }
-  // The activation memory of each scheme, at K checkpoints.
-  est::ActivationMemoryPerRank activations(est::ActivationScheme scheme) const {
-    return est::activation_memory({*shape, tensor_parallel, scheme, checkpoints, activation_bytes});
-  }
-  // The schemes shown: Pa only where there is a group to partition over.
-  std::vector<est::ActivationScheme> activation_schemes() const {
-    using enum est::ActivationScheme;
-    if (tensor_parallel > 1) return {none, checkpointed, partitioned, partitioned_off_device};
-    return {none, checkpointed};
-  }
-  // Pa's all-gathers, against the all-reduces of a step that recomputes what K checkpoints do.
-  bool shows_partition_communication() const {
-    return shape && tensor_parallel > 1 && checkpoints > 1;
-  }
-  est::PartitionedActivationCommunication partition_communication() const {
-    return est::partitioned_activation_communication(*shape, tensor_parallel, checkpoints,
-                                                     activation_bytes);
-  }
-  std::int64_t checkpointed_recomputation() const {
-    return est::recomputed_layers(shape->layers, checkpoints);
-  }
-  est::TensorParallelCommunication checkpointed_tensor_communication() const {
-    return est::tensor_parallel_communication(*shape, tensor_parallel, checkpointed_recomputation(),
-                                              activation_bytes);
-  }
-  bool shows_tensor_communication() const { return shape && tensor_parallel > 1; }
-
-  // The rank's parameters over N_d. Offload applies to the stages that have it: optimizer
-  // states from stage 1, parameters at 3.
-  est::ModelStateQuery query(int stage) const {
-    return {split().per_rank(),
-            data_parallel,
-            stage,
-            bytes,
-            stage >= 1 ? optimizer_offload : est::Tier::device,
-            stage == 3 ? parameter_offload : est::Tier::device,
-            stage >= 1 && optimizer_offload != est::Tier::device ? optimizer_offload_ratio : 1.0};
-  }
-  bool offloads() const {
-    return optimizer_offload != est::Tier::device || parameter_offload != est::Tier::device;
-  }
-};
 
 inline std::string format(const char* pattern, double value, const char* unit = "") {
   char text[64];
@@ -111,7 +36,7 @@ inline std::string human_bytes(double bytes) {
 }
 
 inline std::string human_count(double count) {
-  if (std::isinf(count)) return "no limit (no model state left on the device)";
+  if (std::isinf(count)) return "no limit (no model state on a sized tier)";
   constexpr const char* units[] = {"", " K", " M", " B", " T", " P"};
   int unit = 0;
   while (count >= 1000 && unit < 5)
@@ -119,10 +44,12 @@ inline std::string human_count(double count) {
   return format("%.3g%s", count, units[unit]);
 }
 
-// The largest Ψ per stage: a rank's share times T, every parameter taken as split.
-inline double largest_model(const Plan& plan, int stage) {
-  return est::largest_model(*plan.device_memory, plan.query(stage)) *
-         static_cast<double>(plan.tensor_parallel);
+inline const char* tier_name(est::Tier tier) {
+  return tier == est::Tier::device ? "device" : tier == est::Tier::cpu ? "host memory" : "NVMe";
+}
+
+inline std::string bound_text(const est::LargestModel& largest) {
+  return largest.bound_by ? tier_name(*largest.bound_by) : "none";
 }
 
 inline void print_aligned(const std::vector<std::vector<std::string>>& rows, int left_columns) {
@@ -140,6 +67,30 @@ inline void print_aligned(const std::vector<std::vector<std::string>>& rows, int
       line.pop_back();
     std::printf("%s\n", line.c_str());
   }
+}
+
+// Each placement's largest model, and what it puts on each tier per rank at that size.
+inline void print_placements(const Plan& plan) {
+  const int stage = placement_stage(plan);
+  std::printf("\nlargest model per placement at stage %d (%s), model states only (N_d = %lld):\n",
+              stage, est::stage_name(stage), static_cast<long long>(plan.data_parallel));
+  std::vector<std::vector<std::string>> rows{
+      {"placement", "parameters", "bound by", "device", "host", "NVMe"}};
+  for (const Placement& p : placements(plan, stage)) {
+    est::ModelStateQuery query = placement_query(plan, stage, p);
+    const est::LargestModel largest = largest_model(plan, query);
+    std::vector<std::string> row{p.name, human_count(largest.parameters), bound_text(largest)};
+    if (std::isinf(largest.parameters)) {
+      row.insert(row.end(), {"-", "-", "-"});
+    } else {
+      query.parameters = largest.parameters / static_cast<double>(plan.tensor_parallel);
+      const est::ModelStateMemory memory = est::model_state_memory(query);
+      for (const est::Tier tier : {est::Tier::device, est::Tier::cpu, est::Tier::nvme})
+        row.push_back(human_bytes(memory.on(tier)));
+    }
+    rows.push_back(row);
+  }
+  print_aligned(rows, 1);
 }
 
 // Activation memory per rank of each scheme, and Pa's all-gathers beside the tensor-parallel
@@ -310,15 +261,32 @@ inline void print_table(const Plan& plan) {
                                        ? ", T = " + std::to_string(plan.tensor_parallel) +
                                              ", assuming every parameter is split"
                                        : "";
-    std::printf("\nlargest model whose model states fit in %s per device (N_d = %lld%s):\n",
-                human_bytes(*plan.device_memory).c_str(),
+    std::string tiers = human_bytes(*plan.device_memory) + " per device";
+    if (plan.host_memory) tiers += ", " + human_bytes(*plan.host_memory) + " of host memory";
+    if (plan.nvme_memory) tiers += ", " + human_bytes(*plan.nvme_memory) + " of NVMe";
+    std::printf("\nlargest model whose model states fit in %s%s (N_d = %lld%s):\n", tiers.c_str(),
+                plan.sizes_tiers_below_the_device() ? " per rank" : "",
                 static_cast<long long>(plan.data_parallel), split_note.c_str());
+    const bool bounds = plan.sizes_tiers_below_the_device();
     std::vector<std::vector<std::string>> rows{{"stage", "ZeRO", "parameters"}};
-    for (int stage : plan.stages)
-      rows.push_back(
-          {std::to_string(stage), est::stage_name(stage), human_count(largest_model(plan, stage))});
+    if (bounds) rows.front().push_back("bound by");
+    for (int stage : plan.stages) {
+      const est::LargestModel fits = largest_model(plan, plan.query(stage));
+      rows.push_back({std::to_string(stage), est::stage_name(stage), human_count(fits.parameters)});
+      if (bounds) rows.back().push_back(bound_text(fits));
+    }
     print_aligned(rows, 2);
+    if (bounds) print_placements(plan);
   }
+}
+
+inline nlohmann::ordered_json finite_or_null(double value) {
+  return std::isinf(value) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(value);
+}
+
+inline nlohmann::ordered_json bound_json(const est::LargestModel& largest) {
+  return largest.bound_by ? nlohmann::ordered_json(est::to_string(*largest.bound_by))
+                          : nlohmann::ordered_json(nullptr);
 }
 
 inline void print_json(const Plan& plan) {
@@ -412,14 +380,38 @@ inline void print_json(const Plan& plan) {
       row["communication_elements"] = est::communication_elements(stage, split.per_rank());
     }
     if (plan.device_memory) {
-      // JSON has no infinity: null means no model state is left on the device.
-      const double largest = largest_model(plan, stage);
-      row["largest_model_parameters"] =
-          std::isinf(largest) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(largest);
+      // JSON has no infinity: null means no model state is left on a sized tier.
+      const est::LargestModel largest = largest_model(plan, plan.query(stage));
+      row["largest_model_parameters"] = finite_or_null(largest.parameters);
+      if (plan.sizes_tiers_below_the_device()) row["largest_model_bound_by"] = bound_json(largest);
     }
     out["stages"].push_back(row);
   }
   if (plan.device_memory) out["device_memory_bytes"] = *plan.device_memory;
+  if (plan.host_memory) out["host_memory_bytes"] = *plan.host_memory;
+  if (plan.nvme_memory) out["nvme_memory_bytes"] = *plan.nvme_memory;
+  if (plan.device_memory && plan.sizes_tiers_below_the_device()) {
+    const int stage = placement_stage(plan);
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const Placement& p : placements(plan, stage)) {
+      est::ModelStateQuery query = placement_query(plan, stage, p);
+      const est::LargestModel largest = largest_model(plan, query);
+      nlohmann::ordered_json row{{"placement", p.name},
+                                 {"optimizer_states", est::to_string(p.optimizer_states)},
+                                 {"parameters", est::to_string(p.parameters)},
+                                 {"largest_model_parameters", finite_or_null(largest.parameters)},
+                                 {"bound_by", bound_json(largest)}};
+      if (!std::isinf(largest.parameters)) {
+        query.parameters = largest.parameters / static_cast<double>(plan.tensor_parallel);
+        const est::ModelStateMemory memory = est::model_state_memory(query);
+        row["device_bytes"] = memory.on(est::Tier::device);
+        row["cpu_bytes"] = memory.on(est::Tier::cpu);
+        row["nvme_bytes"] = memory.on(est::Tier::nvme);
+      }
+      rows.push_back(row);
+    }
+    out["placements"] = {{"stage", stage}, {"rows", rows}};
+  }
   std::printf("%s\n", out.dump(2).c_str());
 }
 

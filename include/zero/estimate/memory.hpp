@@ -1,7 +1,8 @@
 #pragma once
 // The ZeRO paper's model of the memory that model states take on each data-parallel rank
 // (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
-// SC'20, section 5.3), and the largest model whose states fit a given device.
+// SC'20, section 5.3), and the largest model whose states fit a given device, or a device, host
+// memory and NVMe together.
 //
 // For Ψ parameters on N_d ranks with P, G and K bytes per parameter of parameters, gradients and
 // optimizer states (the paper's mixed-precision Adam: 2, 2, 12):
@@ -18,9 +19,11 @@
 
 #include "zero/core/error.hpp"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace zero::estimate {
@@ -131,14 +134,46 @@ inline ModelStateMemory model_state_memory(const ModelStateQuery& query) {
                 query.optimizer_offload)};
 }
 
+// Bytes each rank may fill on each tier; infinity: the tier bounds nothing (not given).
+struct Capacity {
+  static constexpr double unbounded = std::numeric_limits<double>::infinity();
+  double device = unbounded;
+  double cpu = unbounded;
+  double nvme = unbounded;
+
+  double on(Tier tier) const noexcept {
+    return tier == Tier::device ? device : tier == Tier::cpu ? cpu : nvme;
+  }
+};
+
+struct LargestModel {
+  double parameters; // infinity when no tier with a size holds a model state
+  std::optional<Tier> bound_by;
+};
+
+// The most parameters whose model states fit every tier's capacity (query's parameter count is
+// ignored), and the tier that bounds them: the one that fills first. Model states only: the
+// device's working memory (gathered layers, activations, buffers) is not counted.
+inline LargestModel largest_model(const Capacity& capacity, ModelStateQuery query) {
+  require(capacity.device >= 0 && capacity.cpu >= 0 && capacity.nvme >= 0,
+          "estimate: a tier's capacity must not be negative");
+  query.parameters = 1;
+  const ModelStateMemory per_parameter = model_state_memory(query);
+  LargestModel largest{std::numeric_limits<double>::infinity(), std::nullopt};
+  for (const Tier tier : {Tier::device, Tier::cpu, Tier::nvme}) {
+    const double bytes = per_parameter.on(tier);
+    if (bytes <= 0 || std::isinf(capacity.on(tier))) continue;
+    const double fits = capacity.on(tier) / bytes;
+    if (fits < largest.parameters) largest = {fits, tier};
+  }
+  return largest;
+}
+
 // The most parameters whose model states fit in `device_memory` bytes per device (query's
 // parameter count is ignored); infinity when offload leaves no model state on the device.
 inline double largest_model(double device_memory, ModelStateQuery query) {
   require(device_memory >= 0, "estimate: device memory must not be negative");
-  query.parameters = 1;
-  const double bytes_per_parameter = model_state_memory(query).on(Tier::device);
-  return bytes_per_parameter > 0 ? device_memory / bytes_per_parameter
-                                 : std::numeric_limits<double>::infinity();
+  return largest_model(Capacity{.device = device_memory}, query).parameters;
 }
 
 // The paper's model-state bytes per rank of Ψ `parameters` at `stage` over `ranks`: parameters and
