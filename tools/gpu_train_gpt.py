@@ -50,6 +50,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_check_runs  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 REPORT = gpu_check_runs.Report()
 line = REPORT.line
 verdict = REPORT.verdict

@@ -175,8 +175,8 @@ def main():
     m = {k: statistics.median(v) for k, v in rows.items()}
     print(f"\nmedians over {a.rounds} round(s), {a.ranks} ranks, layers {a.layers}"
           f"{'' if cold else ' (page cache NOT dropped: loads are from memory)'}")
-    print(f"| | MB/s | against |")
-    print(f"|---|---|---|")
+    print("| | MB/s | against |")
+    print("|---|---|---|")
     print(f"| zero save | {m['save']:.0f} | {m['save_ratio']:.2f} x fio sequential O_DIRECT write "
           f"({m['fio_write']:.0f} MB/s; buffered with fsync: {m['fio_write_buffered']:.0f}) |")
     print(f"| zero load | {m['load']:.0f} | {m['load_ratio']:.2f} x fio sequential O_DIRECT read "

@@ -19,7 +19,6 @@ Exit 77 (skipped) only where a needed package is missing, with the reason.
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import struct
 import subprocess
