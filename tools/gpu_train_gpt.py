@@ -174,7 +174,7 @@ def main():
              "--steps", "40", "--dtype", "bf16", "--optimizer", "adamw", "--lr", "3e-3"]
     # The runs checked against the host run take its fp32 products; bf16 ones are checked apart.
     exact = [*small, "--products", "fp32"]
-    # Each run's limit keeps the step within its 270 s (a cut run fails the check).
+    # Each run's limit keeps the step within its 300 s (a cut run fails the check).
     host = train(tmp, "host-stage3", [*exact, "--stage", "3"], timeout=60)
     gpu3 = train(tmp, "gpu-stage3", [*exact, "--stage", "3", "--device", "cuda"])
     if host and gpu3:

@@ -64,7 +64,7 @@ class DeviceModel final : public AnyDeviceModel {
   // `max_batch`: the most sequences a call is given (a micro-step's).
   DeviceModel(const Exec& exec, const Config& config, std::size_t max_batch,
               ProductPrecision precision = ProductPrecision::fp32)
-      : exec_(exec), products_(exec, precision, largest_operand(config, max_batch)),
+      : exec_(exec), products_(exec, precision, largest_operands(config, max_batch)),
         config_(config), max_batch_(max_batch), wide_(rows(max_batch) * 4 * config.embd),
         narrow_(rows(max_batch) * config.embd),
         att_scratch_(max_batch * config.heads * config.seq * config.seq),
@@ -177,13 +177,15 @@ class DeviceModel final : public AnyDeviceModel {
  private:
   std::size_t rows(std::size_t batch) const noexcept { return batch * config_.seq; }
 
-  // The most elements a product's operand spans: the MLP's activations and weights, the head's
-  // logits and the token embedding, the attention's probabilities (q, k and v span less than a
-  // row of qkv each per token).
-  static std::size_t largest_operand(const Config& config, std::size_t max_batch) noexcept {
+  // The most elements the products' operands span. First operands: activations and their
+  // gradients (at most the MLP's, 4 n c; q, k and v span less than qkv's 3 n c), the logits'
+  // gradient, the attention's probabilities. Second operands: the weights (the MLP's 4 c^2, the
+  // token embedding's vocab c) and activations.
+  static OperandSizes largest_operands(const Config& config, std::size_t max_batch) noexcept {
     const std::size_t n = max_batch * config.seq, c = config.embd;
-    return std::max({n * 4 * c, 4 * c * c, n * config.vocab, config.vocab * c,
-                     max_batch * config.heads * config.seq * config.seq});
+    return {
+        std::max({n * 4 * c, n * config.vocab, max_batch * config.heads * config.seq * config.seq}),
+        std::max({4 * c * c, n * 4 * c, config.vocab * c})};
   }
 
   void require_batch(std::size_t batch) const {

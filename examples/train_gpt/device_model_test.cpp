@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iostream>
+#include <string>
 #include <vector>
 
 namespace {
@@ -112,9 +113,11 @@ std::vector<float> rounded_to_bf16(std::vector<float> x) {
 
 // One product and a batch of them (two sequences of three heads, as the attention's), transposed
 // either way, with alpha and beta: the products of the bf16-rounded operands summed in fp32.
-TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
+// Sizes that leave partial tiles, whose bf16 rows are not 16-byte aligned, and sizes that give a
+// GPU's tensor-core kernels whole tiles (the path a real model's products take).
+void expect_bf16_products(std::size_t m, std::size_t n, std::size_t k) {
   Device device;
-  const std::size_t m = 37, n = 29, k = 45, outer = 2, inner = 3, each = m * k;
+  const std::size_t outer = 2, inner = 3, each = m * k;
   const auto a = random_floats(outer * inner * m * k, 1.0f, 31);
   const auto b = random_floats(outer * inner * k * n, 1.0f, 32);
   const auto c = random_floats(outer * inner * m * n, 1.0f, 33);
@@ -122,9 +125,11 @@ TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
        batch_d = device.upload(c);
   const gpt::Batch products_batch{outer,         inner, inner * each,  each,
                                   inner * k * n, k * n, inner * m * n, m * n};
+  const std::string shape =
+      std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) + ": ";
   {
     const gpt::Products<gpt::testing::Space> products(device.space(), gpt::ProductPrecision::bf16,
-                                                      a.size());
+                                                      {a.size(), b.size()});
     // a stored k x m (transposed), b n x k (transposed).
     products.gemm(true, true, m, n, k, 0.5f, a_d.data(), m, b_d.data(), k, 1.0f, c_d.data(), n);
     // a m x k, b k x n.
@@ -134,6 +139,8 @@ TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
     EXPECT_THROW(products.gemm(false, false, m, n, 2 * a.size(), 1.0f, a_d.data(), 2 * a.size(),
                                b_d.data(), n, 0.0f, c_d.data(), n),
                  zero::Error);
+    // An empty product reaches nothing, and is no error.
+    products.gemm(false, false, 0, n, k, 1.0f, a_d.data(), k, b_d.data(), n, 0.0f, c_d.data(), n);
     device.space().fence();
   }
 
@@ -147,13 +154,19 @@ TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 0.5f,
                 a_bf16.data() + p * each, int(k), b_bf16.data() + p * k * n, int(n), 1.0f,
                 batched.data() + p * m * n, int(n));
-  expect_host_result(device.download(c_d), single, "a bf16 product");
-  expect_host_result(device.download(batch_d), batched, "a batch of bf16 products");
+  expect_host_result(device.download(c_d), single, shape + "a bf16 product");
+  expect_host_result(device.download(batch_d), batched, shape + "a batch of bf16 products");
   // Rounding the operands moves the result far beyond the bound the comparisons allow: a product
   // that forgot to round would fail them.
   const double rounding = relative_l2(single_fp32, single);
-  std::cout << "bf16 operands against fp32 ones: relative L2 distance " << rounding << "\n";
-  EXPECT_GT(rounding, 100 * gpt::testing::gpu_bound);
+  std::cout << shape << "bf16 operands against fp32 ones: relative L2 distance " << rounding
+            << "\n";
+  EXPECT_GT(rounding, 100 * gpt::testing::gpu_bound) << shape;
+}
+
+TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
+  expect_bf16_products(37, 29, 45);
+  expect_bf16_products(64, 32, 128);
 }
 
 // The whole model with bf16 products stays near the host model's fp32 (bf16's rounding, 2^-9

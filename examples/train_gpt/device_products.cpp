@@ -32,7 +32,7 @@ constexpr std::size_t workspace_bytes = std::size_t{32} << 20;
 } // namespace
 
 Products<zero::CudaStreamSpace>::Products(const zero::CudaStreamSpace& space,
-                                          ProductPrecision precision, std::size_t max_operand)
+                                          ProductPrecision precision, OperandSizes largest)
     : precision_(precision), stream_(space.stream()) {
   cublasHandle_t blas = nullptr;
   check_blas(cublasCreate(&blas), "cublasCreate");
@@ -48,9 +48,9 @@ Products<zero::CudaStreamSpace>::Products(const zero::CudaStreamSpace& space,
     // After the stream: setting a stream gives the handle back its default workspace.
     check_blas(cublasSetWorkspace(blas, workspace_, workspace_bytes), "cublasSetWorkspace");
     if (precision == ProductPrecision::bf16) {
-      capacity_ = max_operand;
-      ZERO_CHECK_CUDA(cudaMalloc(&a_rounded_, max_operand * sizeof(zero::bfloat16)));
-      ZERO_CHECK_CUDA(cudaMalloc(&b_rounded_, max_operand * sizeof(zero::bfloat16)));
+      capacity_ = largest;
+      ZERO_CHECK_CUDA(cudaMalloc(&a_rounded_, largest.a * sizeof(zero::bfloat16)));
+      ZERO_CHECK_CUDA(cudaMalloc(&b_rounded_, largest.b * sizeof(zero::bfloat16)));
     }
   } catch (...) {
     for (void* memory : {workspace_, a_rounded_, b_rounded_})
@@ -69,10 +69,11 @@ Products<zero::CudaStreamSpace>::~Products() {
 }
 
 const void* Products<zero::CudaStreamSpace>::operand(const float* x, std::size_t span,
-                                                     void* rounded) const {
+                                                     void* rounded, std::size_t capacity) const {
   if (precision_ == ProductPrecision::fp32) return x;
-  detail::require_scratch(span, capacity_);
-  zero::cuda_kernels::convert(x, static_cast<zero::bfloat16*>(rounded), span, stream_);
+  detail::require_scratch(span, capacity);
+  if (span > 0)
+    zero::cuda_kernels::convert(x, static_cast<zero::bfloat16*>(rounded), span, stream_);
   return rounded;
 }
 
@@ -89,8 +90,8 @@ void Products<zero::CudaStreamSpace>::gemm(bool trans_a, bool trans_b, std::size
                                            std::size_t k, float alpha, const float* a,
                                            std::size_t lda, const float* b, std::size_t ldb,
                                            float beta, float* c, std::size_t ldc) const {
-  const void* a_used = operand(a, operand_span(trans_a, m, k, lda), a_rounded_);
-  const void* b_used = operand(b, operand_span(trans_b, k, n, ldb), b_rounded_);
+  const void* a_used = operand(a, operand_span(trans_a, m, k, lda), a_rounded_, capacity_.a);
+  const void* b_used = operand(b, operand_span(trans_b, k, n, ldb), b_rounded_, capacity_.b);
   const cudaDataType type = element_type(precision_);
   check_blas(cublasGemmEx(blas_handle(blas_), operation(trans_b), operation(trans_a), int(n),
                           int(m), int(k), &alpha, b_used, type, int(ldb), a_used, type, int(lda),
@@ -105,10 +106,12 @@ void Products<zero::CudaStreamSpace>::gemm_batched(bool trans_a, bool trans_b, s
                                                    std::size_t ldc, const Batch& batch) const {
   const std::size_t element =
       precision_ == ProductPrecision::bf16 ? sizeof(zero::bfloat16) : sizeof(float);
-  const auto* a_used = static_cast<const char*>(operand(
-      a, operand_span(trans_a, m, k, lda, batch, batch.a_outer, batch.a_inner), a_rounded_));
-  const auto* b_used = static_cast<const char*>(operand(
-      b, operand_span(trans_b, k, n, ldb, batch, batch.b_outer, batch.b_inner), b_rounded_));
+  const auto* a_used = static_cast<const char*>(
+      operand(a, operand_span(trans_a, m, k, lda, batch, batch.a_outer, batch.a_inner), a_rounded_,
+              capacity_.a));
+  const auto* b_used = static_cast<const char*>(
+      operand(b, operand_span(trans_b, k, n, ldb, batch, batch.b_outer, batch.b_inner), b_rounded_,
+              capacity_.b));
   const cudaDataType type = element_type(precision_);
   for (std::size_t o = 0; o < batch.outer; ++o)
     check_blas(cublasGemmStridedBatchedEx(

@@ -5,17 +5,19 @@
 //
 // - fp32: the products of the operands as they are.
 // - bf16: the products of a and b rounded to bf16 (to nearest even, as zero::bfloat16 rounds),
-//   summed in fp32: tensor cores' arithmetic, and PyTorch's under bf16 autocast. The product of
-//   two bf16 values is exact in fp32, so the result differs from an fp32 product of the rounded
-//   operands only by the order of the sum. The operands are rounded into scratch of the
-//   Products' own, as large as the largest operand it was built for (max_operand elements, from
-//   the first to one past the last element an operand reaches, batches included).
+//   summed in fp32: tensor cores' arithmetic. The operands are rounded as PyTorch's bf16 autocast
+//   rounds them, but c stays fp32 (autocast's products return bf16). The product of two bf16
+//   values is exact in fp32, so the result differs from an fp32 product of the rounded operands
+//   in the order of the sum (and in how tensor cores round their fp32 additions). The operands
+//   are rounded into scratch of the Products' own, as large as the largest a and b it was built
+//   for (OperandSizes: elements from the first to one past the last an operand reaches, batches
+//   included).
 //
 // - Products<S> for a host stream space (the twin): the host model's own calls, run by the
 //   stream's worker, so that the twin computes the host model's bits: kernels::gemm for a single
 //   product, and for a batch one OpenBLAS call per product (the host attention's calls). bf16
 //   rounds the operands to floats holding bf16 values and makes the same calls, so it emulates
-//   the GPU's bf16 products up to the order of their sums.
+//   the GPU's bf16 products up to the order and rounding of their sums.
 // - Products<zero::CudaStreamSpace>: cuBLAS on the space's stream (device_products.cpp), on a
 //   workspace of the handle's own, so that a product's bits do not change from run to run: cuBLAS
 //   documents bitwise reproducible results on GPUs of the same architecture and SM count for a
@@ -52,9 +54,10 @@ struct Batch {
 };
 
 // The elements from an operand's first to one past the last it reaches: op(x) is rows x cols,
-// stored row-major with leading dimension ld (cols x rows when transposed).
+// stored row-major with leading dimension ld (cols x rows when transposed); none when empty.
 constexpr std::size_t operand_span(bool transposed, std::size_t rows, std::size_t cols,
                                    std::size_t ld) noexcept {
+  if (rows == 0 || cols == 0) return 0;
   return transposed ? (cols - 1) * ld + rows : (rows - 1) * ld + cols;
 }
 
@@ -63,9 +66,15 @@ constexpr std::size_t operand_span(bool transposed, std::size_t rows, std::size_
 constexpr std::size_t operand_span(bool transposed, std::size_t rows, std::size_t cols,
                                    std::size_t ld, const Batch& batch, std::size_t outer_stride,
                                    std::size_t inner_stride) noexcept {
-  return (batch.outer - 1) * outer_stride + (batch.inner - 1) * inner_stride +
-         operand_span(transposed, rows, cols, ld);
+  const std::size_t one = operand_span(transposed, rows, cols, ld);
+  if (one == 0 || batch.outer == 0 || batch.inner == 0) return 0;
+  return (batch.outer - 1) * outer_stride + (batch.inner - 1) * inner_stride + one;
 }
+
+// The most elements the products' first and second operands span (their bf16 scratch).
+struct OperandSizes {
+  std::size_t a = 0, b = 0;
+};
 
 namespace detail {
 inline void require_scratch(std::size_t span, std::size_t capacity) {
@@ -83,13 +92,20 @@ class Products;
 template <zero::HostStreamBased S>
 class Products<S> {
  public:
-  Products(const S& space, ProductPrecision precision, std::size_t max_operand)
+  Products(const S& space, ProductPrecision precision, OperandSizes largest)
       : space_(space), precision_(precision) {
     if (precision == ProductPrecision::bf16)
-      a_rounded_.resize(max_operand), b_rounded_.resize(max_operand);
+      a_rounded_.resize(largest.a), b_rounded_.resize(largest.b);
   }
   Products(const Products&) = delete; // queued work refers to its scratch
   Products& operator=(const Products&) = delete;
+  ~Products() {
+    if (precision_ == ProductPrecision::fp32) return;
+    try {
+      space_.fence(); // queued roundings write the scratch
+    } catch (...) {   // NOLINT(bugprone-empty-catch): the stream reports its failure to its owner
+    }
+  }
 
   void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
             const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
@@ -154,7 +170,7 @@ class Products<S> {
 template <>
 class Products<zero::CudaStreamSpace> {
  public:
-  Products(const zero::CudaStreamSpace& space, ProductPrecision precision, std::size_t max_operand);
+  Products(const zero::CudaStreamSpace& space, ProductPrecision precision, OperandSizes largest);
   ~Products();
   Products(const Products&) = delete;
   Products& operator=(const Products&) = delete;
@@ -169,13 +185,13 @@ class Products<zero::CudaStreamSpace> {
  private:
   // The operands as cuBLAS reads them: themselves in fp32, else their bf16 copies, converted on
   // the stream into a_rounded_ and b_rounded_.
-  const void* operand(const float* x, std::size_t span, void* rounded) const;
+  const void* operand(const float* x, std::size_t span, void* rounded, std::size_t capacity) const;
 
   void* blas_ = nullptr;      // cublasHandle_t (cuBLAS stays out of this header)
   void* workspace_ = nullptr; // device memory of its own
   ProductPrecision precision_;
   cudaStream_t stream_;
-  std::size_t capacity_ = 0;  // elements of each bf16 scratch
+  OperandSizes capacity_;     // elements of the bf16 scratch
   void* a_rounded_ = nullptr; // bf16 device memory, for bf16 products only
   void* b_rounded_ = nullptr;
 };

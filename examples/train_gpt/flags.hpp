@@ -283,7 +283,7 @@ inline Flags parse(int argc, char** argv) {
     f.products =
         text.products == "bf16" ? gpt::ProductPrecision::bf16 : gpt::ProductPrecision::fp32;
   } else if (f.device == "cuda" && f.dtype == zero::DType::bfloat16) {
-    f.products = gpt::ProductPrecision::bf16; // as PyTorch's bf16 autocast computes them
+    f.products = gpt::ProductPrecision::bf16; // operands rounded as PyTorch's bf16 autocast does
   }
   if (f.kept_inputs_cpu) {
     zero::require(f.device == "cuda",

@@ -1,6 +1,6 @@
 #pragma once
 // The precision of the device model's matrix products (device_products.hpp): fp32, or operands
-// rounded to bf16 and summed in fp32 (tensor cores', and PyTorch's under bf16 autocast).
+// rounded to bf16 (as PyTorch's bf16 autocast rounds them) and summed in fp32 on tensor cores.
 
 namespace gpt {
 
