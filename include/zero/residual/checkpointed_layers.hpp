@@ -28,8 +28,8 @@
 //
 // Where the kept inputs live: whole in memory (the default); on a tier below it (kept_inputs, e.g.
 // the NVMe tier); or, with partitioned activations (partition: ZeRO-R's Pa under tensor
-// parallelism), as this rank's slice of each, in memory or on the tier, all-gathered whole before
-// backward recomputes from it (residual/activation_partition.hpp).
+// parallelism), as this rank's slice of each, in memory or on the tier, all-gathered whole and
+// checked before backward recomputes from it (residual/partitioned_inputs.hpp).
 //
 // On a device: with a stream space as Exec (CudaStreamSpace, or the host stream space that stands
 // in for it), every activation is in Exec's memory, the layers queue their work on its stream, and
@@ -48,20 +48,17 @@
 #include "zero/core/work.hpp"
 #include "zero/residual/activation_memory.hpp"
 #include "zero/residual/checkpoint_plan.hpp"
+#include "zero/residual/partitioned_inputs.hpp"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <xxhash.h>
 
 namespace zero {
 
@@ -140,6 +137,7 @@ class CheckpointedLayers {
       : layers_(layers), options_(options), random_(std::move(random)), exec_(std::move(exec)),
         plan_(layers.layers(), options.number_checkpoints), memory_(options.contiguous_memory),
         segments_(plan_.segment_count()) {
+    if (options.partition) partitioned_.emplace(*options.partition);
     if constexpr (queued)
       require(!options.kept_inputs && !options.partition,
               std::string("CheckpointedLayers over ") + Exec::name +
@@ -167,7 +165,7 @@ class CheckpointedLayers {
     // One segment keeps nothing. Otherwise the inputs are kept whole in memory, or elsewhere (on
     // a tier, or in slices, or both), and then two whole buffers take turns as the current one.
     KeptInputTier* tier = last > 0 ? options_.kept_inputs : nullptr;
-    ActivationPartition* partition = last > 0 ? options_.partition : nullptr;
+    PartitionedInputs* partition = last > 0 ? partitioned() : nullptr;
     const bool in_host_memory = last > 0 && options_.kept_inputs_in_host_memory;
     const bool elsewhere = tier || partition || in_host_memory;
     if constexpr (queued)
@@ -219,7 +217,7 @@ class CheckpointedLayers {
     Floats other = memory_.take(Lifetime::step, activations());
     copy_floats(grad_output, grad);
     KeptInputTier* tier = options_.kept_inputs;
-    ActivationPartition* partition = options_.partition;
+    PartitionedInputs* partition = partitioned();
     const std::size_t last = plan_.segment_count() - 1;
     if constexpr (!queued)
       if (last > 0) { // bring back the first input needed while the last segment runs
@@ -295,12 +293,7 @@ class CheckpointedLayers {
     bool done = false;
     ~StartOverOnError() {
       if (done) return;
-      for (Work* in_flight : {&loop.gather_, &loop.hash_gather_}) {
-        try {
-          in_flight->wait(); // its buffers are given back below
-        } catch (...) {      // the step is being abandoned for another error already
-        }
-      }
+      if (loop.partitioned_) loop.partitioned_->wait_quietly(); // its buffers go below
       try {
         loop.exec_.fence(); // nor does queued work
       } catch (...) {
@@ -349,18 +342,19 @@ class CheckpointedLayers {
     memory_.end_segment();
   }
 
+  PartitionedInputs* partitioned() { return partitioned_ ? &*partitioned_ : nullptr; }
   // A kept input as it is stored: this rank's slice with a partition, else whole.
-  std::size_t kept_elements(const ActivationPartition* partition) const {
+  std::size_t kept_elements(const PartitionedInputs* partition) const {
     return partition ? partition->slice_elements(activations()) : activations();
   }
   // A buffer that holds a whole input: with a partition, every rank's slice, padding included.
-  std::size_t whole_elements(const ActivationPartition* partition) const {
-    return partition ? kept_elements(partition) * partition->parts() : activations();
+  std::size_t whole_elements(const PartitionedInputs* partition) const {
+    return partition ? partition->whole_elements(activations()) : activations();
   }
 
   // Keeps segment s's input (its current buffer) until backward: whole in memory, or its slice
   // with a partition, and on the tier when there is one.
-  void keep(std::size_t s, KeptInputTier* tier, ActivationPartition* partition) {
+  void keep(std::size_t s, KeptInputTier* tier, PartitionedInputs* partition) {
     if constexpr (queued) {
       if (options_.kept_inputs_in_host_memory) {
         copy_floats(segments_[s].input.first(activations()), host_kept(s));
@@ -373,16 +367,11 @@ class CheckpointedLayers {
     }
   }
   void keep_elsewhere(std::size_t s, KeptInputTier* tier,
-                      ActivationPartition* partition) requires(!queued) {
+                      PartitionedInputs* partition) requires(!queued) {
     View<const float> kept = segments_[s].input.first(activations());
     if (partition) {
-      segments_[s].hash = XXH3_64bits(kept.data(), kept.size() * sizeof(float));
       View<float> slice = tier ? slice_ : memory_.take(Lifetime::step, kept_elements(partition));
-      const std::size_t size = slice.size(),
-                        begin = std::min(partition->part() * size, kept.size());
-      const std::size_t end = std::min(begin + size, kept.size());
-      std::copy(kept.begin() + begin, kept.begin() + end, slice.begin());
-      std::fill(slice.begin() + (end - begin), slice.end(), 0.0f); // the last slice's padding
+      segments_[s].hash = partition->cut(kept, slice);
       if (!tier) segments_[s].slice = slice;
       kept = slice;
     }
@@ -409,40 +398,13 @@ class CheckpointedLayers {
       slice = slice_;
     }
     const View<float> whole = whole_buffer(s);
-    gather_ = options_.partition->all_gather(slice, whole);
+    partitioned_->start_gather(slice, whole, segments_[s].hash);
     stats_.gathered_elements += whole.size();
-    // Every rank's hash of its forward input beside it, so that all ranks judge the gathered input
-    // alike (a rank whose own input matches it would otherwise go on while another throws).
-    std::memcpy(own_hash_.data(), &segments_[s].hash, sizeof(std::uint64_t));
-    hashes_.resize(2 * options_.partition->parts());
-    hash_gather_ =
-        options_.partition->all_gather(View<const float>(own_hash_), View<float>(hashes_));
   }
-  // Segment s's input, once its gather is done. It must be the input every rank of the group had
-  // in forward: ranks that computed different inputs would otherwise recompute from a mix of
-  // them. Every rank compares every rank's hash with the gathered input's, so all of them stop,
-  // naming the same ranks.
+  // Segment s's input, once its gather is done and checked against every rank's forward input.
   View<const float> gathered(std::size_t s) requires(!queued) {
-    const auto start = std::chrono::steady_clock::now();
-    gather_.wait();
-    hash_gather_.wait();
-    stats_.gather_wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const View<float> whole = whole_buffer(s).first(activations());
-    const std::uint64_t gathered_hash = XXH3_64bits(whole.data(), whole.size() * sizeof(float));
-    std::string differing;
-    for (std::size_t r = 0; r < options_.partition->parts(); ++r) {
-      std::uint64_t hash = 0;
-      std::memcpy(&hash, hashes_.data() + 2 * r, sizeof hash);
-      if (hash != gathered_hash) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    require(differing.empty(),
-            "CheckpointedLayers: partitioned activations: the input of segment " +
-                std::to_string(s) + " gathered over the group differs from the one rank(s) " +
-                differing +
-                " of the group had in forward; the ranks of a partition must compute the same "
-                "inputs",
-            ErrorKind::mismatch);
+    stats_.gather_wait_seconds += partitioned_->finish_gather(s, whole);
     return whole;
   }
 
@@ -474,11 +436,7 @@ class CheckpointedLayers {
   Floats restored_;                      // kept elsewhere: the input being recomputed from
   Buffer<float, pinned_host> host_kept_; // kept_inputs_in_host_memory: every kept input
   View<float> slice_; // with a partition and a tier: a slice on its way to or from the tier
-  Work gather_;       // with a partition: the gather in flight
-  // and every rank's hash of its forward input (64 bits as two floats each), gathered beside it
-  Work hash_gather_;
-  std::array<float, 2> own_hash_{};
-  std::vector<float> hashes_;
+  std::optional<PartitionedInputs> partitioned_; // with a partition
   CheckpointStats stats_;
   bool in_step_ = false;
 };
