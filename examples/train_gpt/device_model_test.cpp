@@ -38,7 +38,16 @@ using gpt::testing::relative_l2;
 const gpt::Config config{.layers = 1, .heads = 2, .embd = 24, .seq = 9, .vocab = 256};
 constexpr std::size_t batch = 3;
 
-TEST(DeviceModel, BlockMatchesTheHostModel) {
+// A block's forward and backward from the same weights, input and output gradient, on the
+// device model (with `products`) and on the host model: the output, the saved activations, the
+// input gradient and the parameter gradients of each.
+struct BlockOutputs {
+  std::vector<float> y, saved, dx, dparams;
+};
+struct BlockRuns {
+  BlockOutputs device, host;
+};
+BlockRuns run_block(gpt::ProductPrecision products) {
   Device device;
   const std::size_t n = batch * config.seq * config.embd;
   const std::size_t saved_floats = gpt::block_saved_floats(config, batch);
@@ -47,19 +56,27 @@ TEST(DeviceModel, BlockMatchesTheHostModel) {
   auto params_d = device.upload(params), x_d = device.upload(x), dy_d = device.upload(dy);
   zero::Buffer<float, gpt::testing::Memory> y_d(n), saved_d(saved_floats), dx_d(n),
       dparams_d(params.size());
-  const gpt::DeviceModel model(device.space(), config, batch);
+  const gpt::DeviceModel model(device.space(), config, batch, products);
   model.block_forward(params_d.data(), x_d.data(), y_d.data(), saved_d.data(), batch);
   model.block_backward(params_d.data(), x_d.data(), saved_d.data(), dy_d.data(), dx_d.data(),
                        dparams_d.data(), batch);
 
-  std::vector<float> y(n), saved(saved_floats), dx(n), dparams(params.size());
-  gpt::block_forward(config, params.data(), x.data(), y.data(), saved.data(), batch);
-  gpt::block_backward(config, params.data(), x.data(), saved.data(), dy.data(), dx.data(),
-                      dparams.data(), batch);
-  expect_host_result(device.download(y_d), y, "the block's output");
-  expect_host_result(device.download(saved_d), saved, "the block's saved activations");
-  expect_host_result(device.download(dx_d), dx, "the block's input gradient");
-  expect_host_result(device.download(dparams_d), dparams, "the block's parameter gradients");
+  BlockOutputs host{std::vector<float>(n), std::vector<float>(saved_floats), std::vector<float>(n),
+                    std::vector<float>(params.size())};
+  gpt::block_forward(config, params.data(), x.data(), host.y.data(), host.saved.data(), batch);
+  gpt::block_backward(config, params.data(), x.data(), host.saved.data(), dy.data(), host.dx.data(),
+                      host.dparams.data(), batch);
+  return {{device.download(y_d), device.download(saved_d), device.download(dx_d),
+           device.download(dparams_d)},
+          host};
+}
+
+TEST(DeviceModel, BlockMatchesTheHostModel) {
+  const auto [device, host] = run_block(gpt::ProductPrecision::fp32);
+  expect_host_result(device.y, host.y, "the block's output");
+  expect_host_result(device.saved, host.saved, "the block's saved activations");
+  expect_host_result(device.dx, host.dx, "the block's input gradient");
+  expect_host_result(device.dparams, host.dparams, "the block's parameter gradients");
 }
 
 TEST(DeviceModel, EmbeddingsAndHeadMatchTheHostModel) {
@@ -172,23 +189,7 @@ TEST(DeviceProducts, Bf16RoundsTheOperandsAndSumsInFp32) {
 // The whole model with bf16 products stays near the host model's fp32 (bf16's rounding, 2^-9
 // relative, through a block's four products and the attention's), and is not its bits.
 TEST(DeviceModel, Bf16ProductsStayNearTheHostModel) {
-  Device device;
-  const std::size_t n = batch * config.seq * config.embd;
-  const std::size_t saved_floats = gpt::block_saved_floats(config, batch);
-  const auto params = random_floats(gpt::block_parameters(config), 0.2f, 21);
-  const auto x = random_floats(n, 1.0f, 22), dy = random_floats(n, 1.0f, 23);
-  auto params_d = device.upload(params), x_d = device.upload(x), dy_d = device.upload(dy);
-  zero::Buffer<float, gpt::testing::Memory> y_d(n), saved_d(saved_floats), dx_d(n),
-      dparams_d(params.size());
-  const gpt::DeviceModel model(device.space(), config, batch, gpt::ProductPrecision::bf16);
-  model.block_forward(params_d.data(), x_d.data(), y_d.data(), saved_d.data(), batch);
-  model.block_backward(params_d.data(), x_d.data(), saved_d.data(), dy_d.data(), dx_d.data(),
-                       dparams_d.data(), batch);
-
-  std::vector<float> y(n), saved(saved_floats), dx(n), dparams(params.size());
-  gpt::block_forward(config, params.data(), x.data(), y.data(), saved.data(), batch);
-  gpt::block_backward(config, params.data(), x.data(), saved.data(), dy.data(), dx.data(),
-                      dparams.data(), batch);
+  const auto [device, host] = run_block(gpt::ProductPrecision::bf16);
   const auto expect_near = [](const std::vector<float>& got, const std::vector<float>& fp32,
                               const char* what) {
     const double distance = relative_l2(got, fp32);
@@ -196,9 +197,9 @@ TEST(DeviceModel, Bf16ProductsStayNearTheHostModel) {
     EXPECT_LT(distance, 1e-2) << what;
     EXPECT_GT(distance, 1e-4) << what << ": the products were not rounded";
   };
-  expect_near(device.download(y_d), y, "the block's output");
-  expect_near(device.download(dx_d), dx, "the block's input gradient");
-  expect_near(device.download(dparams_d), dparams, "the block's parameter gradients");
+  expect_near(device.y, host.y, "the block's output");
+  expect_near(device.dx, host.dx, "the block's input gradient");
+  expect_near(device.dparams, host.dparams, "the block's parameter gradients");
 }
 
 TEST(DeviceModel, RefusesABatchLargerThanItWasBuiltFor) {
