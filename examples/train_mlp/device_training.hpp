@@ -19,6 +19,7 @@
 #include <zero/core/cuda_stream_space.hpp>
 #include <zero/engine/cuda_engine.hpp>
 #include <zero/offload/offloaded_optimizer_store.hpp>
+#include <zero/offload/offloaded_parameters.hpp>
 #if ZERO_TRAIN_MLP_NVME
 #include <zero/offload/nvme_stores.hpp>
 #endif
@@ -44,6 +45,14 @@ using OffloadedToCpu =
     zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::optimizer_states_in<zero::host>>;
 using OffloadedToNvme =
     zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::optimizer_states_in<zero::nvme>>;
+// ZeRO-Infinity's offload_param beside either (stage 3): the parameter shards in pinned host
+// memory, from which each layer's block is copied to the GPU asynchronously.
+using ParametersOffloadedToCpu =
+    zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::parameters_in<zero::pinned_host>,
+                    zero::optimizer_states_in<zero::host>>;
+using ParametersOffloadedBesideNvme =
+    zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::parameters_in<zero::pinned_host>,
+                    zero::optimizer_states_in<zero::nvme>>;
 // bf16 or fp16: each placement's engines are compiled for those only (float would add a third
 // instantiation of every stage for no check the GPU runs need).
 using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
@@ -238,10 +247,19 @@ History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& 
   return h;
 }
 
-// ZeRO-Offload's engines for a stage: the optimizer states in host memory, or on NVMe.
+// ZeRO-Offload's engines for a stage: the optimizer states in host memory, or on NVMe; at stage 3
+// the parameter shards in host memory with them (--offload-param).
 template <class Plan>
 History run_offloaded_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
                              InitialWeights& init) {
+  if constexpr (Plan::parameters)
+    if (f.parameters_on_cpu) {
+      if (!f.optimizer_on_nvme)
+        return run_on_gpu<Plan, ParametersOffloadedToCpu>(world, f, data, init);
+#if ZERO_TRAIN_MLP_NVME
+      return run_on_gpu<Plan, ParametersOffloadedBesideNvme>(world, f, data, init);
+#endif
+    }
   if (f.optimizer_on_nvme) {
 #if ZERO_TRAIN_MLP_NVME
     return run_on_gpu<Plan, OffloadedToNvme>(world, f, data, init);

@@ -155,6 +155,8 @@ inline void apply_flags(Flags& f, const FlagPairs& pairs) {
       f.parameters_on_nvme = true;
     else if (flag == "--offload-optimizer")
       f.optimizer_on_cpu = true;
+    else if (flag == "--offload-param")
+      f.parameters_on_cpu = true;
     else if (flag == "--delayed-update-after")
       f.delayed_update_after = int(whole(0, int_max));
     else if (flag == "--speculative-update")
@@ -272,6 +274,10 @@ inline void describe(CLI::App& app) {
                               "optimizer states in host memory, updated by the CPU (also\n"
                               "offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
                               "on NVMe through the host)");
+  flag("--offload-param", "with --offload-optimizer and --stage 3: ZeRO-Infinity's\n"
+                          "offload_param, the parameter shards in pinned host memory, each\n"
+                          "layer's copied to the GPU and gathered there when used (also\n"
+                          "offload_param.device \"cpu\" in --config; docs/zero-infinity-gpu.md)");
   flag("--speculative-update",
        "with --offload-optimizer: each layer's CPU update starts once its\n"
        "gradient has reached the host, during backward, and is undone when\n"
@@ -418,6 +424,7 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
     f.speculative_update = z.offload_optimizer.super_offload;
     f.offload_ratio = z.offload_optimizer.ratio;
     f.parameters_on_nvme = z.offload_param.device == OffloadDevice::nvme;
+    f.parameters_on_cpu = z.offload_param.device == OffloadDevice::cpu;
   }
   apply_flags(f, pairs);
   // Errors name what set the value: the flag when it was given, else the config's key.
@@ -483,8 +490,22 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
                   zero::ErrorKind::unsupported);
     zero::require(!f.parameters_on_nvme,
                   "--device cuda: " + parameters_on_nvme +
-                      ": parameters offloaded from a GPU (offload_param) are not built yet",
+                      ": parameters on NVMe beside a GPU are not built yet; keep them in host "
+                      "memory (--offload-param)",
                   zero::ErrorKind::unsupported);
+    // ZeRO-Infinity's offload_param (docs/zero-infinity-gpu.md): stage 3's shards in host memory.
+    const std::string param_on_cpu =
+        named("--offload-param", "zero_optimization.offload_param.device \"cpu\"");
+    zero::require(!f.parameters_on_cpu || f.stage == 3,
+                  "offloading the parameters (" + param_on_cpu +
+                      ") needs ZeRO stage 3, as DeepSpeed's" + stage);
+    zero::require(!f.parameters_on_cpu || f.optimizer_on_cpu || f.optimizer_on_nvme,
+                  "offloading the parameters (" + param_on_cpu +
+                      ") needs the optimizer states offloaded too (" + on_cpu + " or " + on_nvme +
+                      "): the CPU's step writes the new parameter shards in host memory");
+    zero::require(!f.parameters_on_cpu || f.offload_ratio == 1,
+                  "offloading the parameters (" + param_on_cpu +
+                      ") runs the whole update on the CPU: --offload-ratio must be 1");
     zero::require(!f.async_checkpoint,
                   "--device cuda: --async-checkpoint is untested over a device; save without it",
                   zero::ErrorKind::unsupported);
@@ -504,6 +525,11 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
   zero::require(f.delayed_update_after < 0 || (f.device == "cuda" && f.optimizer_on_cpu),
                 "--delayed-update-after needs --device cuda and --offload-optimizer (the update it "
                 "delays is the CPU's)");
+  zero::require(f.device == "cuda" || !flagged("--offload-param"),
+                "--offload-param needs --device cuda (without it the parameters are in host "
+                "memory already)");
+  // A config's "cpu" is where a host run keeps the parameters anyway.
+  if (f.device != "cuda") f.parameters_on_cpu = false;
   zero::require(f.device == "cuda" || !flagged("--offload-optimizer"),
                 "--offload-optimizer needs --device cuda (without it the optimizer states are in "
                 "host memory already)");

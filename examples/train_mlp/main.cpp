@@ -97,6 +97,10 @@ std::string nvme_summary(const train::Flags& f) {
 // Where a --device cuda run keeps what, for the run's first line.
 std::string device_summary(const train::Flags& f) {
   if (f.device != "cuda") return "";
+  if (f.parameters_on_cpu)
+    return std::string(", parameter shards in pinned host memory (ZeRO-Infinity's offload_param), "
+                       "gradients and model on the GPU, optimizer states ") +
+           (f.optimizer_on_nvme ? "on NVMe" : "in host memory");
   if (f.optimizer_on_nvme) return ", parameters, gradients and model on the GPU (ZeRO-Offload)";
   if (f.optimizer_on_cpu)
     return ", parameters, gradients and model on the GPU, optimizer states in host memory "

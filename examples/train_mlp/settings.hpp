@@ -48,6 +48,9 @@ struct Flags {
   // ZeRO-Offload with --device cuda: the optimizer states in host memory, updated by the
   // CPU (--offload-optimizer, or the config's offload_optimizer.device "cpu").
   bool optimizer_on_cpu = false;
+  // ZeRO-Infinity's offload_param with --device cuda: stage 3's parameter shards in pinned host
+  // memory beside the offloaded optimizer states (--offload-param, or offload_param.device "cpu").
+  bool parameters_on_cpu = false;
   int delayed_update_after = -1;   // --delayed-update-after N: ZeRO-Offload's DPU after N updates
   bool speculative_update = false; // --speculative-update (or offload_optimizer.super_offload)
   double offload_ratio = 1; // --offload-ratio R (or offload_optimizer.ratio): the CPU's share

@@ -52,8 +52,9 @@ struct Scenario {
   int accumulation = 1;
   double clipping = 0;
   int steps = 3;
-  std::size_t bucket = 500;    // reduce_bucket_elements
-  std::size_t persistence = 0; // stage 3's persistence_threshold
+  std::size_t bucket = 500;             // reduce_bucket_elements
+  std::size_t persistence = 0;          // stage 3's persistence_threshold
+  std::size_t max_live = 1'000'000'000; // stage 3's max_live_elements
   // From the start of each backward to the end of its step, the compute stream runs work only once
   // waited for (the twin only: ComputeHold): a collective, a read or an update not ordered after
   // the gradients' copies, or after the step's own work, reads stale data, every run.
@@ -115,6 +116,7 @@ inline zero::EngineOptions options_for(const Scenario& run) {
   options.gradient_clipping = run.clipping;
   options.reduce_bucket_elements = run.bucket;
   options.persistence_threshold = run.persistence;
+  options.max_live_elements = run.max_live;
   options.allgather_bucket_elements = 700;
   options.prefetch_elements = 3000;
   options.delayed_parameter_update_after = run.delayed_after;

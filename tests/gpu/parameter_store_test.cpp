@@ -18,6 +18,7 @@
 #include <zero/engine/options.hpp>
 #include <zero/engine/replicated_parameters.hpp>
 #include <zero/engine/sharded_parameters.hpp>
+#include <zero/offload/offloaded_parameters.hpp>
 #include <zero/shard.hpp>
 
 #include <gtest/gtest.h>
@@ -44,7 +45,8 @@ std::vector<std::byte> bytes_of(const U* data, std::size_t n) {
   return out;
 }
 
-// The host and the device store of a stage: 0, 1 (stages 1/2) or 3.
+// The host and the device store of a stage: 0, 1 (stages 1/2), 3, or 4: stage 3 with the blocks
+// in pinned host memory beside the device (offload_param), gathered on the device.
 template <class T, class Partitioner, int Stage>
 struct Stores {
   using Updated = zero::Kept<Stage != 0, Partitioner, DeviceMemory>; // only how: sharded or not
@@ -58,6 +60,12 @@ struct Stores<T, Partitioner, 3> {
   using Device =
       zero::ShardedParameters<T, zero::Kept<true, Partitioner, DeviceMemory>, Staged, DeviceSpace>;
 };
+template <class T, class Partitioner>
+struct Stores<T, Partitioner, 4> {
+  using Host = typename Stores<T, Partitioner, 3>::Host;
+  using Device = zero::OffloadedParameters<T, zero::Kept<true, Partitioner, zero::pinned_host>,
+                                           Staged, DeviceSpace>;
+};
 
 // `gather`: the elements per gather collective (stages 1/2), or the persistence threshold (stage
 // 3: layers of fewer elements stay gathered). `held`: from each step's writes to its checks, the
@@ -66,11 +74,12 @@ struct Stores<T, Partitioner, 3> {
 template <class T, class Partitioner, int Stage>
 void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
   constexpr bool sharded_update = Stage != 0;
+  constexpr bool gathered = Stage >= 3;
   const zero::ModelLayout layout(
       test_partitioner<Partitioner>().partition(device_test_model(20000), s.ranks), s.rank, s.rank);
   zero::EngineOptions options;
   options.compute_dtype = zero::dtype_of<T>;
-  if constexpr (Stage == 3) {
+  if constexpr (gathered) {
     options.persistence_threshold = gather;
     options.prefetch_elements = 30000; // one more layer gathered ahead of the one acquired
   } else {
@@ -79,12 +88,18 @@ void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
   typename Stores<T, Partitioner, Stage>::Host host(world(), layout, options);
   typename Stores<T, Partitioner, Stage>::Device device(s.comm, layout, options, nullptr,
                                                         s.compute());
-  const std::string what = std::string(Stage == 3 ? "stage 3 "
-                                       : Stage    ? "stages 1/2 "
-                                                  : "stage 0 ") +
+#if ZERO_TEST_TWIN
+  // The blocks' copies to the device run only once waited for: a gather not ordered after its
+  // block's copy reads a buffer that does not hold the block yet, every run.
+  if constexpr (Stage == 4) device.blocks().copy_space().stream().defer_until_waited();
+#endif
+  const std::string what = std::string(Stage == 4   ? "stage 3 offloaded "
+                                       : Stage == 3 ? "stage 3 "
+                                       : Stage      ? "stages 1/2 "
+                                                    : "stage 0 ") +
                            zero::to_string(zero::dtype_of<T>) + " layout " +
                            std::string(layout.sharded->policy()) +
-                           (Stage == 3 ? " persistence threshold " : " gather bucket ") +
+                           (gathered ? " persistence threshold " : " gather bucket ") +
                            std::to_string(gather) + (held ? " held" : "");
 
   const auto expect_same_layers = [&](const char* when) {
@@ -115,6 +130,14 @@ void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
   expect_same_layers("after set_layer");
 
   for (int step = 0; step < 2; ++step) {
+    // Offloaded: a block copied ahead of its gather (the gather's hint for the layer after the one
+    // it prefetches) before the step holds the weights before it, and must not be gathered after.
+    if constexpr (Stage == 4) {
+      device.blocks().drop(); // every buffer free: the hint takes one
+      device.blocks().prefetch(0);
+      EXPECT_TRUE(device.blocks().holds(0)) << what << ": no block copied ahead";
+      device.blocks().copy_space().fence(); // copied now, also where the copies are deferred
+    }
     host.begin_update();
     device.begin_update();
     std::vector<zero::Buffer<T, zero::pinned_host>> pinned; // until the stream ran the copies
@@ -135,7 +158,8 @@ void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
       std::copy(mine.begin(), mine.end(), host_target.begin());
       host.layer_updated(l);
 
-      const zero::View<T, DeviceMemory> device_target = device.update_target(l);
+      // Device memory, or host memory for the offloaded blocks: a copy on the stream either way.
+      const auto device_target = device.update_target(l);
       ASSERT_EQ(device_target.size(), mine.size());
       pinned.emplace_back(mine.size(), zero::uninitialized);
       std::copy(mine.begin(), mine.end(), pinned.back().data());
@@ -151,11 +175,28 @@ void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
   }
   // What the cases are there for happened: stage 3 prefetched (a layer gathered ahead of its
   // acquisition), and the per-parameter and unequal layouts gave out-of-order images.
-  if constexpr (Stage == 3) {
+  if constexpr (gathered) {
     EXPECT_GT(device.gather_counts().prefetched, 0u) << what;
   }
-  if (s.ranks > 1 && !std::is_same_v<Partitioner, zero::FlatContiguous>) {
-    EXPECT_FALSE(layout.images.all_in_order()) << what;
+  // Offloaded, no block stays in device memory: beside the gathered layers' pool (the layer held,
+  // those prefetched or kept for their next use) and the layers kept gathered, only the blocks on
+  // their way, at most one per gathered layer's buffer and one copied ahead. The host keeps the
+  // shard.
+  if constexpr (Stage == 4) {
+    std::size_t largest_layer = 0, largest_block = 0, kept = 0;
+    for (std::size_t l = 0; l < layout.layers(); ++l) {
+      largest_layer = std::max(largest_layer, layout.sharded->layer(l).flat_numel);
+      largest_block = std::max(largest_block, layout.sharded->block(l, s.rank).size());
+      if (layout.sharded->layer(l).numel < gather) kept += layout.sharded->layer(l).flat_numel;
+    }
+    const std::size_t block_bytes = device.blocks().buffer_bytes();
+    const std::size_t layer_buffers =
+        (device.buffer_bytes() - block_bytes) / (largest_layer * sizeof(T));
+    EXPECT_GT(block_bytes, 0u) << what;
+    EXPECT_LE(block_bytes / (largest_block * sizeof(T)), layer_buffers + 1) << what;
+    EXPECT_EQ(device.parameter_bytes().memory,
+              layout.sharded->shard_numel(s.rank) * sizeof(T) + kept * sizeof(T))
+        << what;
   }
 }
 
@@ -172,6 +213,18 @@ template <class T, class Partitioner>
 void sharded_cases(StagedSetup& s) {
   for (const std::size_t persistence : {std::size_t{0}, std::size_t{100}})
     run_case<T, Partitioner, 3>(s, persistence);
+}
+
+// Stage 3 with the blocks in host memory: every layer gathered on the device from blocks copied
+// there, or the small ones kept gathered; the step's writes are copies into host memory queued on
+// the store's stream, which the next copies to the device must follow.
+template <class T, class Partitioner>
+void offloaded_cases(StagedSetup& s) {
+  for (const std::size_t persistence : {std::size_t{0}, std::size_t{100}})
+    run_case<T, Partitioner, 4>(s, persistence);
+#if ZERO_TEST_TWIN
+  run_case<T, Partitioner, 4>(s, 0, /*held=*/true);
+#endif
 }
 
 TEST(DeviceReplicatedParameters, FlatGivesTheHostBits) {
@@ -216,5 +269,11 @@ TEST(DeviceShardedParameters, GathersStartAfterTheStepsWrites) {
   run_case<float, zero::PerParameter, 3>(s, 100, true);
 }
 #endif
+
+TEST(DeviceOffloadedParameters, BlocksInHostMemoryGiveTheHostBits) {
+  StagedSetup s;
+  offloaded_cases<float, zero::FlatContiguous>(s);
+  offloaded_cases<zero::half, zero::PerParameter>(s);
+}
 
 } // namespace device_parameter_store_test

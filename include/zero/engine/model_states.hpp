@@ -63,6 +63,10 @@ struct parameter_store_for<T, K, Updated, Comm, Exec, false> {
 };
 template <Element T, class Partitioner, KeptState Updated, Communicator Comm, ExecutionSpace Exec>
 struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true>;
+// Stage 3's shards in host memory beside a device space: <zero/offload/offloaded_parameters.hpp>.
+template <Element T, KeptState K, KeptState Updated, Communicator Comm, ExecutionSpace Exec>
+requires parameters_streamed_from<typename K::space, Exec>
+struct parameter_store_for<T, K, Updated, Comm, Exec, true>;
 
 // Whether a store's specialisation is defined: the header that defines it was included.
 template <class For>
@@ -103,13 +107,20 @@ class ModelStates {
   static constexpr bool offloaded_to_memory =
       detail::offloaded_from<typename Where::optimizer_states, Exec> &&
       !std::same_as<typename Where::optimizer_states, nvme>;
-  static constexpr bool stores_defined =
-      detail::defined_store<detail::optimizer_store_for<Opt, KeptOptimizer, Exec>> &&
+  static constexpr bool parameters_offloaded_to_memory =
+      detail::parameters_streamed_from<typename Where::parameters, Exec>;
+  static constexpr bool optimizer_store_defined =
+      detail::defined_store<detail::optimizer_store_for<Opt, KeptOptimizer, Exec>>;
+  static constexpr bool parameter_store_defined =
       detail::defined_store<detail::parameter_store_for<T, KeptParams, KeptOptimizer, Comm, Exec>>;
-  static_assert(stores_defined || !offloaded_to_memory,
+  static_assert(optimizer_store_defined || !offloaded_to_memory,
                 "zero: this placement offloads the optimizer states from a device to host memory "
                 "(ZeRO-Offload): include <zero/offload/offloaded_optimizer_store.hpp>");
-  static_assert(stores_defined || offloaded_to_memory,
+  static_assert(parameter_store_defined || !parameters_offloaded_to_memory,
+                "zero: this placement keeps stage 3's parameters in host memory beside a device "
+                "(offload_param): include <zero/offload/offloaded_parameters.hpp>");
+  static_assert((optimizer_store_defined || offloaded_to_memory) &&
+                    (parameter_store_defined || parameters_offloaded_to_memory),
                 "zero: this placement keeps states on the NVMe tier: include "
                 "<zero/offload/nvme_stores.hpp> (and link zero::nvme)");
   using Parameters =
@@ -180,6 +191,12 @@ class ModelStates {
                            "offload_ratio below 1 splits the update of offloaded optimizer states "
                            "between the CPU and the GPU; this placement does not offload them "
                            "from a device (docs/zero-offload.md)");
+      if constexpr (parameters_offloaded_to_memory)
+        fail_on_every_rank(ErrorKind::unsupported,
+                           "offload_ratio below 1 updates part of each block on the GPU, into a "
+                           "compute copy in device memory; with the parameters in host memory "
+                           "(offload_param) the whole update runs on the host: keep a ratio of 1 "
+                           "(docs/zero-infinity-gpu.md)");
     }
     if (options.delayed_parameter_update_after >= 0) {
       if constexpr (!offloaded)

@@ -10,8 +10,12 @@
 // per step; gathered elements, prefetches included, never exceed the live bound except for what the
 // caller holds itself.
 //
-// Where this rank's blocks come from is a BlockSource: the shard in memory (ShardBlocks), or the
-// NVMe tier, which reads a block ahead when asked to prefetch it.
+// Where this rank's blocks come from is a BlockSource: the shard in memory (ShardBlocks), the
+// NVMe tier, which reads a block ahead when asked to prefetch it, or host memory beside a device
+// (offload/device_staged_blocks.hpp), whose blocks reach the device on a copy stream: such a source
+// names, through arrival(l, exec), a stream ordered after its copy of block l and after the work
+// queued on Exec's stream, and the collective that reads the block starts after that stream
+// instead of Exec's, so that the engine's stream never waits for a copy.
 //
 // With quantized weights (ZeRO++'s qwZ), a gather that acquire() starts carries int8 blocks and
 // their scales instead of T (gather/quantized_gather.hpp), dequantized when the gather is waited
@@ -233,10 +237,10 @@ class ParameterGather {
       Slot& s = slots_[l];
       if (!s.persistent) continue;
       if (images_.in_order(l)) {
-        gather_layer_image(comm_, layout_, l, source.block(l), s.persistent->view()).wait();
+        gather_from(source, l, s.persistent->view(), false).wait();
       } else {
         Buffer<T, Memory> image(layout_.layer(l).flat_numel, uninitialized);
-        gather_layer_image(comm_, layout_, l, source.block(l), image.view()).wait();
+        gather_from(source, l, image.view(), false).wait();
         convert_runs(exec_, View<const T, Memory>(image.view()),
                      s.persistent->view().first(layout_.layer(l).numel), unpacking_[l]);
         if constexpr (StreamSpace<Exec>) exec_.fence(); // before the image goes
@@ -282,6 +286,23 @@ class ParameterGather {
     return order_.comes_next(l) ||
            order_.reacquired_within(l, limits_.max_reuse_distance,
                                     [&](std::size_t at) { return layout_.layer(at).flat_numel; });
+  }
+
+  // Layer l's blocks gathered into `image`, after the source's block arrived where it names a
+  // stream for that (see the top of this file). A communicator not ordered after a caller stream
+  // starts at once: the host waits for that stream first.
+  template <class Source>
+  Work gather_from(Source& source, std::size_t l, View<T, Memory> image, bool unordered) {
+    const View<const T, Memory> block = source.block(l);
+    if constexpr (requires { source.arrival(l, exec_); }) {
+      const Exec arrival = source.arrival(l, exec_);
+      if constexpr (!OrderedAfterCaller<Comm, Exec>)
+        if (!unordered) arrival.fence();
+      const CallerScope<Comm, Exec> after_arrival(unordered ? nullptr : &comm_, arrival);
+      return gather_layer_image(comm_, layout_, l, block, image);
+    } else {
+      return gather_layer_image(comm_, layout_, l, block, image);
+    }
   }
 
   // A gathered or prefetched copy of layer l that nobody holds goes away.
@@ -330,8 +351,8 @@ class ParameterGather {
       source.release(l); // packed into the gather's own buffer
     } else {
       const std::size_t target = s.image ? *s.image : *s.ordered;
-      s.work = gather_layer_image(comm_, layout_, l, source.block(l),
-                                  pool_[target].view().first(layout_.layer(l).flat_numel));
+      s.work = gather_from(source, l, pool_[target].view().first(layout_.layer(l).flat_numel),
+                           unordered);
       s.source_held = true;
     }
     if (prefetch)

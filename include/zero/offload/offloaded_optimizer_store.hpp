@@ -165,7 +165,10 @@ class OffloadedOptimizerStore {
     auto host_grads = host_part(grads);
     auto host_out = host_part(out);
     staging_.stage(host_grads);
-    if (share_) share_->update(update, grad_multiplier, grads, out); // while the host updates
+    // While the host updates; only into a compute copy in device memory (a host one, offload_param,
+    // refuses a share: model_states.hpp).
+    if constexpr (!decltype(out(std::size_t{}))::memory_space::host_accessible)
+      if (share_) share_->update(update, grad_multiplier, grads, out);
     // A layer is handed on once both parts of it are: the host's copied back, the device's waited
     // for by the engine's stream.
     auto handed_on = [&](std::size_t l) {

@@ -108,6 +108,14 @@ class ShardedTensor {
                 Policy policy = {})
       : ShardedTensor(comm, std::move(layout), policy, verified) {}
 
+  // Not collective: rank `rank`'s slice, in memory, of a layout `ranks` ranks agreed on already,
+  // without a communicator of the slice's memory (stage 3's blocks in host memory beside a
+  // communicator of device memory, offload/offloaded_parameters.hpp).
+  ShardedTensor(std::shared_ptr<const ShardLayout> layout, layout_agreed_t, int rank, int ranks,
+                Policy policy = {}) requires in_memory
+      : ShardedTensor(sized_for(std::move(layout), Policy::sharded ? ranks : 1), std::move(policy),
+                      rank, ranks) {}
+
   ShardedTensor(ShardedTensor&&) noexcept = default;
   ShardedTensor& operator=(ShardedTensor&&) noexcept = default;
 
@@ -403,6 +411,16 @@ class ShardedTensor {
       return storage_type(block_);
     else
       return storage_type(policy_.space, *layout_, slice_);
+  }
+
+  static std::shared_ptr<const ShardLayout> sized_for(std::shared_ptr<const ShardLayout> layout,
+                                                      int slices) {
+    require(layout != nullptr, "ShardedTensor: the layout is null");
+    if (layout->world_size() != slices)
+      fail(ErrorKind::invalid_argument,
+           "ShardedTensor: the layout has " + std::to_string(layout->world_size()) +
+               " slices, but this tensor needs " + std::to_string(slices));
+    return layout;
   }
 
   void check_part(std::size_t l, Range part, std::size_t buffer, const char* op) const {

@@ -128,20 +128,38 @@ inline constexpr bool updated_from = runs_on<Exec, Space> || Space::host_accessi
 template <class Space, class Exec>
 inline constexpr bool offloaded_from =
     !Exec::memory_space::host_accessible && !std::same_as<Space, typename Exec::memory_space>;
+// Stage 3's parameter shards in host memory beside a device space (ZeRO-Infinity's offload_param):
+// each block is copied to the device before its layer is gathered there
+// (offload/offloaded_parameters.hpp).
+template <class Space, class Exec>
+inline constexpr bool parameters_streamed_from =
+    offloaded_from<Space, Exec> && !std::same_as<Space, nvme> && Space::host_accessible;
 } // namespace detail
 
 // The rules a placement must follow for a plan, as readable compile errors at the point of use.
 template <ShardingPlanType Plan, PlacementType P>
 constexpr bool check_placement() {
   using Exec = typename P::execution_space;
-  static_assert(detail::runs_on<Exec, typename P::parameters> &&
-                    detail::runs_on<Exec, typename P::gradients> &&
+  constexpr bool streamed = detail::parameters_streamed_from<typename P::parameters, Exec>;
+  static_assert((streamed || detail::runs_on<Exec, typename P::parameters>)&&detail::runs_on<
+                    Exec, typename P::gradients> &&
                     detail::updated_from<Exec, typename P::optimizer_states>,
                 "zero: model states must be in memory their execution space reaches: device "
                 "memory needs execute_on<CudaStreamSpace> (docs/gpu-engine.md), host or pinned "
                 "host memory a host space (HostThreads, HostStreamSpace); beside a device space "
                 "only the optimizer states may be on the host (ZeRO-Offload, "
-                "docs/zero-offload.md)");
+                "docs/zero-offload.md), and under stage 3 the parameters with them "
+                "(offload_param, docs/zero-infinity-gpu.md)");
+  static_assert(!streamed || Plan::parameters,
+                "zero: parameters in host memory beside a device space (offload_param) need ZeRO "
+                "stage 3 (shard_parameters): under stages 0-2 every rank reads the whole compute "
+                "copy in every forward and backward (DeepSpeed's offload_param is stage 3 only as "
+                "well)");
+  static_assert(!streamed || detail::offloaded_from<typename P::optimizer_states, Exec>,
+                "zero: parameters in host memory beside a device space (offload_param) need the "
+                "optimizer states offloaded too (optimizer_states_in<pinned_host> or <nvme>): the "
+                "host's step writes the new parameter shards straight into their host memory, "
+                "never through the device's");
   static_assert(!std::same_as<typename P::parameters, nvme> || Exec::memory_space::host_accessible,
                 "zero: parameters on NVMe beside a device space (offload_param) are not built "
                 "yet; the optimizer states may be (GPU -> pinned host -> NVMe)");

@@ -150,9 +150,22 @@ void instantiate() {
 }
 } // namespace optimizer_states_on_nvme_at_stage0
 
-namespace parameters_on_the_host_beside_a_device {
-// Beside a device space only the optimizer states may stay on the host (ZeRO-Offload);
-// offload_param is not built.
+namespace parameters_offloaded_below_stage3 {
+// Beside a device space the parameters may stay on the host as stage 3's shards only
+// (offload_param): under stages 0-2 every rank reads the whole compute copy.
+void instantiate() {
+  using Where = zero::Placement<zero::execute_on<zero::DeviceTwinSpace>,
+                                zero::parameters_in<zero::pinned_host>,
+                                zero::optimizer_states_in<zero::pinned_host>>;
+  zero::SelfCommunicator comm;
+  zero::Engine<zero::Stage<2>, zero::SelfCommunicator, Where, zero::Adam, zero::StaticLossScaler>
+      engine(comm, {}, zero::Adam{}, zero::StaticLossScaler{});
+}
+} // namespace parameters_offloaded_below_stage3
+
+namespace parameters_offloaded_without_the_optimizer_states {
+// The host's step writes the offloaded parameter shards: the optimizer states must be offloaded
+// with them.
 void instantiate() {
   using Where = zero::Placement<zero::execute_on<zero::DeviceTwinSpace>,
                                 zero::parameters_in<zero::pinned_host>>;
@@ -160,7 +173,24 @@ void instantiate() {
   zero::Engine<zero::Stage<3>, zero::SelfCommunicator, Where, zero::Adam, zero::StaticLossScaler>
       engine(comm, {}, zero::Adam{}, zero::StaticLossScaler{});
 }
-} // namespace parameters_on_the_host_beside_a_device
+} // namespace parameters_offloaded_without_the_optimizer_states
+
+namespace parameters_offloaded_without_its_header {
+// Stage 3's parameter shards in pinned host memory beside a device space (offload_param) without
+// <zero/offload/offloaded_parameters.hpp>, which defines their store.
+void instantiate() {
+  using Where = zero::Placement<zero::execute_on<zero::DeviceTwinSpace>,
+                                zero::parameters_in<zero::pinned_host>,
+                                zero::optimizer_states_in<zero::pinned_host>>;
+  using Staged = zero::StagedCommunicator<zero::DeviceTwinSpace, zero::SelfCommunicator>;
+  zero::SelfCommunicator control;
+  zero::HostStream stream{"compute"};
+  Staged staged(zero::SelfCommunicator{}, zero::DeviceTwinSpace(stream),
+                zero::DeviceTwinSpace(stream));
+  zero::Engine<zero::Stage<3>, Staged, Where, zero::Adam, zero::StaticLossScaler> engine(
+      control, staged, {}, zero::Adam{}, zero::StaticLossScaler{});
+}
+} // namespace parameters_offloaded_without_its_header
 
 namespace offloaded_without_its_header {
 // The optimizer states in pinned host memory beside a device space (ZeRO-Offload) without

@@ -195,7 +195,10 @@ void check_requested_places(const EngineOptions& options) {
                         "zero_optimization.offload_param.device",
                         "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
                         "zero::parameters_in<zero::nvme>> (stage 3)",
-                        "offloading parameters from a device (offload_param) is not built yet");
+                        "keep stage 3's parameter shards in host memory with "
+                        "zero::parameters_in<zero::pinned_host> in the placement, the optimizer "
+                        "states offloaded with them (and include "
+                        "<zero/offload/offloaded_parameters.hpp>)");
 }
 
 } // namespace zero::detail

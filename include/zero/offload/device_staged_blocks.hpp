@@ -1,0 +1,155 @@
+#pragma once
+// DeviceStagedBlocks<T, Tensor, Exec>: stage 3's parameter blocks kept in host memory beside a
+// device stream space (offload_param, offload/offloaded_parameters.hpp), as a BlockSource in the
+// device's memory for ParameterGather. block(l) copies layer l's block host-to-device into a
+// buffer of the source's own pool, on a copy stream of its own, unless prefetch(l) started that
+// copy earlier (the gather asks for the layer after the one it prefetches). The gather's
+// collective starts after the stream arrival(l, exec) names, which waits for that copy and for the
+// work queued on the engine's stream: the engine's stream never waits for a copy, so the copy of
+// the next layers runs beside the current layer's kernels.
+//
+// Why the gather runs on the device and not on the host: each rank copies only its block (1/N of
+// the layer) across PCIe and the all-gather runs over the devices' links (NCCL), where gathering on
+// the host would copy the whole layer to every device and run the collective over host memory.
+// DeepSpeed's partitioned parameters take the same way.
+//
+// A buffer goes back to the pool once the gather that read it completed (release(l), which the
+// gather calls after waiting for its collective); the pool grows to the most blocks in flight at
+// once, which the gather's prefetch and live bounds limit, and one more for a block copied ahead of
+// its gather (a prefetch is a hint: it takes a free buffer, or that one, and never fails). Before
+// the host writes the blocks (the step, set_layer), drop() waits for
+// the copies in flight and frees every buffer; after the step's writes were queued on the engine's
+// stream, host_written(exec) orders the next copies after them.
+
+#include "zero/core/buffer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/memory_space.hpp"
+#include "zero/core/stream_space.hpp"
+#include "zero/core/view.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zero {
+
+template <Element T, class Tensor, SideStreams Exec>
+requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
+  using Memory = typename Exec::memory_space;
+  using Event = typename Exec::event_type;
+
+ public:
+  // `shard`: this rank's blocks in host memory (it must outlive the source).
+  DeviceStagedBlocks(const Tensor& shard, std::size_t layers, Exec exec)
+      : shard_(shard), slots_(layers), exec_(exec) {
+    for (std::size_t l = 0; l < layers; ++l)
+      largest_ = std::max(largest_, shard.block(l).size());
+  }
+
+  DeviceStagedBlocks(const DeviceStagedBlocks&) = delete;
+  DeviceStagedBlocks& operator=(const DeviceStagedBlocks&) = delete;
+
+  // Layer l's block in device memory, its copy queued (arrival() orders a reader after it).
+  View<const T, Memory> block(std::size_t l) {
+    Slot& s = slots_.at(l);
+    if (!s.buffer) start(l, take_buffer());
+    s.ahead = false;
+    return View<const T, Memory>(pool_[*s.buffer].view().first(s.size));
+  }
+
+  // Starts copying layer l's block ahead of its gather, into a free buffer, or a new one while no
+  // other block waits so: a hint, never an error.
+  void prefetch(std::size_t l) {
+    if (l >= slots_.size() || slots_[l].buffer) return;
+    if (free_.empty() && ahead_ > 0) return;
+    start(l, take_buffer());
+    slots_[l].ahead = true;
+    ++ahead_;
+  }
+  // Whether layer l's block is in a buffer, copied or on its way.
+  bool holds(std::size_t l) const { return slots_.at(l).buffer.has_value(); }
+
+  // The gather that read layer l's block completed: its buffer can take another block (the next
+  // copy into it is queued behind this one on the copy stream).
+  void release(std::size_t l) {
+    Slot& s = slots_.at(l);
+    if (!s.buffer) return;
+    free_.push_back(*s.buffer);
+    s.buffer.reset();
+    if (std::exchange(s.ahead, false)) --ahead_;
+  }
+
+  // A stream after which a reader of block(l) may start: it waits for the block's copy and for the
+  // work queued on `caller` so far. The same stream each time; its waits are all it runs.
+  Exec arrival(std::size_t l, const Exec& caller) {
+    const Exec order = order_.space();
+    record(caller, caller_point_);
+    wait(order, caller_point_);
+    wait(order, slots_.at(l).arrived);
+    return order;
+  }
+
+  // Before the host writes the blocks: the copies in flight end, and no buffer holds a block.
+  void drop() {
+    copies_.space().fence();
+    for (std::size_t l = 0; l < slots_.size(); ++l)
+      release(l);
+  }
+  // The host's writes of the blocks were queued on `writer` (the step's copies of the new compute
+  // copy): later copies read the blocks after them.
+  void host_written(const Exec& writer) {
+    record(writer, written_);
+    wait(copies_.space(), written_);
+  }
+
+  std::size_t buffer_bytes() const noexcept { return pool_.size() * largest_ * sizeof(T); }
+  // The stream the blocks' copies run on (the tests hold it back).
+  Exec copy_space() const noexcept { return copies_.space(); }
+
+ private:
+  struct Slot {
+    std::optional<std::size_t> buffer; // into pool_, while it holds the layer's block
+    std::size_t size = 0;
+    bool ahead = false; // copied ahead of its gather (prefetch), not asked for yet
+    Event arrived;      // after the block's copy on the copy stream
+  };
+
+  void start(std::size_t l, std::size_t b) {
+    Slot& s = slots_[l];
+    const auto from = shard_.block(l);
+    s.buffer = b;
+    s.size = from.size();
+    const Exec copies = copies_.space();
+    copy(copies, View<const T, typename Tensor::memory_space>(from),
+         pool_[b].view().first(from.size()));
+    record(copies, s.arrived);
+  }
+
+  std::size_t take_buffer() {
+    if (!free_.empty()) {
+      const std::size_t b = free_.back();
+      free_.pop_back();
+      return b;
+    }
+    pool_.emplace_back(largest_, uninitialized);
+    return pool_.size() - 1;
+  }
+
+  const Tensor& shard_;
+  std::vector<Slot> slots_;
+  Exec exec_;
+  std::size_t largest_ = 1;
+  std::vector<Buffer<T, Memory>> pool_;
+  std::vector<std::size_t> free_;
+  std::size_t ahead_ = 0; // blocks copied ahead, not asked for yet
+  Event caller_point_;    // arrival(): the work queued on the caller's stream
+  Event written_;         // host_written(): the step's writes of the blocks
+  // Last: destroyed first, once what was queued on them ran, before the pool goes.
+  typename Exec::side_stream order_{exec_, "offload_param.order"};
+  typename Exec::side_stream copies_{exec_, "offload_param.copies"};
+};
+
+} // namespace zero

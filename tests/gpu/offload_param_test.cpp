@@ -1,0 +1,168 @@
+// ZeRO-Infinity's offload_param beside a device: stage 3's parameter shards in host memory (pinned,
+// or pageable), the optimizer states offloaded with them (host memory, or the NVMe tier). Each
+// layer's block is copied to the device on a copy stream of its own and the layer gathered there
+// (offload/offloaded_parameters.hpp); the host's step writes the new blocks into host memory.
+// Against the HostThreads engine given the same gradients (device_engine_scenario.hpp): the same
+// weights bit for bit and the same norms, with micro-steps, clipping, an overflow, layers kept
+// gathered, a live bound of one layer, fp16 and bf16, split masters, 8-bit moments, the
+// speculative update, LAMB and the NVMe tier; over the twin, with the compute stream held through
+// each backward and step, so that a copy or a gather not ordered after the step's writes reads the
+// weights before them. Over the twin in CI at 1-3 ranks, and over CUDA (label gpu).
+
+#include "device_engine_scenario.hpp"
+
+#include <zero/config/json.hpp>
+#include <zero/core/half.hpp>
+#include <zero/offload/offloaded_optimizer_store.hpp>
+#include <zero/offload/offloaded_parameters.hpp>
+#if ZERO_TEST_NVME
+#include <zero/offload/nvme_stores.hpp>
+#endif
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace device_engine_test {
+
+// example-begin offload-param-placement
+// Stage 3's parameter shards and the optimizer states in pinned host memory, the gradients and
+// the gathered layers in device memory.
+using ParametersOffloaded =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::parameters_in<zero::pinned_host>,
+                    zero::optimizer_states_in<zero::pinned_host>>;
+// example-end offload-param-placement
+using ParametersInPageableMemory =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::parameters_in<zero::host>,
+                    zero::optimizer_states_in<zero::host>>;
+
+template <class T, class Where = ParametersOffloaded, class Opt = zero::Adam>
+void expect_host_bits(StagedSetup& s, const Scenario& run, const std::string& what) {
+  expect_device_engine_equals_host<zero::Stage<3>, T, Where, Opt>(s, run, what);
+}
+
+TEST(OffloadParam, GivesTheHostEnginesBits) {
+  StagedSetup s;
+  expect_host_bits<zero::bfloat16>(
+      s, {.dtype = DType::bfloat16, .accumulation = 2, .clipping = 0.05, .overflow_step = 1},
+      "bf16, micro-steps, clipping, an overflow");
+  expect_host_bits<zero::half>(s, {.dtype = DType::float16}, "fp16");
+  // The three small layers stay gathered and are refreshed from the host's blocks after the step.
+  expect_host_bits<zero::bfloat16>(s, {.dtype = DType::bfloat16, .persistence = 200},
+                                   "bf16, small layers kept gathered");
+  // At most the largest layer gathered at a time: no prefetch, every block copied when needed.
+  expect_host_bits<zero::bfloat16>(s, {.dtype = DType::bfloat16, .max_live = 2100},
+                                   "bf16, one layer live");
+  expect_host_bits<zero::bfloat16, ParametersInPageableMemory>(s, {.dtype = DType::bfloat16},
+                                                               "bf16, pageable host memory");
+}
+
+// What the offloaded optimizer store does on its own, it does with the parameters on the host:
+// split masters read their high parts from its staging, 8-bit moments, the speculative update
+// (the host engine steps without it), LAMB's step over the shard group.
+TEST(OffloadParam, ComposesWithTheOffloadedStoresOptions) {
+  StagedSetup s;
+  expect_host_bits<zero::bfloat16>(s,
+                                   {.dtype = DType::bfloat16,
+                                    .accumulation = 2,
+                                    .eight_bit_moments = true,
+                                    .master = zero::MasterStorage::split_16bit},
+                                   "split masters, 8-bit moments");
+  expect_host_bits<zero::bfloat16>(
+      s, {.dtype = DType::bfloat16, .steps = 4, .overflow_step = 2, .speculative = true},
+      "speculative update");
+  expect_host_bits<zero::bfloat16, ParametersOffloaded, zero::Lamb>(s, {.dtype = DType::bfloat16},
+                                                                    "LAMB");
+}
+
+#if ZERO_TEST_TWIN
+// The compute stream runs nothing from the start of each backward to the end of its step unless
+// waited for: the step's host-to-host copies of the new blocks run only then, and a block copied
+// to the device before them would gather the old weights.
+TEST(OffloadParam, HeldComputeStreamGivesTheHostEnginesBits) {
+  StagedSetup s;
+  constexpr std::size_t everything = 1 << 20;
+  expect_host_bits<zero::bfloat16>(s,
+                                   {.dtype = DType::bfloat16,
+                                    .accumulation = 2,
+                                    .bucket = everything,
+                                    .persistence = 200,
+                                    .held = true},
+                                   "held, small layers kept gathered");
+  expect_host_bits<zero::bfloat16>(s, {.dtype = DType::bfloat16, .held = true}, "held");
+}
+#endif
+
+#if ZERO_TEST_NVME
+// The parameters in pinned host memory, the optimizer states on the NVMe tier behind them.
+TEST(OffloadParam, BesideOptimizerStatesOnNvmeGivesTheHostEnginesBits) {
+  using Where =
+      zero::Placement<zero::execute_on<DeviceSpace>, zero::parameters_in<zero::pinned_host>,
+                      zero::optimizer_states_in<zero::nvme>>;
+  StagedSetup s;
+  SharedDir swap("zero-offload-param-nvme-");
+  const Scenario run{.dtype = DType::bfloat16, .accumulation = 2, .nvme_path = swap.path};
+#if !ZERO_TEST_TWIN
+  try { // as NvmeBehindTheDeviceGivesTheHostEnginesBits: a GPU machine may refuse io_uring
+    zero::EngineOptions probe = options_for(run);
+    DeviceEngine<zero::Stage<3>, zero::bfloat16, Where> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, probe, s.compute());
+  } catch (const zero::Error& e) {
+    if (std::string(e.what()).find("needs io_uring") != std::string::npos)
+      GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << e.what();
+    throw;
+  }
+#endif
+  expect_host_bits<zero::bfloat16, Where>(s, run, "optimizer states on NVMe");
+}
+#endif
+
+// The memory report puts the parameters in pinned host memory, as many bytes as stage 3 keeps on
+// the device without offloading; a config's offload_param.device = "cpu" is what this placement
+// does. A ratio below 1, and offload_param = "cpu" for an engine keeping them on the device, are
+// refused by name.
+TEST(OffloadParam, ReportsTheHostParametersAndRefusesWhatItCannotRun) {
+  StagedSetup s;
+  zero::EngineOptions options = options_for({.dtype = DType::bfloat16});
+  const DeviceEngine<zero::Stage<3>, zero::bfloat16> on_device(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+  options.offload_param = options.offload_optimizer = zero::config::OffloadDevice::cpu;
+  const DeviceEngine<zero::Stage<3>, zero::bfloat16, ParametersOffloaded> offloaded(
+      world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+  const zero::MemoryReport m = offloaded.memory();
+  EXPECT_STREQ(m.parameters_tier, "pinned_host");
+  EXPECT_STREQ(m.gradients_tier, DeviceMemory::name);
+  EXPECT_EQ(m.parameters.memory, on_device.memory().parameters.memory);
+  EXPECT_EQ(m.parameters.nvme, 0u);
+
+  const auto refused = [&](zero::EngineOptions asked, auto build, const std::string& expected) {
+    try {
+      build(asked);
+      ADD_FAILURE() << "accepted: " << expected;
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  zero::EngineOptions split = options;
+  split.offload_ratio = 0.5;
+  refused(
+      split,
+      [&](const zero::EngineOptions& o) {
+        DeviceEngine<zero::Stage<3>, zero::bfloat16, ParametersOffloaded> engine(
+            world(), s.comm, model(), adam(), zero::StaticLossScaler{}, o, s.compute());
+      },
+      "with the parameters in host memory (offload_param) the whole update runs on the host");
+  zero::EngineOptions on_the_device = options_for({.dtype = DType::bfloat16});
+  on_the_device.offload_param = zero::config::OffloadDevice::cpu;
+  refused(
+      on_the_device,
+      [&](const zero::EngineOptions& o) {
+        DeviceEngine<zero::Stage<3>, zero::bfloat16> engine(
+            world(), s.comm, model(), adam(), zero::StaticLossScaler{}, o, s.compute());
+      },
+      "zero_optimization.offload_param.device = \"cpu\", but this engine keeps them in device "
+      "memory: keep stage 3's parameter shards in host memory with "
+      "zero::parameters_in<zero::pinned_host>");
+}
+
+} // namespace device_engine_test
