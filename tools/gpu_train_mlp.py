@@ -50,6 +50,12 @@ CPU; docs/zero-offload.md):
                with the speculative update, against forward + max(backward, update) (the goal:
                at most 1.1x) and against the step without it; with the CPU/GPU split at 0.5
                and at the ratio it suggests, against the step without it
+ZeRO-Infinity's offload_param (--offload-param: stage 3's parameter shards in pinned host memory,
+each layer's block copied to the GPU and gathered there; docs/zero-infinity-gpu.md):
+  correctness  against the same offloaded ZeRO-3 run with the shards in device memory: the same
+               losses bit for bit; device memory flat, and no more in use than that run's
+  result       its step on the speed model against the offloaded step with the shards on the
+               GPU, and the time acquire() waited for gathers in each
 Under zero-gpu-check every run's output and JSON stay in $ZERO_GPU_CHECK_LOGS/train-mlp/.
 """
 import argparse
@@ -171,6 +177,22 @@ def main():
                     f"relative loss gap {gap:.2e}, bound {a.bound}; loss {off3['loss'][0]:.4f} -> "
                     f"{off3['loss'][-1]:.4f}")
             memory_flat("offload-memory-flat", off3)
+        # ZeRO-Infinity's offload_param: the parameter shards in pinned host memory, each layer's
+        # block copied to the GPU and gathered there, the new blocks written on the host by the
+        # same CPU update: the offloaded run's losses bit for bit, in less device memory.
+        par3 = train(tmp, "offload-param-stage3", ["--stage", "3", "--steps", "100", *small, *cuda,
+                                                   *offload, "--offload-param"])
+        if par3 and off3:
+            same_losses("offload-param-vs-offload", par3, off3,
+                        "100 steps, bf16, ZeRO-3, parameter shards in host memory against in "
+                        "device memory")
+            memory_flat("offload-param-memory-flat", par3)
+            less = (par3["device"]["memory_after_last_step"]
+                    <= off3["device"]["memory_after_last_step"])
+            verdict("offload-param-device-memory", less,
+                    f"{par3['device']['memory_after_last_step']} bytes in use after the last step "
+                    f"against {off3['device']['memory_after_last_step']} with the shards on the "
+                    f"GPU")
         off2 = train(tmp, "offload-stage2", ["--stage", "2", "--steps", "100", *small, *cuda,
                                              *offload])
         off2_np2 = train(tmp, "offload-stage2-np2", ["--stage", "2", "--steps", "100", *small,
@@ -323,6 +345,21 @@ def main():
                      f"update (waiting for the last one, sending it, staging the gradients); "
                      f"against max(forward+backward, the update without DPU): "
                      f"{d_step / max(d_fb, update):.3f}x (goal: at most 1.05x)")
+            # offload_param on the same model: the blocks' copies and gathers against the same
+            # offloaded run with the shards in device memory.
+            par = train(tmp, "speed-offload-param-stage3",
+                        ["--stage", "3", "--bucket", "500000000", *big, "--offload-optimizer",
+                         "--offload-param"], timeout=180)
+            if par:
+                p_step = median_step(par, warmup)
+
+                def exposed(run):
+                    return statistics.median(x["gather_exposed_seconds"]
+                                             for x in run["communication_per_step"][warmup:])
+                line(f"result offload_param ZeRO-3 layers={a.speed_layers}: step "
+                     f"{p_step * 1e3:.3f} ms (median) against {step * 1e3:.3f} ms with the shards "
+                     f"in device memory ({p_step / step:.3f}x); acquire() waited for gathers "
+                     f"{exposed(par) * 1e3:.3f} ms a step against {exposed(off) * 1e3:.3f} ms")
             line(f"result offloaded step against forward+backward+update: "
                  f"{step / (forward_backward + update):.3f}x; against max(forward+backward, "
                  f"update): {step / max(forward_backward, update):.3f}x (goal: at most 1.2x)")

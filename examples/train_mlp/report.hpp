@@ -323,6 +323,7 @@ inline void write_json(const std::string& path, const Flags& f, const History& h
     out << ", \"reduction_seconds\": " << r.communication_seconds
         << ", \"reduction_exposed_seconds\": " << r.exposed_seconds
         << ", \"hidden_fraction\": " << r.hidden_fraction()
+        << ", \"gather_exposed_seconds\": " << h.steps[s].gather_exposed_seconds
         << ", \"nvme_bytes_read\": " << h.steps[s].nvme.bytes_read
         << ", \"nvme_bytes_written\": " << h.steps[s].nvme.bytes_written
         << ", \"step_update_seconds\": " << h.steps[s].seconds.update
