@@ -31,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,7 +109,7 @@ class Search:
         command = [*a.trainer.split(), "--stage", "3", "--dtype", "bf16", "--layers", layers,
                    "--batch", str(a.batch), "--data-rows", str(a.batch), "--steps", "2",
                    "--device", a.device,
-                   *[f.replace("{nvme}", a.nvme_dir) for f in self.flags]]
+                   *[f.replace("{nvme}", a.swap) for f in self.flags]]
         self.trials += 1
         env = dict(os.environ)  # a packed train_mlp (tools/gpu-pack) needs the pack's libraries
         if "ZERO_GPU_PACK_LD_LIBRARY_PATH" in env:
@@ -125,9 +126,9 @@ class Search:
         if a.verbose:
             print(f"  {self.name}: {parameters(width, a.depth) / 1e9:.3f} B "
                   f"(width {width}): {'trained' if ok else 'failed: ' + self.why}", flush=True)
-        if a.nvme_dir and os.path.isdir(a.nvme_dir):  # a failed run may leave its swap files
-            for entry in os.listdir(a.nvme_dir):
-                path = os.path.join(a.nvme_dir, entry)
+        if a.swap:  # a failed run may leave its swap files: only in the search's own directory
+            for entry in os.listdir(a.swap):
+                path = os.path.join(a.swap, entry)
                 shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
         return ok
 
@@ -169,8 +170,9 @@ def main():
     p.add_argument("--estimate", default=os.path.join(ROOT, "build", "gpu", "tools",
                                                       "zero-estimate", "zero-estimate"),
                    help="zero-estimate (a command line)")
-    p.add_argument("--nvme-dir", default="", help="the NVMe tier's directory (its disk's free "
-                   "space is the NVMe size; without it the NVMe placements are left out)")
+    p.add_argument("--nvme-dir", default="", help="where the NVMe tier's runs make a directory of "
+                   "their own, removed at the end (the disk's free space is the NVMe size; without "
+                   "it the NVMe placements are left out)")
     p.add_argument("--device-memory", type=int, help="bytes (default: nvidia-smi's total, or "
                    "the host's memory with --device host)")
     p.add_argument("--host-memory", type=int, help="bytes (default: /proc/meminfo's MemTotal)")
@@ -195,6 +197,15 @@ def main():
     host = a.host_memory or host_memory_bytes()
     device = a.device_memory or (host if a.device == "host" else device_memory_bytes())
     disk = a.nvme_memory or (shutil.disk_usage(a.nvme_dir).free if a.nvme_dir else 0)
+    a.swap = tempfile.mkdtemp(prefix="zero-largest-model-", dir=a.nvme_dir) if a.nvme_dir else ""
+    try:
+        return search_all(a, device, host, disk)
+    finally:
+        if a.swap:
+            shutil.rmtree(a.swap, ignore_errors=True)
+
+
+def search_all(a, device, host, disk):
     predicted = predictions(a, device, host, disk)
     wanted = [n.strip() for n in a.placements.split(",") if n.strip()]
     rows = []

@@ -503,9 +503,10 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
                   "offloading the parameters (" + param_on_cpu +
                       ") needs the optimizer states offloaded too (" + on_cpu + " or " + on_nvme +
                       "): the CPU's step writes the new parameter shards in host memory");
-    zero::require(!f.parameters_on_cpu || f.offload_ratio == 1,
-                  "offloading the parameters (" + param_on_cpu +
-                      ") runs the whole update on the CPU: --offload-ratio must be 1");
+    zero::require(
+        !f.parameters_on_cpu || f.offload_ratio == 1,
+        "offloading the parameters (" + param_on_cpu + ") runs the whole update on the CPU: " +
+            named("--offload-ratio", "zero_optimization.offload_optimizer.ratio") + " must be 1");
     zero::require(!f.async_checkpoint,
                   "--device cuda: --async-checkpoint is untested over a device; save without it",
                   zero::ErrorKind::unsupported);

@@ -5,9 +5,10 @@
 // Against the HostThreads engine given the same gradients (device_engine_scenario.hpp): the same
 // weights bit for bit and the same norms, with micro-steps, clipping, an overflow, layers kept
 // gathered, a live bound of one layer, fp16 and bf16, split masters, 8-bit moments, the
-// speculative update, LAMB and the NVMe tier; over the twin, with the compute stream held through
-// each backward and step, so that a copy or a gather not ordered after the step's writes reads the
-// weights before them. Over the twin in CI at 1-3 ranks, and over CUDA (label gpu).
+// speculative and the delayed parameter update, LAMB and the NVMe tier; over the twin, with the
+// compute stream held through each backward and step, so that a copy or a gather not ordered after
+// the step's writes reads the weights before them. Over the twin in CI at 1-3 ranks, and over CUDA
+// (label gpu).
 
 #include "device_engine_scenario.hpp"
 
@@ -73,6 +74,23 @@ TEST(OffloadParam, ComposesWithTheOffloadedStoresOptions) {
       "speculative update");
   expect_host_bits<zero::bfloat16, ParametersOffloaded, zero::Lamb>(s, {.dtype = DType::bfloat16},
                                                                     "LAMB");
+}
+
+// The delayed parameter update from the first update on: each step's update runs on the host
+// while the next step's forward and backward gather the blocks before it, and its new blocks are
+// written into host memory when the next step sends them. Against the host engine given the
+// gradients of the weights one step earlier (as offload_test.cpp's DPU test).
+TEST(OffloadParam, DelayedParameterUpdateLagsOneStep) {
+  StagedSetup s;
+  const Scenario delayed{.dtype = DType::bfloat16, .steps = 4, .delayed_after = 0};
+  Scenario reference = delayed;
+  reference.delayed_after = -1;
+  reference.gradients_lag_after = 0;
+  const Outcome host = train_on_host<zero::Stage<3>, zero::bfloat16>(reference);
+  const Outcome device =
+      train_on_device<zero::Stage<3>, zero::bfloat16, ParametersOffloaded>(s, delayed);
+  expect_same_norms(device, host, "DPU from the start");
+  expect_same_weights(device, host, "DPU from the start");
 }
 
 #if ZERO_TEST_TWIN

@@ -178,6 +178,9 @@ void run_case(StagedSetup& s, std::size_t gather, bool held = false) {
   if constexpr (gathered) {
     EXPECT_GT(device.gather_counts().prefetched, 0u) << what;
   }
+  if (s.ranks > 1 && !std::is_same_v<Partitioner, zero::FlatContiguous>) {
+    EXPECT_FALSE(layout.images.all_in_order()) << what;
+  }
   // Offloaded, no block stays in device memory: beside the gathered layers' pool (the layer held,
   // those prefetched or kept for their next use) and the layers kept gathered, only the blocks on
   // their way, at most one per gathered layer's buffer and one copied ahead. The host keeps the

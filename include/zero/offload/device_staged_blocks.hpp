@@ -56,7 +56,7 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
   View<const T, Memory> block(std::size_t l) {
     Slot& s = slots_.at(l);
     if (!s.buffer) start(l, take_buffer());
-    s.ahead = false;
+    if (std::exchange(s.ahead, false)) --ahead_;
     return View<const T, Memory>(pool_[*s.buffer].view().first(s.size));
   }
 
@@ -92,11 +92,19 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
     return order;
   }
 
-  // Before the host writes the blocks: the copies in flight end, and no buffer holds a block.
+  // Before the host writes the blocks, once no gather reads one (the step): the copies in flight
+  // end, and no buffer holds a block.
   void drop() {
     copies_.space().fence();
     for (std::size_t l = 0; l < slots_.size(); ++l)
       release(l);
+  }
+  // Before the host writes a block while gathers may still read theirs (set_layer): the copies in
+  // flight end, and the blocks copied ahead, which no gather reads yet, are dropped.
+  void drop_ahead() {
+    copies_.space().fence();
+    for (std::size_t l = 0; l < slots_.size(); ++l)
+      if (slots_[l].ahead) release(l);
   }
   // The host's writes of the blocks were queued on `writer` (the step's copies of the new compute
   // copy): later copies read the blocks after them.

@@ -150,12 +150,12 @@ void agree_on_options(Counted& world, const EngineOptions& options) {
 // them, EngineOptions::shared_settings), so every rank refuses alike.
 inline void check_requested_place(config::OffloadDevice asked, bool on_nvme, bool on_device,
                                   const char* key, const char* placement,
-                                  const char* offloaded_placement) {
+                                  const char* offloaded_placement, const char* doc) {
   if (asked != config::OffloadDevice::none && on_device)
     fail_on_every_rank(ErrorKind::unsupported,
                        std::string(key) + " = \"" + config::to_string(asked) +
                            "\", but this engine keeps them in device memory: " +
-                           offloaded_placement + " (docs/zero-offload.md)");
+                           offloaded_placement + " (" + doc + ")");
   if (asked == config::OffloadDevice::nvme && !on_nvme)
     fail_on_every_rank(
         ErrorKind::unsupported,
@@ -189,16 +189,20 @@ void check_requested_places(const EngineOptions& options) {
                                  "zero::optimizer_states_in<zero::nvme>>"
                                : "zero::Placement<zero::optimizer_states_in<zero::nvme>>",
                         "offload them with zero::optimizer_states_in<zero::host> (or "
-                        "zero::nvme) in the placement");
+                        "zero::nvme) in the placement",
+                        "docs/zero-offload.md");
   check_requested_place(options.offload_param, std::same_as<typename Placement::parameters, nvme>,
                         in_device_memory<typename Placement::parameters>(),
                         "zero_optimization.offload_param.device",
-                        "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
-                        "zero::parameters_in<zero::nvme>> (stage 3)",
+                        device ? "one that is not built: parameters on NVMe beside a device; "
+                                 "keep them in host memory (zero::parameters_in<zero::pinned_host>)"
+                               : "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
+                                 "zero::parameters_in<zero::nvme>> (stage 3)",
                         "keep stage 3's parameter shards in host memory with "
                         "zero::parameters_in<zero::pinned_host> in the placement, the optimizer "
                         "states offloaded with them (and include "
-                        "<zero/offload/offloaded_parameters.hpp>)");
+                        "<zero/offload/offloaded_parameters.hpp>)",
+                        "docs/zero-infinity-gpu.md");
 }
 
 } // namespace zero::detail
