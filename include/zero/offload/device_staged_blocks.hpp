@@ -2,11 +2,12 @@
 // DeviceStagedBlocks<T, Tensor, Exec>: stage 3's parameter blocks kept in host memory beside a
 // device stream space (offload_param, offload/offloaded_parameters.hpp), as a BlockSource in the
 // device's memory for ParameterGather. block(l) copies layer l's block host-to-device into a
-// buffer of the source's own pool, on a copy stream of its own, unless prefetch(l) started that
-// copy earlier (the gather asks for the layer after the one it prefetches). The gather's
-// collective starts after the stream arrival(l, exec) names, which waits for that copy and for the
-// work queued on the engine's stream: the engine's stream never waits for a copy, so the copy of
-// the next layers runs beside the current layer's kernels.
+// buffer of the source's own pool, on a copy stream of its own, when the gather launches layer l
+// (on demand, or prefetched in the recorded order). The gather's collective starts after the
+// stream arrival(l, exec) names, which waits for that copy and for the work queued on the
+// engine's stream: the engine's stream never waits for a copy, so the copy and the gather of the
+// next layer run beside the current layer's kernels. The gather's hint for the layer after the one
+// it prefetches (prefetch(l)) is not taken.
 //
 // Why the gather runs on the device and not on the host: each rank copies only its block (1/N of
 // the layer) across PCIe and the all-gather runs over the devices' links (NCCL), where gathering on
@@ -15,11 +16,10 @@
 //
 // A buffer goes back to the pool once the gather that read it completed (release(l), which the
 // gather calls after waiting for its collective); the pool grows to the most blocks in flight at
-// once, which the gather's prefetch and live bounds limit, and one more for a block copied ahead of
-// its gather (a prefetch is a hint: it takes a free buffer, or that one, and never fails). Before
-// the host writes the blocks (the step, set_layer), drop() waits for
-// the copies in flight and frees every buffer; after the step's writes were queued on the engine's
-// stream, host_written(exec) orders the next copies after them.
+// once, one per layer being gathered, which the gather's prefetch and live bounds limit. Before
+// the host writes the blocks at a step, drop() waits for the copies in flight and frees every
+// buffer; after the step's writes were queued on the engine's stream, host_written(exec) orders
+// the next copies after them.
 
 #include "zero/core/buffer.hpp"
 #include "zero/core/error.hpp"
@@ -31,7 +31,6 @@
 #include <cstddef>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace zero {
@@ -56,21 +55,11 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
   View<const T, Memory> block(std::size_t l) {
     Slot& s = slots_.at(l);
     if (!s.buffer) start(l, take_buffer());
-    if (std::exchange(s.ahead, false)) --ahead_;
     return View<const T, Memory>(pool_[*s.buffer].view().first(s.size));
   }
 
-  // Starts copying layer l's block ahead of its gather, into a free buffer, or a new one while no
-  // other block waits so: a hint, never an error.
-  void prefetch(std::size_t l) {
-    if (l >= slots_.size() || slots_[l].buffer) return;
-    if (free_.empty() && ahead_ > 0) return;
-    start(l, take_buffer());
-    slots_[l].ahead = true;
-    ++ahead_;
-  }
-  // Whether layer l's block is in a buffer, copied or on its way.
-  bool holds(std::size_t l) const { return slots_.at(l).buffer.has_value(); }
+  // The gather's hint: not taken (see the top of this file).
+  void prefetch(std::size_t) const noexcept {}
 
   // The gather that read layer l's block completed: its buffer can take another block (the next
   // copy into it is queued behind this one on the copy stream).
@@ -79,7 +68,6 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
     if (!s.buffer) return;
     free_.push_back(*s.buffer);
     s.buffer.reset();
-    if (std::exchange(s.ahead, false)) --ahead_;
   }
 
   // A stream after which a reader of block(l) may start: it waits for the block's copy and for the
@@ -99,13 +87,6 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
     for (std::size_t l = 0; l < slots_.size(); ++l)
       release(l);
   }
-  // Before the host writes a block while gathers may still read theirs (set_layer): the copies in
-  // flight end, and the blocks copied ahead, which no gather reads yet, are dropped.
-  void drop_ahead() {
-    copies_.space().fence();
-    for (std::size_t l = 0; l < slots_.size(); ++l)
-      if (slots_[l].ahead) release(l);
-  }
   // The host's writes of the blocks were queued on `writer` (the step's copies of the new compute
   // copy): later copies read the blocks after them.
   void host_written(const Exec& writer) {
@@ -121,8 +102,7 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
   struct Slot {
     std::optional<std::size_t> buffer; // into pool_, while it holds the layer's block
     std::size_t size = 0;
-    bool ahead = false; // copied ahead of its gather (prefetch), not asked for yet
-    Event arrived;      // after the block's copy on the copy stream
+    Event arrived; // after the block's copy on the copy stream
   };
 
   void start(std::size_t l, std::size_t b) {
@@ -152,9 +132,8 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
   std::size_t largest_ = 1;
   std::vector<Buffer<T, Memory>> pool_;
   std::vector<std::size_t> free_;
-  std::size_t ahead_ = 0; // blocks copied ahead, not asked for yet
-  Event caller_point_;    // arrival(): the work queued on the caller's stream
-  Event written_;         // host_written(): the step's writes of the blocks
+  Event caller_point_; // arrival(): the work queued on the caller's stream
+  Event written_;      // host_written(): the step's writes of the blocks
   // Last: destroyed first, once what was queued on them ran, before the pool goes.
   typename Exec::side_stream order_{exec_, "offload_param.order"};
   typename Exec::side_stream copies_{exec_, "offload_param.copies"};

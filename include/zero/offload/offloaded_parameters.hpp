@@ -67,12 +67,10 @@ requires K::sharded && HostAccessibleSpace<typename K::space> &&
   OffloadedParameters& operator=(const OffloadedParameters&) = delete;
 
   // Layer l's weights, its parameters in order: this rank keeps its block, written on the host
-  // once nothing queued reads or writes it (a gather of l completed, a copy of it made ahead
-  // dropped; other layers' gathers in flight keep their blocks). Collective when the layer stays
-  // gathered.
+  // once nothing queued reads or writes it (a gather of l, and its copy, completed; other layers'
+  // gathers in flight keep their blocks). Collective when the layer stays gathered.
   void set_layer(std::size_t l, View<const float> values) {
     gather_.invalidate(blocks_, l);
-    blocks_.drop_ahead();
     exec_.fence(); // a step's copies into the blocks
     model_.pack_my_block(l, values.data(), shard_.block(l).data());
     blocks_.host_written(exec_);
