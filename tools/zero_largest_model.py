@@ -14,7 +14,7 @@ Placements, with --device cuda (docs/zero-offload.md, docs/zero-infinity-gpu.md)
   optimizer states in host memory                 --offload-optimizer
   optimizer states on NVMe                        --nvme DIR
   parameters and optimizer states in host memory  --offload-optimizer --offload-param
-  parameters and optimizer states on NVMe         not built on the GPU (said so in the table)
+  parameters and optimizer states on NVMe         --nvme DIR --nvme-params
 and with --device host (the host is the device: no host-memory rows; docs/nvme-tier.md):
   device only                                     every model state in host memory
   optimizer states on NVMe                        --nvme DIR
@@ -44,7 +44,7 @@ PLACEMENTS = {
         ("optimizer states on NVMe", ["--nvme", "{nvme}"]),
         ("parameters and optimizer states in host memory", ["--offload-optimizer",
                                                             "--offload-param"]),
-        ("parameters and optimizer states on NVMe", None),
+        ("parameters and optimizer states on NVMe", ["--nvme", "{nvme}", "--nvme-params"]),
     ],
     "host": [
         ("device only", []),
@@ -219,8 +219,8 @@ def search_all(a, device, host, disk):
             continue
         prediction, bound = predicted.get(name, (None, None))
         row = {"placement": name, "predicted_parameters": prediction, "bound_by": bound}
-        if flags is None or ("{nvme}" in flags and not a.nvme_dir):
-            row["why"] = ("not built on the GPU" if flags is None else "no --nvme-dir")
+        if "{nvme}" in flags and not a.nvme_dir:
+            row["why"] = "no --nvme-dir"
             print(f"{name:<48}{'-':>10}{'-':>10}{'-':>11}{'-':>11}  {row['why']}")
             rows.append(row)
             continue

@@ -53,6 +53,11 @@ using ParametersOffloadedToCpu =
 using ParametersOffloadedBesideNvme =
     zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::parameters_in<zero::pinned_host>,
                     zero::optimizer_states_in<zero::nvme>>;
+// ... or on NVMe with the optimizer states (--nvme-params): each block read into a bounce buffer,
+// then copied to the GPU.
+using ParametersOnNvmeBesideGpu =
+    zero::Placement<zero::execute_on<zero::CudaStreamSpace>, zero::parameters_in<zero::nvme>,
+                    zero::optimizer_states_in<zero::nvme>>;
 // bf16 or fp16: each placement's engines are compiled for those only (float would add a third
 // instantiation of every stage for no check the GPU runs need).
 using GpuComputeTypes = zero::ComputeTypes<zero::half, zero::bfloat16>;
@@ -248,11 +253,15 @@ History run_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& 
 }
 
 // ZeRO-Offload's engines for a stage: the optimizer states in host memory, or on NVMe; at stage 3
-// the parameter shards in host memory with them (--offload-param).
+// the parameter shards in host memory with them (--offload-param), or on NVMe (--nvme-params).
 template <class Plan>
 History run_offloaded_on_gpu(zero::MpiCommunicator& world, const Flags& f, const Dataset& data,
                              InitialWeights& init) {
-  if constexpr (Plan::parameters)
+  if constexpr (Plan::parameters) {
+#if ZERO_TRAIN_MLP_NVME
+    if (f.parameters_on_nvme)
+      return run_on_gpu<Plan, ParametersOnNvmeBesideGpu>(world, f, data, init);
+#endif
     if (f.parameters_on_cpu) {
       if (!f.optimizer_on_nvme)
         return run_on_gpu<Plan, ParametersOffloadedToCpu>(world, f, data, init);
@@ -260,6 +269,7 @@ History run_offloaded_on_gpu(zero::MpiCommunicator& world, const Flags& f, const
       return run_on_gpu<Plan, ParametersOffloadedBesideNvme>(world, f, data, init);
 #endif
     }
+  }
   if (f.optimizer_on_nvme) {
 #if ZERO_TRAIN_MLP_NVME
     return run_on_gpu<Plan, OffloadedToNvme>(world, f, data, init);

@@ -269,7 +269,9 @@ inline void describe(CLI::App& app) {
   option("--nvme", "DIR",
          "fp32 master weights and optimizer states on the NVMe tier, in DIR\n"
          "(without --config: a pipelined step, pipeline_read/write on)");
-  flag("--nvme-params", "with --nvme and --stage 3: the parameter shards there too");
+  flag("--nvme-params", "with --nvme and --stage 3: the parameter shards there too (with\n"
+                        "--device cuda, each layer's block read to the host, copied to the\n"
+                        "GPU and gathered there when used)");
   flag("--offload-optimizer", "with --device cuda: ZeRO-Offload, the fp32 master weights and\n"
                               "optimizer states in host memory, updated by the CPU (also\n"
                               "offload_optimizer.device \"cpu\" in --config; --nvme DIR puts them\n"
@@ -488,11 +490,10 @@ inline Flags parse(int argc, char** argv, int world_size = 1) {
                       : std::string("--device cuda: LAMB's step runs on the host; offload the "
                                     "optimizer (--offload-optimizer) or use adam, adamw or sgd"),
                   zero::ErrorKind::unsupported);
-    zero::require(!f.parameters_on_nvme,
-                  "--device cuda: " + parameters_on_nvme +
-                      ": parameters on NVMe beside a GPU are not built yet; keep them in host "
-                      "memory (--offload-param)",
-                  zero::ErrorKind::unsupported);
+    zero::require(!f.parameters_on_nvme || !f.parameters_on_cpu,
+                  parameters_on_nvme + " and " +
+                      named("--offload-param", "zero_optimization.offload_param.device \"cpu\"") +
+                      ": the parameter shards go to one place, host memory or NVMe");
     // ZeRO-Infinity's offload_param (docs/zero-infinity-gpu.md): stage 3's shards in host memory.
     const std::string param_on_cpu =
         named("--offload-param", "zero_optimization.offload_param.device \"cpu\"");

@@ -97,6 +97,9 @@ std::string nvme_summary(const train::Flags& f) {
 // Where a --device cuda run keeps what, for the run's first line.
 std::string device_summary(const train::Flags& f) {
   if (f.device != "cuda") return "";
+  if (f.parameters_on_nvme)
+    return ", parameter shards and optimizer states on NVMe (ZeRO-Infinity), gradients and model "
+           "on the GPU";
   if (f.parameters_on_cpu)
     return std::string(", parameter shards in pinned host memory (ZeRO-Infinity's offload_param), "
                        "gradients and model on the GPU, optimizer states ") +

@@ -61,8 +61,12 @@ struct Scenario {
   bool held = false;
   // At this step, rank 0's first gradient element is infinite: the step is skipped on every rank.
   int overflow_step = -1;
-  // Where an engine placing optimizer states on NVMe keeps them (empty: none does).
+  // Where an engine placing optimizer states (and stage 3's parameters) on NVMe keeps them (empty:
+  // none does).
   std::filesystem::path nvme_path = {};
+  // Parameter elements of the first layers kept in memory with the parameters on NVMe
+  // (offload_param.max_in_cpu).
+  std::size_t parameters_in_cpu = 0;
   // EngineOptions::delayed_parameter_update_after (the device engine's; -1: off).
   std::int64_t delayed_after = -1;
   // EngineOptions::speculative_update (the device engine's: the host engine's run never has it).
@@ -133,6 +137,11 @@ inline zero::EngineOptions options_for(const Scenario& run) {
     options.nvme.optimizer.sub_group_size = 1024;
     options.nvme.optimizer.buffer_count = 3;
     options.nvme.optimizer.pipeline_read = options.nvme.optimizer.pipeline_write = true;
+    // Read only where the placement keeps the parameters there.
+    options.nvme.parameters.nvme_path = run.nvme_path;
+    options.nvme.parameters.max_in_cpu = run.parameters_in_cpu;
+    options.nvme.parameters.buffer_count = 3;
+    options.nvme.parameters.buffer_size = 1 << 16;
   }
   return options;
 }

@@ -1,7 +1,9 @@
 // ZeRO-Infinity's offload_param beside a device: stage 3's parameter shards in host memory (pinned,
-// or pageable), the optimizer states offloaded with them (host memory, or the NVMe tier). Each
-// layer's block is copied to the device on a copy stream of its own and the layer gathered there
-// (offload/offloaded_parameters.hpp); the host's step writes the new blocks into host memory.
+// or pageable) or on the NVMe tier, the optimizer states offloaded with them (host memory, or the
+// NVMe tier). Each layer's block (read from NVMe into a bounce buffer first) is copied to the
+// device on a copy stream of its own and the layer gathered there
+// (offload/offloaded_parameters.hpp, offload/nvme_parameters.hpp); the host's step writes the new
+// blocks into host memory, or through a staging buffer to NVMe.
 // Against the HostThreads engine given the same gradients (device_engine_scenario.hpp): the same
 // weights bit for bit and the same norms, with micro-steps, clipping, an overflow, layers kept
 // gathered, a live bound of one layer, fp16 and bf16, split masters, 8-bit moments, the
@@ -132,6 +134,76 @@ TEST(OffloadParam, BesideOptimizerStatesOnNvmeGivesTheHostEnginesBits) {
   }
 #endif
   expect_host_bits<zero::bfloat16, Where>(s, run, "optimizer states on NVMe");
+}
+
+// example-begin offload-param-nvme-placement
+// Stage 3's parameter shards and the optimizer states on the NVMe tier (GPU <- host <- NVMe).
+using ParametersOnNvme =
+    zero::Placement<zero::execute_on<DeviceSpace>, zero::parameters_in<zero::nvme>,
+                    zero::optimizer_states_in<zero::nvme>>;
+// example-end offload-param-nvme-placement
+
+// Each block read from NVMe into a bounce buffer and copied from there to the device; the step
+// writes the new blocks to NVMe through the staging buffers, one layer filled while the one before
+// it is handed on. With every block on NVMe, with the first layers kept in memory (max_in_cpu), and
+// with the small layers kept gathered.
+TEST(OffloadParam, OnNvmeGivesTheHostEnginesBits) {
+  StagedSetup s;
+  SharedDir swap("zero-offload-param-on-nvme-");
+#if !ZERO_TEST_TWIN
+  try { // a GPU machine may refuse io_uring
+    zero::EngineOptions probe = options_for({.dtype = DType::bfloat16, .nvme_path = swap.path});
+    DeviceEngine<zero::Stage<3>, zero::bfloat16, ParametersOnNvme> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, probe, s.compute());
+  } catch (const zero::Error& e) {
+    if (std::string(e.what()).find("needs io_uring") != std::string::npos)
+      GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << e.what();
+    throw;
+  }
+#endif
+  expect_host_bits<zero::bfloat16, ParametersOnNvme>(s,
+                                                     {.dtype = DType::bfloat16,
+                                                      .accumulation = 2,
+                                                      .clipping = 0.05,
+                                                      .overflow_step = 1,
+                                                      .nvme_path = swap.path},
+                                                     "bf16 on NVMe, micro-steps, an overflow");
+  expect_host_bits<zero::half, ParametersOnNvme>(
+      s,
+      {.dtype = DType::float16,
+       .persistence = 200,
+       .nvme_path = swap.path,
+       .parameters_in_cpu = 100},
+      "fp16 on NVMe, the first layers in memory, small layers kept gathered");
+  expect_host_bits<zero::bfloat16, ParametersOnNvme>(
+      s, {.dtype = DType::bfloat16, .max_live = 2100, .nvme_path = swap.path},
+      "bf16 on NVMe, one layer live");
+#if ZERO_TEST_TWIN
+  expect_host_bits<zero::bfloat16, ParametersOnNvme>(
+      s, {.dtype = DType::bfloat16, .persistence = 200, .held = true, .nvme_path = swap.path},
+      "bf16 on NVMe, held, small layers kept gathered");
+#endif
+
+  zero::EngineOptions options = options_for({.dtype = DType::bfloat16, .nvme_path = swap.path});
+  {
+    const DeviceEngine<zero::Stage<3>, zero::bfloat16, ParametersOnNvme> engine(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+    const zero::MemoryReport m = engine.memory();
+    EXPECT_STREQ(m.parameters_tier, zero::nvme::space_name);
+    EXPECT_GT(m.parameters.nvme, 0u);
+  }
+  options.offload_ratio = 0.5;
+  try {
+    DeviceEngine<zero::Stage<3>, zero::bfloat16, ParametersOnNvme> split(
+        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, options, s.compute());
+    ADD_FAILURE() << "offload_ratio 0.5 accepted with the parameters on NVMe";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_ratio below 1 keeps part of the states in device "
+                                         "memory beside host memory; on the NVMe tier it is not "
+                                         "built"),
+              std::string::npos)
+        << e.what();
+  }
 }
 #endif
 

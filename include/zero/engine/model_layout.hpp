@@ -40,6 +40,12 @@ struct ModelLayout {
   // This rank's block of layer l, in the layer's flat buffer.
   Range my_flat_range(std::size_t l) const { return sharded->flat_range(l, rank); }
   std::size_t my_block_size(std::size_t l) const { return sharded->block(l, rank).size(); }
+  std::vector<std::size_t> my_block_sizes() const {
+    std::vector<std::size_t> sizes;
+    for (std::size_t l = 0; l < layers(); ++l)
+      sizes.push_back(my_block_size(l));
+    return sizes;
+  }
 
   // Positions `part` of this rank's block of layer l, taken from the layer's parameters in order
   // (`ordered`): what a sharded store keeps of a layer it is given whole. Padding becomes zero.

@@ -159,7 +159,8 @@ class ModelStates {
   ModelStates(Comm& shard, Control& control, const ModelLayout& model, const EngineOptions& options,
               Comm* hpz = nullptr, Exec exec = {})
       : shard_(shard), control_(control), exec_(exec),
-        parameters_(shard, model, options, hpz, exec), gradients_(shard, model, options, exec),
+        parameters_(parameter_store(shard, control, model, options, hpz, exec)),
+        gradients_(shard, model, options, exec),
         optimizer_(optimizer_group(shard, control), model, options, exec) {
     // Split masters read their high parts from the compute copy (engine/split_masters.hpp).
     using ComputeBlock = SplitComputeBlock<typename TargetView::memory_space>;
@@ -392,6 +393,18 @@ class ModelStates {
   }
 
  private:
+  static constexpr bool parameters_on_nvme_beside_device =
+      std::same_as<typename Where::parameters, nvme> && offloaded;
+  // The parameter store; one that keeps its blocks on the NVMe tier beside a device agrees over
+  // the host communicator `control` what can fail on one rank (offload/nvme_parameters.hpp).
+  static Parameters parameter_store(Comm& shard, Control& control, const ModelLayout& model,
+                                    const EngineOptions& options, Comm* hpz, Exec exec) {
+    if constexpr (parameters_on_nvme_beside_device)
+      return Parameters(shard, control, model, options, hpz, exec);
+    else
+      return Parameters(shard, model, options, hpz, exec);
+  }
+
   // The shard group's communicator the optimizer store moves its states with.
   static OptimizerGroup& optimizer_group(Comm& shard, Control& control) {
     if constexpr (offloaded)

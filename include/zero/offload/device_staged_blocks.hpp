@@ -1,8 +1,11 @@
 #pragma once
-// DeviceStagedBlocks<T, Tensor, Exec>: stage 3's parameter blocks kept in host memory beside a
-// device stream space (offload_param, offload/offloaded_parameters.hpp), as a BlockSource in the
-// device's memory for ParameterGather. block(l) copies layer l's block host-to-device into a
-// buffer of the source's own pool, on a copy stream of its own, when the gather launches layer l
+// DeviceStagedBlocks<T, HostBlocks, Exec>: stage 3's parameter blocks kept on the host beside a
+// device stream space (offload_param), as a BlockSource in the device's memory for ParameterGather.
+// The blocks come from a BlockSource on the host: the shard in host memory (ShardBlocks,
+// offload/offloaded_parameters.hpp) or the NVMe tier's reads into bounce buffers (NvmeBlocks,
+// offload/nvme_parameters.hpp). block(l) takes layer l's block from there and copies it
+// host-to-device into a buffer of the source's own pool, on a copy stream of its own, when the
+// gather launches layer l
 // (on demand, or prefetched in the recorded order). The gather's collective starts after the
 // stream arrival(l, exec) names, which waits for that copy and for the work queued on the
 // engine's stream: the engine's stream never waits for a copy, so the copy and the gather of the
@@ -15,7 +18,8 @@
 // DeepSpeed's partitioned parameters take the same way.
 //
 // A buffer goes back to the pool once the gather that read it completed (release(l), which the
-// gather calls after waiting for its collective); the pool grows to the most blocks in flight at
+// gather calls after waiting for its collective, and so after the copy), and the host's block goes
+// back to the host source with it; the pool grows to the most blocks in flight at
 // once, one per layer being gathered, which the gather's prefetch and live bounds limit. Before
 // the host writes the blocks at a step, drop() waits for the copies in flight and frees every
 // buffer; after the step's writes were queued on the engine's stream, host_written(exec) orders
@@ -31,21 +35,27 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zero {
 
-template <Element T, class Tensor, SideStreams Exec>
-requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
+template <Element T, class HostBlocks, SideStreams Exec>
+requires HostAccessibleSpace<typename decltype(std::declval<HostBlocks&>().block(
+    std::size_t{}))::memory_space>
+class DeviceStagedBlocks {
   using Memory = typename Exec::memory_space;
   using Event = typename Exec::event_type;
 
  public:
-  // `shard`: this rank's blocks in host memory (it must outlive the source).
-  DeviceStagedBlocks(const Tensor& shard, std::size_t layers, Exec exec)
-      : shard_(shard), slots_(layers), exec_(exec) {
-    for (std::size_t l = 0; l < layers; ++l)
-      largest_ = std::max(largest_, shard.block(l).size());
+  // `host`: this rank's blocks on the host (it must outlive this source); `sizes[l]`: the
+  // elements of layer l's block.
+  DeviceStagedBlocks(HostBlocks& host, std::vector<std::size_t> sizes, Exec exec)
+      : host_(host), slots_(sizes.size()), exec_(exec) {
+    for (std::size_t l = 0; l < sizes.size(); ++l) {
+      slots_[l].size = sizes[l];
+      largest_ = std::max(largest_, sizes[l]);
+    }
   }
 
   DeviceStagedBlocks(const DeviceStagedBlocks&) = delete;
@@ -54,20 +64,22 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
   // Layer l's block in device memory, its copy queued (arrival() orders a reader after it).
   View<const T, Memory> block(std::size_t l) {
     Slot& s = slots_.at(l);
-    if (!s.buffer) start(l, take_buffer());
+    if (!s.buffer) start(l);
     return View<const T, Memory>(pool_[*s.buffer].view().first(s.size));
   }
 
   // The gather's hint: not taken (see the top of this file).
   void prefetch(std::size_t) const noexcept {}
 
-  // The gather that read layer l's block completed: its buffer can take another block (the next
-  // copy into it is queued behind this one on the copy stream).
+  // The gather that read layer l's block completed, and so did its copy: the buffer can take
+  // another block (the next copy into it is queued behind this one on the copy stream), and the
+  // host source may reuse what the copy read.
   void release(std::size_t l) {
     Slot& s = slots_.at(l);
     if (!s.buffer) return;
     free_.push_back(*s.buffer);
     s.buffer.reset();
+    host_.release(l);
   }
 
   // A stream after which a reader of block(l) may start: it waits for the block's copy and for the
@@ -101,18 +113,19 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
  private:
   struct Slot {
     std::optional<std::size_t> buffer; // into pool_, while it holds the layer's block
-    std::size_t size = 0;
-    Event arrived; // after the block's copy on the copy stream
+    std::size_t size = 0;              // of the layer's block
+    Event arrived;                     // after the block's copy on the copy stream
   };
 
-  void start(std::size_t l, std::size_t b) {
+  void start(std::size_t l) {
     Slot& s = slots_[l];
-    const auto from = shard_.block(l);
-    s.buffer = b;
-    s.size = from.size();
+    const auto from = host_.block(l); // an NVMe read completes here, on the host thread
+    require(from.size() == s.size, "offload_param: layer " + std::to_string(l) + "'s block has " +
+                                       std::to_string(from.size()) + " elements on the host, " +
+                                       std::to_string(s.size) + " expected");
+    s.buffer = take_buffer();
     const Exec copies = copies_.space();
-    copy(copies, View<const T, typename Tensor::memory_space>(from),
-         pool_[b].view().first(from.size()));
+    copy(copies, from, pool_[*s.buffer].view().first(s.size));
     record(copies, s.arrived);
   }
 
@@ -126,7 +139,7 @@ requires Tensor::memory_space::host_accessible class DeviceStagedBlocks {
     return pool_.size() - 1;
   }
 
-  const Tensor& shard_;
+  HostBlocks& host_;
   std::vector<Slot> slots_;
   Exec exec_;
   std::size_t largest_ = 1;

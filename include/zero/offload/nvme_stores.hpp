@@ -30,10 +30,11 @@ struct optimizer_store_for<Opt, Kept<true, Partitioner, nvme>, Exec> {
   using type = OffloadedOptimizerStore<NvmeOptimizerStore<Opt, K, HostThreads>, K, Exec>;
 };
 
-// The NVMe tier gathers its layers on the host thread, whatever the engine's execution space.
+// Over a host space the NVMe tier gathers its layers on the host thread; beside a device it copies
+// each block read to the device and gathers it there (GPU <- pinned host <- NVMe).
 template <Element T, class Partitioner, KeptState Updated, Communicator Comm, ExecutionSpace Exec>
 struct parameter_store_for<T, Kept<true, Partitioner, nvme>, Updated, Comm, Exec, true> {
-  using type = NvmeParameters<T, Kept<true, Partitioner, nvme>, Comm>;
+  using type = NvmeParameters<T, Kept<true, Partitioner, nvme>, Comm, Exec>;
 };
 
 } // namespace zero::detail

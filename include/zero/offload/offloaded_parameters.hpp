@@ -47,7 +47,7 @@ requires K::sharded && HostAccessibleSpace<typename K::space> &&
     (!Exec::memory_space::host_accessible) class OffloadedParameters {
   using Tensor = ShardedTensor<T, typename K::policy>;
   using Gather = ParameterGather<T, Comm, Exec>;
-  using Blocks = DeviceStagedBlocks<T, Tensor, Exec>;
+  using Blocks = DeviceStagedBlocks<T, ShardBlocks<Tensor>, Exec>;
   using DeviceMemory = typename Exec::memory_space;
   using HostMemory = HandedOutMemory<typename K::space>;
 
@@ -57,7 +57,7 @@ requires K::sharded && HostAccessibleSpace<typename K::space> &&
       : model_(model), exec_(exec),
         shard_(model.sharded, layout_agreed, static_cast<int>(shard.rank()),
                static_cast<int>(shard.size())),
-        blocks_(shard_, model.layers(), exec),
+        blocks_(host_blocks_, model.my_block_sizes(), exec),
         gather_(shard, *model.sharded, model.images,
                 typename Gather::Limits{options.persistence_threshold, options.prefetch_elements,
                                         options.max_live_elements, options.max_reuse_distance},
@@ -114,6 +114,7 @@ requires K::sharded && HostAccessibleSpace<typename K::space> &&
   const ModelLayout& model_;
   Exec exec_;
   Tensor shard_;
+  ShardBlocks<Tensor> host_blocks_{shard_};
   Blocks blocks_;
   Gather gather_;
 };

@@ -160,9 +160,6 @@ constexpr bool check_placement() {
                 "optimizer states offloaded too (optimizer_states_in<pinned_host> or <nvme>): the "
                 "host's step writes the new parameter shards straight into their host memory, "
                 "never through the device's");
-  static_assert(!std::same_as<typename P::parameters, nvme> || Exec::memory_space::host_accessible,
-                "zero: parameters on NVMe beside a device space (offload_param) are not built "
-                "yet; the optimizer states may be (GPU -> pinned host -> NVMe)");
   static_assert(!std::same_as<typename P::gradients, nvme>,
                 "zero: gradients cannot be placed on NVMe: backward writes them and their "
                 "reduction runs while backward does (DeepSpeed offloads no gradients to NVMe "

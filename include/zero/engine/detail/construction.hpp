@@ -194,8 +194,9 @@ void check_requested_places(const EngineOptions& options) {
   check_requested_place(options.offload_param, std::same_as<typename Placement::parameters, nvme>,
                         in_device_memory<typename Placement::parameters>(),
                         "zero_optimization.offload_param.device",
-                        device ? "one that is not built: parameters on NVMe beside a device; "
-                                 "keep them in host memory (zero::parameters_in<zero::pinned_host>)"
+                        device ? "zero::Placement<zero::execute_on<...>, "
+                                 "zero::parameters_in<zero::nvme>, "
+                                 "zero::optimizer_states_in<zero::nvme>> (stage 3)"
                                : "zero::Placement<zero::optimizer_states_in<zero::nvme>, "
                                  "zero::parameters_in<zero::nvme>> (stage 3)",
                         "keep stage 3's parameter shards in host memory with "
