@@ -146,7 +146,7 @@ using ParametersOnNvme =
 // Each block read from NVMe into a bounce buffer and copied from there to the device; the step
 // writes the new blocks to NVMe through the staging buffers, one layer filled while the one before
 // it is handed on. With every block on NVMe, with the first layers kept in memory (max_in_cpu), and
-// with the small layers kept gathered.
+// with the small layers kept gathered, and with a rank that has nothing of a layer.
 TEST(OffloadParam, OnNvmeGivesTheHostEnginesBits) {
   StagedSetup s;
   SharedDir swap("zero-offload-param-on-nvme-");
@@ -178,6 +178,13 @@ TEST(OffloadParam, OnNvmeGivesTheHostEnginesBits) {
   expect_host_bits<zero::bfloat16, ParametersOnNvme>(
       s, {.dtype = DType::bfloat16, .max_live = 2100, .nvme_path = swap.path},
       "bf16 on NVMe, one layer live");
+  // Whole parameters per rank: at 3 ranks one rank has nothing of the second layer (a weight and
+  // a bias), so the step hands that layer on with no block to write.
+  using WholeParameters =
+      zero::ShardingPlan<zero::shard_optimizer_states, zero::shard_gradients,
+                         zero::shard_parameters, zero::partition_with<zero::WholeParameterGreedy>>;
+  expect_device_engine_equals_host<WholeParameters, zero::bfloat16, ParametersOnNvme>(
+      s, {.dtype = DType::bfloat16, .nvme_path = swap.path}, "bf16 on NVMe, whole parameters");
 #if ZERO_TEST_TWIN
   expect_host_bits<zero::bfloat16, ParametersOnNvme>(
       s, {.dtype = DType::bfloat16, .persistence = 200, .held = true, .nvme_path = swap.path},

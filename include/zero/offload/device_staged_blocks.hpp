@@ -10,7 +10,8 @@
 // stream arrival(l, exec) names, which waits for that copy and for the work queued on the
 // engine's stream: the engine's stream never waits for a copy, so the copy and the gather of the
 // next layer run beside the current layer's kernels. The gather's hint for the layer after the one
-// it prefetches (prefetch(l)) is not taken.
+// it prefetches (prefetch(l)) starts no copy; it goes to the host source, where the NVMe tier
+// starts reading that block into a free bounce buffer.
 //
 // Why the gather runs on the device and not on the host: each rank copies only its block (1/N of
 // the layer) across PCIe and the all-gather runs over the devices' links (NCCL), where gathering on
@@ -68,8 +69,9 @@ class DeviceStagedBlocks {
     return View<const T, Memory>(pool_[*s.buffer].view().first(s.size));
   }
 
-  // The gather's hint: not taken (see the top of this file).
-  void prefetch(std::size_t) const noexcept {}
+  // The gather's hint: passed to the host source (the NVMe tier starts reading the block ahead);
+  // no copy to the device starts on it (see the top of this file).
+  void prefetch(std::size_t l) { host_.prefetch(l); }
 
   // The gather that read layer l's block completed, and so did its copy: the buffer can take
   // another block (the next copy into it is queued behind this one on the copy stream), and the
@@ -119,14 +121,21 @@ class DeviceStagedBlocks {
 
   void start(std::size_t l) {
     Slot& s = slots_[l];
-    const auto from = host_.block(l); // an NVMe read completes here, on the host thread
-    require(from.size() == s.size, "offload_param: layer " + std::to_string(l) + "'s block has " +
-                                       std::to_string(from.size()) + " elements on the host, " +
-                                       std::to_string(s.size) + " expected");
-    s.buffer = take_buffer();
-    const Exec copies = copies_.space();
-    copy(copies, from, pool_[*s.buffer].view().first(s.size));
-    record(copies, s.arrived);
+    const std::size_t b = take_buffer();
+    try {
+      const auto from = host_.block(l); // an NVMe read completes here, on the host thread
+      require(from.size() == s.size, "offload_param: layer " + std::to_string(l) + "'s block has " +
+                                         std::to_string(from.size()) + " elements on the host, " +
+                                         std::to_string(s.size) + " expected");
+      const Exec copies = copies_.space();
+      copy(copies, from, pool_[b].view().first(s.size));
+      record(copies, s.arrived);
+    } catch (...) { // nothing stays taken: the buffer, and the host's block
+      free_.push_back(b);
+      host_.release(l);
+      throw;
+    }
+    s.buffer = b;
   }
 
   std::size_t take_buffer() {

@@ -5,8 +5,8 @@
 // acquire() gathers a layer as the in-memory store does, reading its block through one of
 // `buffer_count` bounce buffers, each sized to the rank's largest block (`buffer_size` is the
 // most a buffer may hold). The optimizer step writes each updated block through a staging buffer,
-// asynchronously; two of them, so that a layer's block may be filled while the one before it is
-// still being handed on (ZeRO-Offload's step, one layer behind).
+// asynchronously: one is filled while the one before it is written (beside a device a third holds
+// the layer ZeRO-Offload's step has updated but not handed on yet, one layer behind).
 //
 // Over a host execution space the tier gathers on the host thread, the next block read ahead of
 // use. Beside a device stream space (ZeRO-Infinity on the GPU: GPU <- pinned host <- NVMe), the
@@ -74,7 +74,9 @@ class NvmeParameters {
   using Reads = NvmeBlocks<T, Tensor>;
   using Staged = typename detail::staged_nvme_blocks<T, Reads, Exec, beside_device>::type;
   static constexpr std::size_t unit = NvmeSlice<T>::unit_elements;
-  static constexpr std::size_t staging_buffers = 2; // one being filled, one being handed on
+  // One being filled and one being written; beside a device a third, for the layer the offloaded
+  // store has updated but not yet handed on (it hands a layer on one layer late).
+  static constexpr std::size_t staging_buffers = beside_device ? 3 : 2;
 
  public:
   // Over a host space the tier gathers on the host thread, whatever the engine's space (`exec` is
@@ -152,10 +154,11 @@ class NvmeParameters {
   }
 
   // Where the step writes layer l's new block: memory, or a staging buffer written to disk when
-  // the layer is done (layer_updated). Two layers may be open at once, in the order they opened.
+  // the layer is done (layer_updated). Beside a device two layers may be open at once.
   View<T> update_target(std::size_t l) {
     const std::size_t n = model_.sharded->block(l, model_.rank).size();
     if (in_memory_[l]) return in_memory_[l]->view();
+    if (n == 0) return {}; // nothing of the layer on this rank: nothing to write
     return {reinterpret_cast<T*>(staging_[staging_of(l)].data()), n};
   }
   void layer_updated(std::size_t l) {
@@ -168,6 +171,7 @@ class NvmeParameters {
   }
   void require_nothing_acquired() const { gather_.require_nothing_acquired(); }
   void begin_update() {
+    open_.fill(std::nullopt); // a layer an update that failed left open (a corrupt checkpoint)
     gather_.begin_update(blocks());
     if constexpr (beside_device) staged_.drop();
     reads_.drop_reads();
@@ -199,8 +203,6 @@ class NvmeParameters {
   }
   double gather_exposed_seconds() const noexcept { return gather_.exposed_seconds(); }
   GatherCounts gather_counts() const noexcept { return gather_.counts(); }
-  // The blocks' way to the device (the tests reach its copy stream).
-  Staged& staged_blocks() noexcept requires beside_device { return staged_; }
 
  private:
   static std::vector<std::optional<Buffer<T>>> keep_in_memory(const ModelLayout& model,
@@ -246,21 +248,23 @@ class NvmeParameters {
         l, all,
         View<const T>(reinterpret_cast<const T*>(staging_[staging].data()), buffer_elements_));
   }
-  // The staging buffer layer l's new block is written into: the one it opened, or the next one,
-  // whose write was queued longest ago.
+  // The staging buffer layer l's new block is written into: the one it opened, or the next one
+  // not open, in turn, so that the write waited for is the one queued longest ago.
   std::size_t staging_of(std::size_t l) {
     for (std::size_t b = 0; b < staging_buffers; ++b)
       if (open_[b] == l) return b;
-    staging_in_use_ = (staging_in_use_ + 1) % staging_buffers;
-    const std::size_t b = staging_in_use_;
-    if (open_[b])
-      fail(ErrorKind::invalid_argument,
-           "NVMe parameters: layer " + std::to_string(l) + "'s block opened while " +
-               std::to_string(staging_buffers) + " layers (" + std::to_string(*open_[b]) + " and " +
-               std::to_string(*open_[1 - b]) + ") wait to be written, the most open at once");
-    if (writes_[b].pending()) writes_[b].wait();
-    open_[b] = l;
-    return b;
+    for (std::size_t tried = 0; tried < staging_buffers; ++tried) {
+      staging_in_use_ = (staging_in_use_ + 1) % staging_buffers;
+      const std::size_t b = staging_in_use_;
+      if (open_[b]) continue;
+      if (writes_[b].pending()) writes_[b].wait();
+      open_[b] = l;
+      return b;
+    }
+    fail(ErrorKind::invalid_argument,
+         "NVMe parameters: layer " + std::to_string(l) + "'s block opened while " +
+             std::to_string(staging_buffers) +
+             " layers wait to be written, the most the staging buffers hold");
   }
   // The source the gather reads: the reads themselves, or their copies to the device.
   auto& blocks() noexcept {
