@@ -2,8 +2,9 @@
 // the engine's stores, the model's activations and its kernels in device_twin memory, the ranks'
 // collectives through StagedCommunicator) against the host loop (training.hpp's train(), the
 // prebuilt host engine): ZeRO-3 with AdamW, fp32 and bf16, two micro-steps, with and without
-// activation checkpointing, the same losses every step and the same final weights, bit for bit.
-// Run at 1-3 ranks.
+// activation checkpointing, and with the parameter shards and optimizer states offloaded to host
+// memory beside activation checkpointing (ZeRO-Infinity's offload_param), the same losses every
+// step and the same final weights, bit for bit. Run at 1-3 ranks.
 
 #include "comm_test.hpp"
 
@@ -18,6 +19,8 @@
 #include <zero/core/host_stream_space.hpp>
 #include <zero/engine/engine.hpp> // the twin's engine is not a prebuilt one
 #include <zero/engines.hpp>
+#include <zero/offload/offloaded_optimizer_store.hpp>
+#include <zero/offload/offloaded_parameters.hpp>
 #include <zero/optim/from_config.hpp>
 #include <zero/precision/any_loss_scaler.hpp>
 
@@ -37,6 +40,11 @@ using zero::testing::world;
 using Twin = zero::DeviceTwinSpace;
 using Staged = zero::StagedCommunicator<Twin, zero::MpiCommunicator>;
 using OnTheTwin = zero::Placement<zero::execute_on<Twin>>;
+// ZeRO-Infinity's offload_param: the parameter shards and the optimizer states in pinned host
+// memory, each block copied to the device when its layer is gathered (in a recomputation too).
+using ParametersOffloaded =
+    zero::Placement<zero::execute_on<Twin>, zero::parameters_in<zero::pinned_host>,
+                    zero::optimizer_states_in<zero::pinned_host>>;
 
 train_gpt::Flags flags(zero::DType dtype) {
   train_gpt::Flags f;
@@ -80,11 +88,12 @@ train_gpt::History on_the_host(const train_gpt::Flags& f, const train_gpt::Token
   });
 }
 
+template <class Where = OnTheTwin>
 train_gpt::History on_the_twin(const train_gpt::Flags& f, const train_gpt::Tokens& data) {
   zero::HostStream caller("caller"), transfer("transfer"), compute("compute");
   Staged comm(zero::MpiCommunicator(world().boost_communicator()), Twin(caller), Twin(transfer));
   return zero::with_optimizer<zero::AdamW>(examples::optimizer_config(f), [&](auto optimizer) {
-    zero::Engine<zero::Stage<3>, Staged, OnTheTwin, zero::AdamW, zero::AnyLossScaler> engine(
+    zero::Engine<zero::Stage<3>, Staged, Where, zero::AdamW, zero::AnyLossScaler> engine(
         world(), comm, gpt::specs(f.model), std::move(optimizer),
         zero::AnyLossScaler::for_run(f.dtype, nullptr), options(f), Twin(compute));
     set_initial_weights(engine, f);
@@ -103,6 +112,7 @@ void expect_same_bits(const std::vector<float>& twin, const std::vector<float>& 
     }
 }
 
+template <class Where = OnTheTwin>
 void expect_twin_equals_host(zero::DType dtype, std::size_t checkpoints = 0,
                              bool kept_inputs_cpu = false) {
   train_gpt::Flags f = flags(dtype);
@@ -111,7 +121,7 @@ void expect_twin_equals_host(zero::DType dtype, std::size_t checkpoints = 0,
   on_device.kept_inputs_cpu = kept_inputs_cpu; // the host loop's are in host memory already
   const train_gpt::Tokens data = train_gpt::Tokens::from_file(ZERO_TEST_GPT_DATA, f.model.seq);
   const train_gpt::History host = on_the_host(f, data);
-  const train_gpt::History twin = on_the_twin(on_device, data);
+  const train_gpt::History twin = on_the_twin<Where>(on_device, data);
   const std::string run = zero::to_string(dtype) +
                           (checkpoints ? ", " + std::to_string(checkpoints) + " checkpoints" : "") +
                           (kept_inputs_cpu ? ", kept in host memory" : "");
@@ -149,6 +159,13 @@ TEST(DeviceTraining, CheckpointedTwinGivesTheHostRunsBits) {
   expect_twin_equals_host(zero::DType::bfloat16, 2);
   // ZeRO-R's CPU checkpointing: the kept inputs to pinned host memory and back.
   expect_twin_equals_host(zero::DType::bfloat16, 2, /*kept_inputs_cpu=*/true);
+}
+
+// offload_param beside activation checkpointing: a recomputed block acquires its layer again, so
+// its block is copied from host memory and gathered a second time in backward; the host's step
+// writes the new blocks. Changes no bit either.
+TEST(DeviceTraining, CheckpointedOffloadParamTwinGivesTheHostRunsBits) {
+  expect_twin_equals_host<ParametersOffloaded>(zero::DType::bfloat16, 2);
 }
 
 // bf16 products (the default on a GPU with --dtype bf16): the twin rounds the products' operands
