@@ -123,15 +123,8 @@ TEST(OffloadParam, BesideOptimizerStatesOnNvmeGivesTheHostEnginesBits) {
   SharedDir swap("zero-offload-param-nvme-");
   const Scenario run{.dtype = DType::bfloat16, .accumulation = 2, .nvme_path = swap.path};
 #if !ZERO_TEST_TWIN
-  try { // as NvmeBehindTheDeviceGivesTheHostEnginesBits: a GPU machine may refuse io_uring
-    zero::EngineOptions probe = options_for(run);
-    DeviceEngine<zero::Stage<3>, zero::bfloat16, Where> engine(
-        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, probe, s.compute());
-  } catch (const zero::Error& e) {
-    if (std::string(e.what()).find("needs io_uring") != std::string::npos)
-      GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << e.what();
-    throw;
-  }
+  if (const auto why = io_uring_refused<zero::Stage<3>, Where>(s, run))
+    GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << *why;
 #endif
   expect_host_bits<zero::bfloat16, Where>(s, run, "optimizer states on NVMe");
 }
@@ -151,15 +144,9 @@ TEST(OffloadParam, OnNvmeGivesTheHostEnginesBits) {
   StagedSetup s;
   SharedDir swap("zero-offload-param-on-nvme-");
 #if !ZERO_TEST_TWIN
-  try { // a GPU machine may refuse io_uring
-    zero::EngineOptions probe = options_for({.dtype = DType::bfloat16, .nvme_path = swap.path});
-    DeviceEngine<zero::Stage<3>, zero::bfloat16, ParametersOnNvme> engine(
-        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, probe, s.compute());
-  } catch (const zero::Error& e) {
-    if (std::string(e.what()).find("needs io_uring") != std::string::npos)
-      GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << e.what();
-    throw;
-  }
+  if (const auto why = io_uring_refused<zero::Stage<3>, ParametersOnNvme>(
+          s, {.dtype = DType::bfloat16, .nvme_path = swap.path}))
+    GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << *why;
 #endif
   expect_host_bits<zero::bfloat16, ParametersOnNvme>(s,
                                                      {.dtype = DType::bfloat16,

@@ -558,18 +558,8 @@ TEST(Offload, NvmeBehindTheDeviceGivesTheHostEnginesBits) {
   SharedDir swap("zero-offload-nvme-");
   Scenario run{.dtype = DType::bfloat16, .accumulation = 2, .nvme_path = swap.path};
 #if !ZERO_TEST_TWIN
-  // The GPU machine is a container whose kernel may refuse io_uring: then this case cannot run
-  // there (the reason is in the log), while the binary's other tests must still count. In CI the
-  // twin runs it on every commit.
-  try {
-    zero::EngineOptions probe = options_for(run);
-    DeviceEngine<zero::Stage<1>, zero::bfloat16, OffloadedToNvme> engine(
-        world(), s.comm, model(), adam(), zero::StaticLossScaler{}, probe, s.compute());
-  } catch (const zero::Error& e) {
-    if (std::string(e.what()).find("needs io_uring") != std::string::npos)
-      GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << e.what();
-    throw;
-  }
+  if (const auto why = io_uring_refused<zero::Stage<1>, OffloadedToNvme>(s, run))
+    GTEST_SKIP() << zero::testing::not_applicable << "this GPU machine: " << *why;
 #endif
   expect_device_engine_equals_host<zero::Stage<1>, zero::bfloat16, OffloadedToNvme>(
       s, run, "offloaded to NVMe, stage 1");
